@@ -1,0 +1,1 @@
+"""Generated coordinator record codecs: see protocol/codegen.py."""

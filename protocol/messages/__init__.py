@@ -1,0 +1,1 @@
+"""Generated message codecs: see protocol/codegen.py."""
