@@ -1,0 +1,46 @@
+"""ApiVersions (18) v0-4: the served API ranges, straight from the handler table.
+
+A request at a version we do not serve is answered by the server itself with a v0
+response carrying UNSUPPORTED_VERSION and the ranges (KIP-511).  v3+ also lists
+supported and finalized features as a Kafka 4.x broker does (share.version and
+group.version finalized at 1, so clients use share and KIP-848 groups).  Client
+software name/version are validated as Kafka does (INVALID_REQUEST otherwise).
+"""
+from __future__ import annotations
+
+import re
+
+from broker.dispatch import handler
+from protocol.errors import Errors
+from protocol.messages.api_versions import ApiVersionsResponse
+from protocol.messages.registry import ApiKey
+
+_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+# name: (supported min, supported max, finalized level)
+FEATURES = {
+    "metadata.version": (7, 27, 27),
+    "kraft.version": (0, 1, 1),
+    "group.version": (0, 1, 1),
+    "share.version": (0, 1, 1),
+    "transaction.version": (0, 2, 0),
+}
+FEATURES_EPOCH = 1
+
+
+@handler(ApiKey.API_VERSIONS, versions=(0, 4))
+async def api_versions(ctx, req):
+    resp = ApiVersionsResponse(api_keys=ctx.broker.server.api_version_entries())
+    if ctx.api_version >= 3:
+        for value in (req.client_software_name, req.client_software_version):
+            if not _SOFTWARE.match(value or ""):
+                resp.error_code = Errors.INVALID_REQUEST
+                return resp
+        resp.supported_features = [
+            ApiVersionsResponse.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
+            for n, (lo, hi, _) in FEATURES.items()]
+        resp.finalized_features_epoch = FEATURES_EPOCH
+        resp.finalized_features = [
+            ApiVersionsResponse.FinalizedFeatureKey(name=n, max_version_level=lvl, min_version_level=lvl)
+            for n, (_, _, lvl) in FEATURES.items() if lvl > 0]
+    return resp

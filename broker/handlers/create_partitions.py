@@ -1,0 +1,62 @@
+"""CreatePartitions (37) v0-3: grow a topic (never shrink).
+
+INVALID_PARTITIONS when the count is not an increase, INVALID_REPLICA_ASSIGNMENT
+when assignments do not match the new partitions or name another broker,
+UNKNOWN_TOPIC_OR_PARTITION for unknown topics, INVALID_REQUEST for a topic listed
+twice.  ``validateOnly`` checks without creating.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from broker.dispatch import handler
+from broker.log.errors import LogError
+from protocol.errors import Errors
+from protocol.messages.create_partitions import CreatePartitionsResponse
+from protocol.messages.registry import ApiKey
+
+_R = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+@handler(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
+async def create_partitions(ctx, req):
+    b = ctx.broker
+    counts = Counter(t.name for t in req.topics)
+    out = []
+    for t in req.topics:
+        if counts[t.name] > 1:
+            out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST, error_message="Duplicate topic in request."))
+            continue
+        info = b.logs.topic(t.name)
+        if info is None:
+            out.append(_R(name=t.name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                          error_message=f"The topic '{t.name}' does not exist."))
+            continue
+        if b.is_internal(t.name):
+            out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST,
+                          error_message=f"Cannot add partitions to internal topic {t.name}"))
+            continue
+        if t.count <= info.partitions:
+            verb = "would not be an increase" if t.count == info.partitions else "cannot be decreased"
+            out.append(_R(name=t.name, error_code=Errors.INVALID_PARTITIONS,
+                          error_message=f"Topic currently has {info.partitions} partitions, {t.count} {verb}."))
+            continue
+        if t.assignments is not None:
+            if len(t.assignments) != t.count - info.partitions:
+                out.append(_R(name=t.name, error_code=Errors.INVALID_REPLICA_ASSIGNMENT,
+                              error_message=f"Attempted to add {t.count - info.partitions} additional partitions "
+                                            f"but only {len(t.assignments)} assignments were specified."))
+                continue
+            if any(a.broker_ids != [b.node_id] for a in t.assignments):
+                out.append(_R(name=t.name, error_code=Errors.INVALID_REPLICA_ASSIGNMENT,
+                              error_message=f"Assignments may only name broker {b.node_id}."))
+                continue
+        if req.validate_only:
+            out.append(_R(name=t.name))
+            continue
+        try:
+            b.logs.add_partitions(t.name, t.count)
+            out.append(_R(name=t.name))
+        except LogError as e:
+            out.append(_R(name=t.name, error_code=e.code, error_message=str(e)))
+    return CreatePartitionsResponse(results=out)

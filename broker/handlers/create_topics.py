@@ -1,0 +1,105 @@
+"""CreateTopics (19) v2-7: validated as Kafka validates, created with one replica on this node.
+
+Errors: INVALID_TOPIC_EXCEPTION (bad name), TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS
+(< 1), INVALID_REPLICATION_FACTOR (anything but -1/1: one broker), INVALID_REQUEST
+(a name listed twice, or assignments together with a partition count), INVALID_REPLICA_ASSIGNMENT
+(assignments naming another broker or skipping partitions), INVALID_CONFIG.  -1
+partitions / replication factor take the broker defaults.  v5+ return the
+resulting configs; v7 the topic id.  ``validateOnly`` checks without creating.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from broker.configs import TopicConfigs
+from broker.dispatch import handler
+from broker.log.config import ConfigError, validate_topic_configs
+from broker.log.errors import LogError
+from broker.log.manager import validate_topic_name
+from protocol.errors import Errors
+from protocol.messages.create_topics import CreateTopicsResponse
+from protocol.messages.registry import ApiKey
+
+_R = CreateTopicsResponse.CreatableTopicResult
+
+
+def _fail(name: str, code: int, message: str | None) -> _R:
+    return _R(name=name, error_code=code, error_message=message, configs=None)
+
+
+@handler(ApiKey.CREATE_TOPICS, versions=(2, 7))
+async def create_topics(ctx, req):
+    b = ctx.broker
+    counts = Counter(t.name for t in req.topics)
+    out = []
+    for t in req.topics:
+        if counts[t.name] > 1:
+            out.append(_fail(t.name, Errors.INVALID_REQUEST, "Create topics request from client contains "
+                                                             "multiple topics with the same name"))
+            continue
+        out.append(_create(b, t, req.validate_only, ctx.api_version))
+    return CreateTopicsResponse(topics=out)
+
+
+def _create(b, t, validate_only: bool, version: int) -> _R:
+    try:
+        validate_topic_name(t.name)
+    except (LogError, ValueError) as e:
+        return _fail(t.name, Errors.INVALID_TOPIC_EXCEPTION, str(e))
+    if b.logs.topic(t.name) is not None:
+        return _fail(t.name, Errors.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+    partitions = t.num_partitions
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return _fail(t.name, Errors.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                                                         "replicasAssignments were set. Both cannot be used at the same time.")
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            return _fail(t.name, Errors.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive "
+                                                                    "0-based integer sequence")
+        for a in t.assignments:
+            if a.broker_ids != [b.node_id]:
+                return _fail(t.name, Errors.INVALID_REPLICA_ASSIGNMENT,
+                             f"Replica assignment {a.broker_ids} names brokers other than {b.node_id}")
+        partitions = len(indexes)
+    else:
+        if partitions == -1:
+            partitions = b.config.get_int("num.partitions", 1)
+        if partitions < 1:
+            return _fail(t.name, Errors.INVALID_PARTITIONS, "Number of partitions was set to an invalid "
+                                                            "non-positive value.")
+        rf = t.replication_factor
+        if rf == -1:
+            rf = b.config.get_int("default.replication.factor", 1)
+        if rf < 1:
+            return _fail(t.name, Errors.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, "
+                                                                    "or -1 to use the default value.")
+        if rf > 1:
+            return _fail(t.name, Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} "
+                                                                    f"time(s): The target replication factor of {rf} cannot be reached because only 1 "
+                                                                    f"broker(s) are registered.")
+    configs = {}
+    for c in t.configs:
+        if c.value is None:
+            return _fail(t.name, Errors.INVALID_CONFIG, f"Null value not supported for topic configs: {c.name}")
+        configs[c.name] = c.value
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as e:
+        return _fail(t.name, Errors.INVALID_CONFIG, str(e))
+    topic_id = bytes(16)
+    if not validate_only:
+        try:
+            info = b.create_topic(t.name, partitions, configs)
+        except LogError as e:
+            return _fail(t.name, e.code, str(e))
+        except ConfigError as e:
+            return _fail(t.name, Errors.INVALID_CONFIG, str(e))
+        topic_id = info.topic_id.bytes
+        entries = TopicConfigs().describe(b, t.name)
+    else:
+        entries = []
+    return _R(name=t.name, topic_id=topic_id, num_partitions=partitions, replication_factor=1,
+              configs=[CreateTopicsResponse.CreatableTopicConfigs(
+                  name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                  is_sensitive=e.sensitive) for e in entries])

@@ -1,0 +1,43 @@
+"""DeleteRecords (21) v0-2: move the log start offset up (offset -1 means the high watermark).
+
+OFFSET_OUT_OF_RANGE above the high watermark, UNKNOWN_TOPIC_OR_PARTITION for unknown
+partitions.  Share partitions whose start offset falls below follow it.
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from broker.log.errors import LogError
+from protocol.errors import Errors
+from protocol.messages.delete_records import DeleteRecordsResponse
+from protocol.messages.registry import ApiKey
+
+_T = DeleteRecordsResponse.DeleteRecordsTopicResult
+_P = DeleteRecordsResponse.DeleteRecordsPartitionResult
+
+
+@handler(ApiKey.DELETE_RECORDS, versions=(0, 2))
+async def delete_records(ctx, req):
+    b = ctx.broker
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            log = b.logs.get_log(t.name, p.partition_index)
+            if log is None:
+                parts.append(_P(partition_index=p.partition_index, low_watermark=-1,
+                                error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            offset = log.high_watermark if p.offset == -1 else p.offset
+            if offset < 0 or offset > log.high_watermark:
+                parts.append(_P(partition_index=p.partition_index, low_watermark=-1,
+                                error_code=Errors.OFFSET_OUT_OF_RANGE))
+                continue
+            try:
+                low = log.delete_records(offset)
+            except LogError as e:
+                parts.append(_P(partition_index=p.partition_index, low_watermark=-1, error_code=e.code))
+                continue
+            b.on_append(t.name, p.partition_index)
+            parts.append(_P(partition_index=p.partition_index, low_watermark=low))
+        out.append(_T(name=t.name, partitions=parts))
+    return DeleteRecordsResponse(topics=out)

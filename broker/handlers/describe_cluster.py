@@ -1,0 +1,20 @@
+"""DescribeCluster (60) v0-2: one broker, which is also the controller."""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from protocol.errors import Errors
+from protocol.messages.describe_cluster import DescribeClusterResponse
+from protocol.messages.registry import ApiKey
+
+
+@handler(ApiKey.DESCRIBE_CLUSTER, versions=(0, 2))
+async def describe_cluster(ctx, req):
+    b = ctx.broker
+    if ctx.api_version >= 1 and req.endpoint_type not in (1, 2):
+        return DescribeClusterResponse(error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
+                                       endpoint_type=req.endpoint_type, cluster_id=b.cluster_id)
+    return DescribeClusterResponse(
+        endpoint_type=req.endpoint_type if ctx.api_version >= 1 else 1,
+        cluster_id=b.cluster_id, controller_id=b.node_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=b.node_id, host=b.advertised_host, port=b.advertised_port)])

@@ -1,0 +1,166 @@
+"""Fetch (1) v4-18 for consumers: byte-for-byte batches, long poll, fetch sessions.
+
+Batches are sliced from segment files and sent as they are (``records`` chunks are
+spliced into the response, never copied into it).  MaxWaitMs / MinBytes long poll
+registers on the partitions' watcher keys and is woken by produce; there is no
+polling loop.  MaxBytes bounds the response, PartitionMaxBytes each partition, and
+the first batch of the first partition with data is returned whole even when it
+is larger (Kafka's rule for v3+).  READ_COMMITTED reads up to the last stable
+offset and lists aborted transactions.  v13+ address topics by id.  Incremental
+fetch sessions: see ``broker.fetch_sessions``.
+Not implemented: follower fetches (this is a single node; ReplicaId >= 0 is
+answered like a consumer), preferred read replicas, quotas (throttle time is 0).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from broker.dispatch import handler
+from broker.fetch_sessions import SessionPartition
+from broker.log.errors import LogError
+from protocol.errors import Errors
+from protocol.messages.fetch import FetchResponse
+from protocol.messages.registry import ApiKey
+
+_TopicResp = FetchResponse.FetchableTopicResponse
+_PartResp = FetchResponse.PartitionData
+_Aborted = FetchResponse.AbortedTransaction
+
+
+class _Want:
+    """One partition this request reads."""
+
+    __slots__ = ("key", "name", "topic_id", "partition", "offset", "max_bytes", "sp")
+
+    def __init__(self, key, name, topic_id, partition, offset, max_bytes, sp=None):
+        self.key = key
+        self.name = name
+        self.topic_id = topic_id
+        self.partition = partition
+        self.offset = offset
+        self.max_bytes = max_bytes
+        self.sp = sp
+
+
+@handler(ApiKey.FETCH, versions=(4, 18))
+async def fetch(ctx, req):
+    b = ctx.broker
+    version = ctx.api_version
+    by_id = version >= 13
+    err, session, full = (Errors.NONE, None, True)
+    if version >= 7:
+        err, session, full = b.fetch_sessions.resolve(req.session_id, req.session_epoch)
+        if err:
+            return FetchResponse(error_code=err, session_id=req.session_id)
+        if full and req.session_epoch == 0:
+            session = b.fetch_sessions.open(by_id)
+    wants = _collect(b, req, session, full, by_id)
+    read_committed = req.isolation_level == 1
+    deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
+    while True:
+        results, total, errored = _read(b, wants, req.max_bytes, read_committed)
+        if total >= req.min_bytes or errored or req.max_wait_ms <= 0 or not wants:
+            break
+        keys = [("log", w.name, w.partition) for w in wants if w.name is not None]
+        if not await b.watchers.wait(keys, deadline):
+            results, total, errored = _read(b, wants, req.max_bytes, read_committed)
+            break
+    return _response(wants, results, session, full, by_id)
+
+
+def _collect(b, req, session, full: bool, by_id: bool) -> list[_Want]:
+    logs = b.logs
+    if session is None or full:
+        wants = []
+        for t in req.topics:
+            topic = logs.topic_by_id(t.topic_id) if by_id else logs.topic(t.topic)
+            name = topic.name if topic is not None else (None if by_id else t.topic)
+            for p in t.partitions:
+                key = (t.topic_id if by_id else t.topic, p.partition)
+                sp = None
+                if session is not None:
+                    sp = session.partitions[key] = SessionPartition(t.topic_id, p.fetch_offset,
+                                                                    p.partition_max_bytes, p.log_start_offset)
+                wants.append(_Want(key, name, t.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes, sp))
+        return wants
+    parts = session.partitions
+    for t in req.topics:
+        for p in t.partitions:
+            key = (t.topic_id if by_id else t.topic, p.partition)
+            sp = parts.get(key)
+            if sp is None:
+                parts[key] = SessionPartition(t.topic_id, p.fetch_offset, p.partition_max_bytes, p.log_start_offset)
+            else:
+                sp.fetch_offset, sp.max_bytes, sp.log_start_offset = p.fetch_offset, p.partition_max_bytes, p.log_start_offset
+    for f in req.forgotten_topics_data:
+        for pi in f.partitions:
+            parts.pop((f.topic_id if by_id else f.topic, pi), None)
+    wants = []
+    for key, sp in parts.items():
+        topic = logs.topic_by_id(key[0]) if by_id else logs.topic(key[0])
+        name = topic.name if topic is not None else (None if by_id else key[0])
+        wants.append(_Want(key, name, sp.topic_id, key[1], sp.fetch_offset, sp.max_bytes, sp))
+    return wants
+
+
+def _read(b, wants: list[_Want], max_bytes: int, read_committed: bool):
+    results = []
+    total = 0
+    errored = False
+    logs = b.logs
+    for w in wants:
+        log = logs.get_log(w.name, w.partition) if w.name is not None else None
+        if log is None:
+            code = Errors.UNKNOWN_TOPIC_ID if w.name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            results.append(_PartResp(partition_index=w.partition, error_code=code, high_watermark=-1,
+                                     records=b""))
+            errored = True
+            continue
+        hwm = log.high_watermark
+        lso = log.last_stable_offset
+        lss = log.log_start_offset
+        upper = lso if read_committed else hwm
+        chunks: list = []
+        code = Errors.NONE
+        aborted = None
+        if w.offset < lss or w.offset > log.log_end_offset:
+            code = Errors.OFFSET_OUT_OF_RANGE
+            errored = True
+        elif w.offset < upper and total < max_bytes:
+            try:
+                batches = log.read(w.offset, min(w.max_bytes, max_bytes - total), max_offset=upper,
+                                   min_one=total == 0)
+            except LogError as e:
+                code = e.code
+                errored = True
+                batches = []
+            for ref in batches:
+                chunks.append(ref.data)
+                total += len(ref.data)
+            if read_committed and batches:
+                aborted = [_Aborted(producer_id=pid, first_offset=first)
+                           for pid, first in log.aborted_transactions(w.offset, batches[-1].last_offset + 1)]
+        if read_committed and aborted is None:
+            aborted = []
+        results.append(_PartResp(partition_index=w.partition, error_code=code, high_watermark=hwm,
+                                 last_stable_offset=lso, log_start_offset=lss, aborted_transactions=aborted,
+                                 records=chunks))
+    return results, total, errored
+
+
+def _response(wants, results, session, full: bool, by_id: bool) -> FetchResponse:
+    topics: list[_TopicResp] = []
+    last = None
+    for w, r in zip(wants, results):
+        sp = w.sp
+        if sp is not None:
+            changed = (r.error_code or r.records or r.high_watermark != sp.last_hwm
+                       or r.last_stable_offset != sp.last_lso or r.log_start_offset != sp.last_lss)
+            sp.last_hwm, sp.last_lso, sp.last_lss = r.high_watermark, r.last_stable_offset, r.log_start_offset
+            if not full and not changed:
+                continue
+        if last is None or last.topic_id != w.topic_id or (not by_id and last.topic != w.key[0]):
+            last = _TopicResp(topic=w.key[0] if not by_id else "", topic_id=w.topic_id, partitions=[])
+            topics.append(last)
+        last.partitions.append(r)
+    return FetchResponse(session_id=session.id if session is not None else 0, responses=topics)

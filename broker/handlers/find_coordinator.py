@@ -1,0 +1,43 @@
+"""FindCoordinator (10) v0-6: this broker coordinates every group, transaction and share key.
+
+Key types GROUP (0), TRANSACTION (1) and SHARE (2, key ``group:topicId:partition``,
+v6+).  An unknown key type or a malformed share key gets INVALID_REQUEST, an empty
+group id INVALID_GROUP_ID (as Kafka).
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from protocol.errors import Errors
+from protocol.messages.find_coordinator import FindCoordinatorResponse
+from protocol.messages.registry import ApiKey
+
+
+def _check(key: str, key_type: int) -> int:
+    if key_type not in (0, 1, 2):
+        return Errors.INVALID_REQUEST
+    if key_type == 0 and not key:
+        return Errors.INVALID_GROUP_ID
+    if key_type == 2:
+        parts = key.rsplit(":", 2)
+        if len(parts) != 3 or not parts[0] or not parts[2].lstrip("-").isdigit():
+            return Errors.INVALID_REQUEST
+    return Errors.NONE
+
+
+@handler(ApiKey.FIND_COORDINATOR, versions=(0, 6))
+async def find_coordinator(ctx, req):
+    b = ctx.broker
+    if ctx.api_version < 4:
+        err = _check(req.key, req.key_type)
+        if err:
+            return FindCoordinatorResponse(error_code=err, node_id=-1, host="", port=-1)
+        return FindCoordinatorResponse(node_id=b.node_id, host=b.advertised_host, port=b.advertised_port)
+    out = []
+    for key in req.coordinator_keys:
+        err = _check(key, req.key_type)
+        if err:
+            out.append(FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=err))
+        else:
+            out.append(FindCoordinatorResponse.Coordinator(key=key, node_id=b.node_id,
+                                                           host=b.advertised_host, port=b.advertised_port))
+    return FindCoordinatorResponse(coordinators=out)

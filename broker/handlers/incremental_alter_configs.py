@@ -1,0 +1,52 @@
+"""IncrementalAlterConfigs (44) v0-1: SET / DELETE / APPEND / SUBTRACT on TOPIC, BROKER, GROUP.
+
+Each resource is validated as a whole and applied only if every operation is
+valid (INVALID_CONFIG otherwise, with Kafka's message); a key listed twice for one
+resource is INVALID_REQUEST.  ``validateOnly`` checks without applying.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from broker.configs import RESOURCES
+from broker.dispatch import handler
+from broker.log.config import ConfigError
+from broker.log.errors import LogError
+from protocol.errors import Errors, KafkaError
+from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsResponse
+from protocol.messages.registry import ApiKey
+
+_R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+
+
+@handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 1))
+async def incremental_alter_configs(ctx, req):
+    b = ctx.broker
+    out = []
+    for r in req.resources:
+        def result(code=0, message=None):
+            return _R(error_code=code, error_message=message, resource_type=r.resource_type,
+                      resource_name=r.resource_name)
+
+        res = RESOURCES.get(r.resource_type)
+        if res is None:
+            out.append(result(Errors.INVALID_REQUEST, f"Unexpected resource type {r.resource_type}"))
+            continue
+        dupes = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
+        if dupes:
+            out.append(result(Errors.INVALID_REQUEST, f"Error due to duplicate config keys : {','.join(dupes)}"))
+            continue
+        try:
+            await _maybe_await(res.alter(b, r.resource_name, r.configs, req.validate_only))
+            out.append(result())
+        except (LogError, KafkaError) as e:
+            out.append(result(e.code, str(e)))
+        except ConfigError as e:
+            out.append(result(Errors.INVALID_CONFIG, str(e)))
+    return IncrementalAlterConfigsResponse(responses=out)
+
+
+async def _maybe_await(x):
+    if hasattr(x, "__await__"):
+        return await x
+    return x

@@ -1,0 +1,28 @@
+"""ListConfigResources (74) v0-1: v0 lists client-metrics resources (none here); v1 takes
+resource types (empty = all we know: TOPIC, BROKER, GROUP) and lists their names."""
+from __future__ import annotations
+
+from broker.configs import RESOURCES
+from broker.dispatch import handler
+from protocol.errors import Errors
+from protocol.messages.list_config_resources import ListConfigResourcesResponse
+from protocol.messages.registry import ApiKey
+
+CLIENT_METRICS = 16
+
+
+@handler(ApiKey.LIST_CONFIG_RESOURCES, versions=(0, 1))
+async def list_config_resources(ctx, req):
+    b = ctx.broker
+    if ctx.api_version == 0:
+        return ListConfigResourcesResponse(config_resources=[])
+    types = list(req.resource_types) or sorted(RESOURCES)
+    out = []
+    for t in types:
+        if t == CLIENT_METRICS:
+            continue
+        res = RESOURCES.get(t)
+        if res is None:
+            return ListConfigResourcesResponse(error_code=Errors.UNSUPPORTED_VERSION)
+        out += [ListConfigResourcesResponse.ConfigResource(resource_name=n, resource_type=t) for n in res.names(b)]
+    return ListConfigResourcesResponse(config_resources=out)

@@ -1,0 +1,115 @@
+"""Run a real sharebroker for tests: ``BrokerProcess`` and the ``sharebroker`` pytest fixture.
+
+    from broker.testing import BrokerProcess
+    with BrokerProcess(data_dir) as b:
+        Producer({"bootstrap.servers": b.bootstrap})
+
+The broker runs as a subprocess on 127.0.0.1 with a free port; ``kill9()`` and
+``start()`` restart it on the same data directory and port, for crash tests.
+Installed as a pytest plugin (entry point ``pytest11``), so any project that
+installs sharebroker gets the ``sharebroker`` fixture.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_READY = re.compile(r"accepting connections on (\S+):(\d+)")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
+                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0):
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="sharebroker-"))
+        self.config = dict(config or {})
+        self.host = host
+        self.port = port
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.log_lines: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "BrokerProcess":
+        cmd = [sys.executable, "-m", "broker", "--listen", f"{self.host}:{self.port}",
+               "--data-dir", str(self.data_dir)]
+        for k, v in self.config.items():
+            cmd += ["--set", f"{k}={v}"]
+        self._ready.clear()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(self.start_timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("sharebroker did not start:\n" + "\n".join(self.log_lines[-30:]))
+        return self
+
+    def _drain(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            self.log_lines.append(line)
+            m = _READY.search(line)
+            if m:
+                self.port = int(m.group(2))
+                self._ready.set()
+        self._ready.set()
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        return proc.returncode
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "BrokerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+try:
+    import pytest
+except ImportError:  # pytest is only needed for the fixture
+    pytest = None
+
+if pytest is not None:
+    @pytest.fixture
+    def sharebroker(tmp_path):
+        """A fresh broker on a free port with its own data directory."""
+        with BrokerProcess(tmp_path / "broker-data") as b:
+            yield b
