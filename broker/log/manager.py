@@ -1,0 +1,322 @@
+"""All partition logs of the broker plus topic metadata, in one data directory.
+
+Layout::
+
+    data_dir/.lock                  exclusive flock while a broker runs
+    data_dir/.clean_shutdown        written by close(), removed at start-up
+    data_dir/meta/cluster_id        generated once
+    data_dir/meta/topics/<name>.json  topic id, partition count, config overrides
+    data_dir/<topic>-<partition>/   one PartitionLog each
+
+Metadata files are replaced atomically (tmp, fsync, rename, fsync dir). A
+topic is deleted by removing its metadata first, then its directories
+(renamed ``*-delete`` before removal, finished at next start if interrupted).
+Directories that belong to no topic are removed at start-up with a warning.
+
+No tasks are created here: the server calls ``maintenance()`` from a loop timer.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from typing import Callable, Iterable, Mapping
+
+from .config import LogConfig, validate_topic_configs
+from .errors import UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
+from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
+
+log = logging.getLogger(__name__)
+
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def new_topic_id() -> uuid.UUID:
+    """A random id as Kafka's Uuid.randomUuid: never 0, never 1, base64 form not starting with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not base64.urlsafe_b64encode(u.bytes).startswith(b"-"):
+            return u
+
+
+def uuid_to_base64(u: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+
+
+def validate_topic_name(name: str) -> None:
+    if not _TOPIC_RE.match(name or "") or name in (".", ".."):
+        raise LogError(INVALID_TOPIC_EXCEPTION, f"Topic name {name!r} is illegal")
+
+
+class TopicInfo:
+    __slots__ = ("name", "topic_id", "configs", "logs")
+
+    def __init__(self, name: str, topic_id: uuid.UUID, configs: dict[str, str]):
+        self.name = name
+        self.topic_id = topic_id
+        self.configs = configs  # overrides only, Kafka names -> string values
+        self.logs: list[PartitionLog] = []
+
+    @property
+    def partitions(self) -> int:
+        return len(self.logs)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"name": self.name, "topic_id": str(self.topic_id), "partitions": len(self.logs),
+                           "configs": self.configs}, sort_keys=True).encode()
+
+    def __repr__(self) -> str:
+        return f"TopicInfo({self.name}, id={self.topic_id}, partitions={len(self.logs)})"
+
+
+class LogManager:
+    def __init__(self, data_dir: str, default_configs: Mapping[str, object] | None = None, *,
+                 clock: Callable[[], int] | None = None,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+        self.data_dir = os.path.abspath(data_dir)
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self._defaults = dict(default_configs or {})
+        LogConfig.from_mapping(self._defaults)  # fail early on bad broker defaults
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock_fd = self._lock()
+        self._meta = os.path.join(self.data_dir, "meta")
+        self._topics_dir = os.path.join(self._meta, "topics")
+        os.makedirs(self._topics_dir, exist_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        marker = os.path.join(self.data_dir, ".clean_shutdown")
+        clean = os.path.exists(marker)
+        if clean:
+            os.unlink(marker)
+            _fsync_dir(self.data_dir)
+        self._load_topics(clean)
+
+    # ------------------------------------------------------------ start-up
+    def _lock(self) -> int:
+        path = os.path.join(self.data_dir, ".lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DataDirLockedError(f"data directory {self.data_dir} is in use by another broker process "
+                                     f"(lock held on {path})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+
+    def _load_cluster_id(self) -> str:
+        path = os.path.join(self._meta, "cluster_id")
+        try:
+            with open(path) as f:
+                cid = f.read().strip()
+            if cid:
+                return cid
+        except FileNotFoundError:
+            pass
+        cid = uuid_to_base64(uuid.uuid4())
+        atomic_write(path, (cid + "\n").encode())
+        return cid
+
+    def _load_topics(self, clean: bool) -> None:
+        for name in sorted(os.listdir(self._topics_dir)):
+            path = os.path.join(self._topics_dir, name)
+            if name.endswith(".tmp"):
+                os.unlink(path)
+                continue
+            with open(path, "rb") as f:
+                meta = json.load(f)
+            info = TopicInfo(meta["name"], uuid.UUID(meta["topic_id"]), dict(meta.get("configs", {})))
+            cfg = self._config_for(info.configs)
+            for p in range(int(meta["partitions"])):
+                info.logs.append(self._open_log(info.name, p, cfg, clean))
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+        for entry in os.listdir(self.data_dir):
+            full = os.path.join(self.data_dir, entry)
+            if not os.path.isdir(full) or entry == "meta":
+                continue
+            if entry.endswith("-delete"):
+                shutil.rmtree(full, ignore_errors=True)
+                continue
+            m = _PARTITION_DIR_RE.match(entry)
+            if m and not (m.group(1) in self._topics and int(m.group(2)) < self._topics[m.group(1)].partitions):
+                log.warning("removing directory %s: it belongs to no known topic partition", full)
+                self._remove_dir(full)
+
+    def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
+        return PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
+                            clock=self.clock, clean_shutdown=clean,
+                            producer_id_expiration_ms=self.producer_id_expiration_ms)
+
+    def _config_for(self, overrides: Mapping[str, object]) -> LogConfig:
+        return LogConfig.from_mapping(self._defaults, overrides)
+
+    @staticmethod
+    def _remove_dir(path: str) -> None:
+        doomed = f"{path}.{uuid.uuid4().hex}-delete"
+        os.rename(path, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def _persist(self, info: TopicInfo) -> None:
+        atomic_write(os.path.join(self._topics_dir, f"{info.name}.json"), info.to_json())
+
+    # --------------------------------------------------------------- topics
+    @property
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return self._topics
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID | bytes) -> TopicInfo | None:
+        if isinstance(topic_id, (bytes, bytearray)):
+            topic_id = uuid.UUID(bytes=bytes(topic_id))
+        return self._by_id.get(topic_id)
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < len(info.logs):
+            return None
+        return info.logs[partition]
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, object] | None = None,
+                     topic_id: uuid.UUID | None = None) -> TopicInfo:
+        """Create a topic; raises LogError (17/36/37) or ConfigError (40)."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise LogError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions < 1:
+            raise LogError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        overrides = {k: str(v) for k, v in (configs or {}).items()}
+        validate_topic_configs(overrides)
+        info = TopicInfo(name, topic_id or new_topic_id(), overrides)
+        cfg = self._config_for(overrides)
+        self._add_logs(info, partitions, cfg)
+        self._persist(info)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        return info
+
+    def _add_logs(self, info: TopicInfo, total: int, cfg: LogConfig) -> None:
+        for p in range(len(info.logs), total):
+            path = os.path.join(self.data_dir, f"{info.name}-{p}")
+            if os.path.exists(path):
+                self._remove_dir(path)  # stale leftovers must not resurface as data
+            info.logs.append(self._open_log(info.name, p, cfg, clean=True))
+
+    def delete_topic(self, name: str) -> None:
+        info = self._topics.pop(name, None)
+        if info is None:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        self._by_id.pop(info.topic_id, None)
+        os.unlink(os.path.join(self._topics_dir, f"{name}.json"))
+        _fsync_dir(self._topics_dir)
+        for plog in info.logs:
+            plog.close()
+            self._remove_dir(plog.dir)
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        if new_total <= len(info.logs):
+            raise LogError(INVALID_PARTITIONS, f"Topic currently has {len(info.logs)} partitions, {new_total} "
+                                               f"would not be an increase.")
+        self._add_logs(info, new_total, self._config_for(info.configs))
+        self._persist(info)
+        return info
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, object]) -> TopicInfo:
+        """Replace the topic's config overrides (the full new set) and apply them to its logs."""
+        info = self._topics.get(name)
+        if info is None:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        overrides = {k: str(v) for k, v in configs.items()}
+        validate_topic_configs(overrides)
+        info.configs = overrides
+        self._persist(info)
+        cfg = self._config_for(overrides)
+        for plog in info.logs:
+            plog.update_config(cfg.copy())
+        return info
+
+    def effective_config(self, name: str) -> LogConfig:
+        info = self._topics.get(name)
+        return self._config_for(info.configs if info else {})
+
+    def set_default_configs(self, defaults: Mapping[str, object]) -> None:
+        """Change broker-level defaults (topic-config names) for all topics without overrides."""
+        LogConfig.from_mapping(defaults)
+        self._defaults = dict(defaults)
+        for info in self._topics.values():
+            cfg = self._config_for(info.configs)
+            for plog in info.logs:
+                plog.update_config(cfg.copy())
+
+    def all_logs(self) -> Iterable[PartitionLog]:
+        for info in self._topics.values():
+            yield from info.logs
+
+    # ---------------------------------------------------------- maintenance
+    def maintenance(self, now_ms: int | None = None) -> list[tuple[str, int, int]]:
+        """Retention, timed flushes, producer expiry on every log.
+
+        Returns (topic, partition, new log start offset) for logs whose start moved.
+        """
+        now = self.clock() if now_ms is None else now_ms
+        moved = []
+        for plog in list(self.all_logs()):
+            try:
+                if plog.maintenance(now):
+                    moved.append((plog.topic, plog.partition, plog.log_start_offset))
+            except OSError:
+                log.exception("maintenance failed for %s-%d", plog.topic, plog.partition)
+        return moved
+
+    def close(self) -> None:
+        """Close every log (fsync), mark the shutdown clean, release the lock."""
+        if self._lock_fd is None:
+            return
+        for plog in self.all_logs():
+            plog.close()
+        atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")
+        os.close(self._lock_fd)
+        self._lock_fd = None

@@ -1,0 +1,630 @@
+"""Durable log of one topic partition: segments, offsets, retention, recovery.
+
+Single node, so the high watermark is the log end offset after every append;
+the last stable offset is held back by open transactions. Appends copy the
+validated batches once into a bytearray, rewrite baseOffset / leader epoch
+(and LogAppendTime), and ``os.write`` them to the active segment: when
+``append`` returns the bytes are in the page cache (they survive kill -9).
+fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments in the
+maintenance pass, and at close. Reads return whole batches byte-for-byte as
+memoryview slices of one ``os.pread`` per contiguous range.
+
+Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
+tail of the last segment after its last index entry; otherwise every segment
+at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
+or corrupt tail is truncated (later segments are dropped, as Kafka does).
+Producer state is rebuilt by scanning all batch headers.
+
+Not implemented: compaction (``cleanup.policy=compact`` only disables
+deletion), leader epoch cache, tiered storage, the on-disk transaction index
+(aborted transactions are rebuilt from control batches at start-up).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+import time
+from bisect import bisect_right
+from typing import Callable
+
+from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
+                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchInfo,
+                              build_control_batch, control_coordinator_epoch, control_record_type, iter_records,
+                              set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
+
+from .config import LogConfig, as_log_config
+from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
+from .producer_state import ProducerStateManager
+from .segment import Segment
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint"
+_OFF_LEN = struct.Struct(">qi")
+_DELTA = struct.Struct(">i")
+_NEED = 27  # header bytes needed to know base offset, size and lastOffsetDelta
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86400000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BatchRef:
+    """One stored batch as returned by ``read``; ``data`` is the whole batch, byte-for-byte."""
+
+    __slots__ = ("base_offset", "last_offset", "data")
+
+    def __init__(self, base_offset: int, last_offset: int, data: memoryview):
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.data = data
+
+    def header(self) -> BatchInfo:
+        return BatchInfo(0, HEADER.unpack_from(self.data, 0))
+
+    @property
+    def attributes(self) -> int:
+        return self.data[22] | (self.data[21] << 8)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.data[22] & CONTROL_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.data[22] & TRANSACTIONAL_MASK)
+
+    @property
+    def producer_id(self) -> int:
+        return struct.unpack_from(">q", self.data, 43)[0]
+
+    @property
+    def max_timestamp(self) -> int:
+        return struct.unpack_from(">q", self.data, 35)[0]
+
+    @property
+    def records_count(self) -> int:
+        return struct.unpack_from(">i", self.data, 57)[0]
+
+    def __repr__(self) -> str:
+        return f"BatchRef({self.base_offset}..{self.last_offset}, {len(self.data)} bytes)"
+
+
+class AppendResult:
+    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "duplicate")
+
+    def __init__(self, base_offset, last_offset, log_append_time, log_start_offset, duplicate=False):
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.log_append_time = log_append_time
+        self.log_start_offset = log_start_offset
+        self.duplicate = duplicate
+
+    def __repr__(self) -> str:
+        return (f"AppendResult(base={self.base_offset}, last={self.last_offset}, lat={self.log_append_time}, "
+                f"lso={self.log_start_offset}, duplicate={self.duplicate})")
+
+
+class PartitionLog:
+    def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
+                 clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0):
+        self.dir = dir_path
+        self.topic = topic
+        self.partition = partition
+        self.config = as_log_config(config)
+        self.clock = clock or _now_ms
+        self.leader_epoch = leader_epoch
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_state = ProducerStateManager()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._pending_flush: list[Segment] = []
+        self._log_start = 0
+        self._leo = 0
+        self._recovery_point = 0
+        self._unflushed = 0
+        self._last_flush_ms = self.clock()
+        self._roll_jitter = self._new_jitter()
+        self._closed = False
+        os.makedirs(dir_path, exist_ok=True)
+        self._load(clean_shutdown)
+
+    # ---------------------------------------------------------------- offsets
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leo
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        return self._leo if first_unstable is None else min(first_unstable, self._leo)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def update_config(self, config: LogConfig | dict) -> None:
+        self.config = as_log_config(config)
+        for seg in self._segments:
+            seg.interval = self.config.index_interval_bytes
+        self._roll_jitter = self._new_jitter()
+
+    # ---------------------------------------------------------------- loading
+    def _load(self, clean: bool) -> None:
+        cfg = self.config
+        now = self.clock()
+        names = os.listdir(self.dir)
+        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
+        for n in names:
+            stem = n.split(".", 1)[0]
+            if n.endswith(".tmp") or (n.endswith((".index", ".timeindex")) and stem.isdigit()
+                                      and int(stem) not in bases):
+                os.unlink(os.path.join(self.dir, n))
+        ckpt_start, self._recovery_point = self._read_checkpoint()
+        if not bases:
+            seg = Segment.create(self.dir, max(ckpt_start, 0), cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+            self._segments, self._bases = [seg], [seg.base_offset]
+        else:
+            for base in bases:
+                self._segments.append(Segment.open(self.dir, base, cfg.segment_index_bytes,
+                                                   cfg.index_interval_bytes, now))
+            self._bases = list(bases)
+            self._recover(clean)
+        active = self._segments[-1]
+        active.open_for_append()
+        self._leo = active.next_offset
+        self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
+        self._rebuild_producer_state(now)
+        if not clean or self._recovery_point != self._leo:
+            # recovered data is made durable before the recovery point moves past it
+            for seg, nxt in zip(self._segments, self._bases[1:] + [self._leo + 1]):
+                if nxt > self._recovery_point:
+                    seg.flush()
+            self._recovery_point = self._leo
+        self._write_checkpoint()
+
+    def _recover(self, clean: bool) -> None:
+        segs = self._segments
+        i = 0
+        while i < len(segs):
+            seg = segs[i]
+            last = i == len(segs) - 1
+            trusted = clean or (not last and segs[i + 1].base_offset <= self._recovery_point)
+            if last:
+                seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
+            elif not trusted or not seg.indexes_sane():
+                truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
+                if truncated or seg.next_offset != segs[i + 1].base_offset:
+                    log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
+                              self.partition, seg.log_path, len(segs) - i - 1)
+                    for later in segs[i + 1:]:
+                        later.delete()
+                    del segs[i + 1:], self._bases[i + 1:]
+            i += 1
+
+    def _rebuild_producer_state(self, now: int) -> None:
+        ps = self.producer_state
+        for seg in self._segments:
+            fd = seg.fd
+
+            def on_batch(pos, hdr, fd=fd):
+                if hdr[9] < 0:
+                    return
+                info = BatchInfo(pos, hdr)
+                if info.is_control:
+                    data = os.pread(fd, info.size, pos)
+                    ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
+                                 control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
+                else:
+                    ps.on_batch(info, info.base_offset)
+            seg.scan_headers(on_batch)
+        ps.truncate_head(self._log_start)
+        ps.remove_expired(now, self.producer_id_expiration_ms)
+
+    def _read_checkpoint(self) -> tuple[int, int]:
+        try:
+            with open(os.path.join(self.dir, CHECKPOINT_FILE)) as f:
+                parts = f.read().split()
+            if len(parts) == 3 and parts[0] == "v1":
+                return int(parts[1]), int(parts[2])
+            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
+        return 0, 0
+
+    def _write_checkpoint(self) -> None:
+        """Persist log start offset and recovery point atomically (tmp, fsync, rename)."""
+        path = os.path.join(self.dir, CHECKPOINT_FILE)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"v1 {self._log_start} {self._recovery_point}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    # ----------------------------------------------------------------- append
+    def validate(self, records, now_ms: int | None = None) -> list[BatchInfo]:
+        """Produce-path validation with this log's config (max.message.bytes, timestamp rules).
+
+        Raises ``protocol.records.RecordsError`` carrying the Kafka error code.
+        """
+        cfg = self.config
+        return validate_records(records, max_message_bytes=cfg.max_message_bytes,
+                                timestamp_type=LOG_APPEND_TIME if cfg.log_append_time else 0,
+                                now_ms=self.clock() if now_ms is None else now_ms,
+                                timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
+                                timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+
+    def check_producer(self, infos: list[BatchInfo]) -> tuple[int, int, int]:
+        """Idempotence check before append: (error_code, dup_first_offset, dup_last_offset).
+
+        (0, -1, -1): go ahead; (0, first, last): duplicate of an earlier append;
+        (code, -1, -1): reject with that Kafka error code.
+        """
+        return self.producer_state.check(infos)
+
+    def append(self, records, infos: list[BatchInfo], now_ms: int | None = None, *,
+               check_producer: bool = True) -> AppendResult:
+        """Assign offsets to the validated batches ``infos`` of ``records`` and write them.
+
+        ``infos`` come from ``protocol.records.validate_records`` on the same
+        buffer. With ``check_producer`` the idempotence check runs first: a
+        duplicate returns the original offsets (``duplicate=True``) without
+        writing; a sequence/epoch error raises LogError with its code.
+        """
+        if not infos:
+            raise ValueError("nothing to append")
+        if self._closed:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
+        now = self.clock() if now_ms is None else now_ms
+        if check_producer:
+            code, dup_first, dup_last = self.producer_state.check(infos)
+            if code:
+                raise LogError(code, f"producer state check failed for {self.topic}-{self.partition}")
+            if dup_first >= 0:
+                return AppendResult(dup_first, dup_last, -1, self._log_start, True)
+        start = infos[0].position
+        end = infos[-1].position + infos[-1].size
+        buf = bytearray(memoryview(records)[start:end])
+        log_append_time = now if self.config.log_append_time else -1
+        offset = self._leo
+        metas = []
+        max_ts = -1
+        for info in infos:
+            rel = info.position - start
+            set_base_offset(buf, rel, offset)
+            set_partition_leader_epoch(buf, rel, self.leader_epoch)
+            if log_append_time >= 0:
+                set_log_append_time(buf, rel, info.size, log_append_time)
+                batch_ts = log_append_time
+            else:
+                batch_ts = info.max_timestamp
+            max_ts = max(max_ts, batch_ts)
+            metas.append((rel, offset, batch_ts, info.size))
+            offset += info.last_offset_delta + 1
+        self._maybe_roll(len(buf), max_ts, offset - 1, now)
+        seg = self._segments[-1]
+        try:
+            seg.append(buf, metas)
+        except OSError as e:
+            raise LogError(KAFKA_STORAGE_ERROR, f"write to {seg.log_path} failed: {e}") from e
+        ps = self.producer_state
+        for info, (rel, base, _ts, size) in zip(infos, metas):
+            if info.producer_id < 0:
+                continue
+            if info.is_control:
+                data = buf[rel:rel + size]
+                ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
+                             control_coordinator_epoch(data), base, now)
+            else:
+                ps.on_batch(info, base)
+        first = self._leo
+        self._leo = seg.next_offset = offset
+        self._unflushed += offset - first
+        if self._unflushed >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(first, offset - 1, log_append_time, self._log_start)
+
+    def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
+                       now_ms: int | None = None) -> AppendResult:
+        """Write an end-transaction marker for ``producer_id`` (closes its open transaction)."""
+        code = self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if code:
+            raise LogError(code, f"transaction marker rejected for producer {producer_id}")
+        now = self.clock() if now_ms is None else now_ms
+        data = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp=now)
+        return self.append(data, validate_records(data, single_batch=False, client=False), now,
+                           check_producer=False)
+
+    def _maybe_roll(self, nbytes: int, max_ts: int, last_offset: int, now: int) -> None:
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return
+        cfg = self.config
+        rolling = seg.rolling_timestamp
+        waited = max_ts - rolling if rolling >= 0 and max_ts >= 0 else now - seg.created_ms
+        if (seg.size > cfg.segment_bytes - nbytes
+                or waited > cfg.segment_ms - self._roll_jitter
+                or seg.index_full()
+                or last_offset - seg.base_offset > 0x7FFFFFFF):
+            self.roll(now)
+
+    def _new_jitter(self) -> int:
+        j = self.config.segment_jitter_ms
+        return random.randrange(min(j, self.config.segment_ms)) if j > 0 else 0
+
+    def roll(self, now_ms: int | None = None) -> None:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return
+        now = self.clock() if now_ms is None else now_ms
+        old.seal()
+        self._pending_flush.append(old)
+        cfg = self.config
+        new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._roll_jitter = self._new_jitter()
+
+    # ------------------------------------------------------------------- read
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> list[BatchRef]:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes`` in total.
+
+        With ``min_one`` the first batch is returned even if larger than
+        ``max_bytes``. Batches whose last offset is >= ``max_offset`` (e.g. the
+        LSO) are never returned. Raises LogError(OFFSET_OUT_OF_RANGE) if
+        ``offset`` is outside [log start, log end].
+        """
+        if self._closed:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
+        if offset < self._log_start or offset > self._leo:
+            raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range [{self._log_start}, {self._leo}] "
+                                                f"for {self.topic}-{self.partition}")
+        limit = self._leo if max_offset is None else min(max_offset, self._leo)
+        out: list[BatchRef] = []
+        if offset >= limit:
+            return out
+        total = 0
+        i = bisect_right(self._bases, offset) - 1
+        segs = self._segments
+        while i < len(segs):
+            seg = segs[i]
+            end = seg.size
+            pos = seg.lookup_position(offset)
+            budget = max(max_bytes - total, 0)
+            data = memoryview(seg.read(pos, min(end - pos, budget + seg.interval + 2 * HEADER_SIZE)))
+            base_pos, off = pos, 0
+            while True:
+                if off + _NEED > len(data):
+                    if base_pos + off + _NEED > end:
+                        break  # end of segment
+                    base_pos += off
+                    data = memoryview(seg.read(base_pos, min(end - base_pos, max(budget, HEADER_SIZE))))
+                    off = 0
+                    if len(data) < _NEED:
+                        break
+                base, length = _OFF_LEN.unpack_from(data, off)
+                size = length + 12
+                last = base + _DELTA.unpack_from(data, off + 23)[0]
+                if last < offset:
+                    off += size
+                    continue
+                if last >= limit or ((out or not min_one) and total + size > max_bytes):
+                    return out
+                if off + size > len(data):
+                    base_pos += off
+                    data = memoryview(seg.read(base_pos, min(end - base_pos, max(size, budget))))
+                    off = 0
+                    if len(data) < size:
+                        return out  # cannot happen for validated data; never serve a partial batch
+                out.append(BatchRef(base, last, data[off:off + size]))
+                total += size
+                off += size
+                budget = max(max_bytes - total, 0)
+                if total >= max_bytes:
+                    return out
+            i += 1
+            if i < len(segs):
+                offset = segs[i].base_offset
+        return out
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer_id, first_offset) of aborted transactions overlapping [start, upper_bound)."""
+        return self.producer_state.aborted_transactions(start_offset, upper_bound_offset)
+
+    # ------------------------------------------------------------- timestamps
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int]:
+        """ListOffsets lookup: (offset, timestamp), (-1, -1) when nothing matches.
+
+        -2 earliest -> (log start, -1); -1 latest -> (log end, -1); -3 max
+        timestamp; otherwise the first record with timestamp >= ``timestamp``
+        (record-level for uncompressed batches, batch-level otherwise).
+        """
+        if timestamp == -2:
+            return self._log_start, -1
+        if timestamp == -1:
+            return self._leo, -1
+        if timestamp == -3:
+            return self.max_timestamp()
+        start = bisect_right(self._bases, self._log_start) - 1
+        for seg in self._segments[max(start, 0):]:
+            if seg.size == 0 or seg.largest_timestamp() < timestamp:
+                continue
+            for pos, hdr in seg.headers_from(seg.lookup_time_position(timestamp)):
+                if hdr[8] >= timestamp and hdr[0] + hdr[6] >= self._log_start:
+                    return self._refine(seg, pos, hdr, lambda ts: ts >= timestamp)
+        return -1, -1
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the record with the largest timestamp."""
+        best = None
+        for seg in self._segments:
+            if seg.max_timestamp > (best.max_timestamp if best else -1):
+                best = seg
+        if best is None:
+            return -1, -1
+        target = best.offset_of_max_timestamp
+        for pos, hdr in best.headers_from(best.lookup_position(target)):
+            if hdr[0] >= target:
+                return self._refine(best, pos, hdr, lambda ts: ts == hdr[8])
+        return -1, -1
+
+    def _refine(self, seg: Segment, pos: int, hdr: tuple, match) -> tuple[int, int]:
+        base, max_ts, attrs = hdr[0], hdr[8], hdr[5]
+        if attrs & COMPRESSION_MASK == COMPRESSION_NONE and not attrs & TIMESTAMP_TYPE_MASK:
+            for rec in iter_records(seg.read(pos, hdr[1] + 12)):
+                if rec.offset >= self._log_start and match(rec.timestamp):
+                    return rec.offset, rec.timestamp
+        return max(base, self._log_start), max_ts
+
+    # -------------------------------------------------------------- deletion
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset to ``offset`` (-1 = high watermark); return it."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range for {self.topic}-{self.partition}")
+        if offset > self._log_start:
+            self._log_start = offset
+            self._write_checkpoint()
+            self._delete_prefix(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset))
+            self.producer_state.truncate_head(self._log_start)
+        return self._log_start
+
+    def apply_retention(self, now_ms: int | None = None) -> bool:
+        """Kafka's deleteOldSegments; returns True if the log start offset moved."""
+        now = self.clock() if now_ms is None else now_ms
+        before = self._log_start
+        cfg = self.config
+        lso = self._log_start
+        self._delete_prefix(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso))
+        if cfg.delete_enabled:
+            if cfg.retention_ms >= 0:
+                self._delete_prefix(self._deletable(
+                    lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms))
+            if cfg.retention_bytes >= 0:
+                diff = self.size_bytes - cfg.retention_bytes
+                if diff > 0:
+                    def over(seg, nxt):
+                        nonlocal diff
+                        if diff - seg.size >= 0:
+                            diff -= seg.size
+                            return True
+                        return False
+                    self._delete_prefix(self._deletable(over))
+        return self._log_start != before
+
+    def _deletable(self, predicate) -> int:
+        """Length of the segment prefix matching ``predicate(seg, next_seg)`` (never an empty active segment)."""
+        segs = self._segments
+        n = 0
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            if nxt is None and seg.size == 0:
+                break
+            if not predicate(seg, nxt):
+                break
+            n += 1
+        return n
+
+    def _delete_prefix(self, n: int) -> None:
+        if n <= 0:
+            return
+        if n == len(self._segments):
+            self.roll()  # never delete the active segment without a successor
+        doomed = self._segments[:n]
+        del self._segments[:n], self._bases[:n]
+        for seg in doomed:
+            if seg in self._pending_flush:
+                self._pending_flush.remove(seg)
+            seg.delete()
+        if self._bases[0] > self._log_start:
+            self._log_start = self._bases[0]
+            self._write_checkpoint()
+        self.producer_state.truncate_head(self._log_start)
+        log.info("%s-%d: deleted %d segment(s); log start offset %d", self.topic, self.partition, n,
+                 self._log_start)
+
+    # ------------------------------------------------------------ durability
+    def flush(self) -> None:
+        """fsync everything written so far and advance the recovery point."""
+        for seg in self._pending_flush:
+            seg.flush()
+        self._pending_flush.clear()
+        self._segments[-1].flush()
+        self._unflushed = 0
+        self._last_flush_ms = self.clock()
+        if self._recovery_point != self._leo:
+            self._recovery_point = self._leo
+            self._write_checkpoint()
+
+    def maintenance(self, now_ms: int | None = None) -> bool:
+        """Periodic work: retention, flush.ms, fsync of rolled segments, producer expiry.
+
+        Returns True if the log start offset moved.
+        """
+        now = self.clock() if now_ms is None else now_ms
+        moved = self.apply_retention(now)
+        if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+        elif self._pending_flush:
+            # every rolled segment is queued here, so afterwards all but the active one are durable
+            for seg in self._pending_flush:
+                seg.flush()
+            self._pending_flush.clear()
+            point = self._segments[-1].base_offset
+            if point > self._recovery_point:
+                self._recovery_point = point
+                self._write_checkpoint()
+        self.producer_state.remove_expired(now, self.producer_id_expiration_ms)
+        return moved
+
+    def close(self) -> None:
+        """Seal the active segment's time index, fsync, checkpoint, close files."""
+        if self._closed:
+            return
+        self._segments[-1].seal()
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove every file of this partition (the directory itself too)."""
+        for seg in self._segments:
+            seg.delete()
+        self._closed = True
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.topic}-{self.partition}, start={self._log_start}, end={self._leo}, "
+                f"segments={len(self._segments)})")

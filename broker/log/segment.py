@@ -1,0 +1,360 @@
+"""One log segment: ``<base>.log`` plus sparse ``<base>.index`` / ``<base>.timeindex``.
+
+The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
+  * offset index: (relative base offset u32, file position u32) every
+    ``index.interval.bytes``; the first batch (position 0) is implicit;
+  * time index: (max timestamp so far i64, relative base offset u32 of the
+    first batch carrying it), appended at the same points when the maximum
+    grew, and once more when the segment is sealed (roll/close).
+Index entries are appended with os.write; the in-memory copies are arrays
+searched with bisect. Indexes are rebuilt by a header scan when missing or
+inconsistent. Segments are not preallocated and not memory-mapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+
+from crc32c import crc32c
+
+from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+OFFSET_ENTRY = struct.Struct(">II")
+TIME_ENTRY = struct.Struct(">qI")
+SCAN_CHUNK = 256 * 1024
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def _write_all(fd: int, data) -> None:
+    mv = memoryview(data)
+    while mv:
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+class Segment:
+    __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
+                 "max_timestamp", "offset_of_max_timestamp", "bytes_since_index", "rolling_timestamp",
+                 "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
+                 "interval")
+
+    def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int):
+        self.interval = interval  # index.interval.bytes
+        self.dir = dir_path
+        self.base_offset = base_offset
+        self.fd: int | None = None
+        self.size = 0
+        self.idx_rel = array("q")
+        self.idx_pos = array("q")
+        self.time_ts = array("q")
+        self.time_rel = array("q")
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.bytes_since_index = 0
+        self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
+        self.created_ms = now_ms
+        self._index_fd: int | None = None
+        self._time_fd: int | None = None
+        self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
+        self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
+        self.next_offset = base_offset  # exact only for the active segment and after a scan
+
+    # ------------------------------------------------------------------ paths
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.dir, segment_name(self.base_offset, suffix))
+
+    @property
+    def log_path(self) -> str:
+        return self.path(".log")
+
+    # ---------------------------------------------------------- open / create
+    @classmethod
+    def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
+        seg.fd = os.open(seg.log_path, flags, 0o644)
+        seg._open_index_writers(truncate=True)
+        return seg
+
+    @classmethod
+    def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
+        """Open an existing segment and load its indexes (call ``indexes_sane`` / ``recover`` next)."""
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
+        seg.size = os.fstat(seg.fd).st_size
+        seg._load_indexes()
+        return seg
+
+    def _load_indexes(self) -> None:
+        for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
+                                    (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
+            try:
+                with open(self.path(suffix), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            n = len(data) // entry.size
+            for x, y in entry.iter_unpack(data[:n * entry.size]):
+                a.append(x)
+                b.append(y)
+            if len(data) % entry.size:
+                a.append(-1)  # marks a torn index file: never sane
+        if self.time_ts and self.time_ts[-1] >= 0:
+            self.max_timestamp = self.time_ts[-1]
+            self.offset_of_max_timestamp = self.base_offset + self.time_rel[-1]
+
+    def indexes_sane(self) -> bool:
+        rel, pos = self.idx_rel, self.idx_pos
+        if len(rel) != len(pos) or len(self.time_ts) != len(self.time_rel):
+            return False
+        prev_r = prev_p = 0
+        for r, p in zip(rel, pos):
+            if r <= prev_r or p <= prev_p or p >= self.size:
+                return False
+            prev_r, prev_p = r, p
+        prev_t, prev_r = -1, 0
+        for t, r in zip(self.time_ts, self.time_rel):
+            if t <= prev_t or r < prev_r:
+                return False
+            prev_t, prev_r = t, r
+        return True
+
+    def _open_index_writers(self, truncate: bool = False) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+        self._index_fd = os.open(self.path(".index"), flags, 0o644)
+        self._time_fd = os.open(self.path(".timeindex"), flags, 0o644)
+
+    def _rewrite_indexes(self) -> None:
+        """Replace both index files with the in-memory entries (after recovery)."""
+        self._close_index_writers()
+        for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
+                                    (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
+            tmp = self.path(suffix + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"".join(entry.pack(x, y) for x, y in zip(a, b)))
+            os.replace(tmp, self.path(suffix))
+
+    def open_for_append(self) -> None:
+        """Make this the active segment: index files are appended from now on."""
+        if self._index_fd is None:
+            self._open_index_writers()
+
+    def _close_index_writers(self) -> None:
+        for fd in (self._index_fd, self._time_fd):
+            if fd is not None:
+                os.close(fd)
+        self._index_fd = self._time_fd = None
+
+    # --------------------------------------------------------------- recovery
+    def recover(self, verify_crc: bool, from_last_index_entry: bool, on_batch=None) -> int:
+        """Re-scan batch headers, truncate a torn/corrupt tail, rebuild index entries.
+
+        With ``from_last_index_entry`` only the part from the last offset-index
+        entry on is re-scanned (earlier entries and the data they cover are
+        trusted). ``on_batch(position, header)`` is called for every batch scanned.
+        Returns the number of bytes truncated.
+        """
+        if from_last_index_entry and self.idx_rel:
+            k = len(self.idx_rel) - 1
+            start, start_rel = self.idx_pos[k], self.idx_rel[k]
+            del self.idx_rel[k:], self.idx_pos[k:]
+            j = bisect_left(self.time_rel, start_rel)
+            del self.time_ts[j:], self.time_rel[j:]
+            if self.time_ts:
+                self.max_timestamp = self.time_ts[-1]
+                self.offset_of_max_timestamp = self.base_offset + self.time_rel[-1]
+            else:
+                self.max_timestamp = self.offset_of_max_timestamp = -1
+            self.bytes_since_index = 1 << 62  # forces the entry at ``start`` to be re-added
+            expected = self.base_offset + start_rel
+        else:
+            start = 0
+            for a in (self.idx_rel, self.idx_pos, self.time_ts, self.time_rel):
+                del a[:]
+            self.max_timestamp = self.offset_of_max_timestamp = -1
+            self.bytes_since_index = 0
+            expected = self.base_offset
+
+        def index(pos, hdr):
+            self._track(hdr[0], hdr[8], pos, hdr[1] + LOG_OVERHEAD)
+            if on_batch is not None:
+                on_batch(pos, hdr)
+
+        end, next_offset, reason = scan(self.fd, start, self.size, expected, verify_crc, index)
+        self.next_offset = next_offset if end > 0 else self.base_offset
+        truncated = self.size - end
+        if truncated:
+            log.warning("segment %s: %s at position %d; truncating %d bytes", self.log_path, reason, end, truncated)
+            os.ftruncate(self.fd, end)
+            self.size = end
+        self._rewrite_indexes()
+        self.rolling_timestamp = self._first_batch_max_timestamp()
+        return truncated
+
+    def _first_batch_max_timestamp(self) -> int:
+        if self.size < HEADER_SIZE:
+            return -1
+        return HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))[8]
+
+    def scan_headers(self, on_batch) -> None:
+        """Call ``on_batch(position, header)`` for every batch (no CRC check)."""
+        scan(self.fd, 0, self.size, self.base_offset, False, on_batch)
+
+    # ----------------------------------------------------------------- append
+    def _track(self, base_offset: int, max_ts: int, pos: int, size: int) -> None:
+        """Index bookkeeping for a batch written at ``pos`` (Kafka's LogSegment.append order)."""
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+            self.offset_of_max_timestamp = base_offset
+        if self.bytes_since_index > self.interval:
+            self.idx_rel.append(base_offset - self.base_offset)
+            self.idx_pos.append(pos)
+            if self.max_timestamp >= 0 and (not self.time_ts or self.max_timestamp > self.time_ts[-1]):
+                self.time_ts.append(self.max_timestamp)
+                self.time_rel.append(self.offset_of_max_timestamp - self.base_offset)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+
+    def append(self, data, batches: list[tuple[int, int, int, int]]) -> None:
+        """Write ``data`` (whole batches) at the end; ``batches`` = (rel_pos, base, max_ts, size)."""
+        pos0 = self.size
+        n_idx, n_time = len(self.idx_rel), len(self.time_ts)
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            os.ftruncate(self.fd, pos0)  # never leave a partial batch behind
+            raise
+        self.size = pos0 + len(data)
+        if pos0 == 0 and batches:
+            self.rolling_timestamp = batches[0][2]
+        for rel_pos, base, max_ts, size in batches:
+            self._track(base, max_ts, pos0 + rel_pos, size)
+        if len(self.idx_rel) > n_idx:
+            _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[i], self.idx_pos[i])
+                                                for i in range(n_idx, len(self.idx_rel))))
+        if len(self.time_ts) > n_time:
+            _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[i], self.time_rel[i])
+                                               for i in range(n_time, len(self.time_ts))))
+
+    def index_full(self) -> bool:
+        return len(self.idx_rel) >= self.max_index_entries or len(self.time_ts) >= self.max_time_entries
+
+    def seal(self) -> None:
+        """Make the last time-index entry the segment's maximum; stop writing indexes."""
+        if self.max_timestamp >= 0 and (not self.time_ts or self.max_timestamp > self.time_ts[-1]):
+            self.time_ts.append(self.max_timestamp)
+            self.time_rel.append(self.offset_of_max_timestamp - self.base_offset)
+            if self._time_fd is None:
+                self._rewrite_indexes()
+            else:
+                _write_all(self._time_fd, TIME_ENTRY.pack(self.time_ts[-1], self.time_rel[-1]))
+        self._close_index_writers()
+
+    # ------------------------------------------------------------------ reads
+    def lookup_position(self, offset: int) -> int:
+        """File position of the indexed batch at or before ``offset`` (0 if none)."""
+        i = bisect_right(self.idx_rel, offset - self.base_offset) - 1
+        return self.idx_pos[i] if i >= 0 else 0
+
+    def lookup_time_position(self, timestamp: int) -> int:
+        """Position from which a scan finds the first batch with max timestamp >= ``timestamp``."""
+        i = bisect_left(self.time_ts, timestamp) - 1
+        return self.lookup_position(self.base_offset + self.time_rel[i]) if i >= 0 else 0
+
+    def headers_from(self, position: int):
+        """Yield (position, header) for the batches from ``position`` on (no validation)."""
+        chunk, cstart, end = b"", position, self.size
+        while position + HEADER_SIZE <= end:
+            off = position - cstart
+            if off + HEADER_SIZE > len(chunk):
+                chunk = os.pread(self.fd, SCAN_CHUNK, position)
+                cstart, off = position, 0
+                if len(chunk) < HEADER_SIZE:
+                    return
+            hdr = HEADER.unpack_from(chunk, off)
+            yield position, hdr
+            position += hdr[1] + LOG_OVERHEAD
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    def largest_timestamp(self) -> int:
+        """Max batch timestamp, or the file's mtime when no batch has one (as Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    # -------------------------------------------------------------- lifecycle
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        for suffix in (".index", ".timeindex"):
+            try:
+                fd = os.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        self._close_index_writers()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def delete(self) -> None:
+        self.close()
+        for suffix in (".log", ".index", ".timeindex"):
+            try:
+                os.unlink(self.path(suffix))
+            except FileNotFoundError:
+                pass
+
+
+def scan(fd: int, start: int, end: int, expected_offset: int, verify_crc: bool, on_batch) -> tuple[int, int, str]:
+    """Walk batch headers from ``start``; stop at the first invalid/incomplete batch.
+
+    Returns (valid end position, next offset, reason for stopping or "").
+    """
+    pos = start
+    chunk = b""
+    cstart = start
+    next_offset = expected_offset
+    while pos < end:
+        off = pos - cstart
+        if off + HEADER_SIZE > len(chunk):
+            chunk = os.pread(fd, SCAN_CHUNK, pos)
+            cstart, off = pos, 0
+            if len(chunk) < HEADER_SIZE:
+                return pos, next_offset, "incomplete batch header"
+        hdr = HEADER.unpack_from(chunk, off)
+        size = hdr[1] + LOG_OVERHEAD
+        if hdr[3] != 2:
+            return pos, next_offset, f"invalid magic {hdr[3]}"
+        if size < HEADER_SIZE or pos + size > end:
+            return pos, next_offset, "incomplete batch"
+        if hdr[0] < next_offset or hdr[6] < 0:
+            return pos, next_offset, f"invalid offsets (base {hdr[0]}, expected >= {next_offset})"
+        if verify_crc:
+            if off + size > len(chunk):
+                chunk = os.pread(fd, max(SCAN_CHUNK, size), pos)
+                cstart, off = pos, 0
+                if len(chunk) < size:
+                    return pos, next_offset, "incomplete batch"
+            if crc32c(memoryview(chunk)[off + ATTRIBUTES_OFFSET:off + size]) != hdr[4]:
+                return pos, next_offset, "CRC mismatch"
+        on_batch(pos, hdr)
+        next_offset = hdr[0] + hdr[6] + 1
+        pos += size
+    return pos, next_offset, ""

@@ -1,0 +1,447 @@
+"""Record batch v2 (magic 2) handling without decoding record bodies.
+
+Implemented:
+  * batch header layout (61 bytes) as precompiled structs and field offsets;
+  * ``validate_records``: walks a produced records blob and applies Kafka's
+    produce-path checks in Kafka's order (ProduceRequest.validateRecords,
+    UnifiedLog.analyzeAndValidateRecords, LogValidator.validateBatch) using
+    batch headers and CRC32C only; failures raise ``RecordsError`` carrying
+    the Kafka error code;
+  * in-place rewrites: base offset, partition leader epoch, LogAppendTime
+    (max timestamp + timestamp-type bit + CRC recomputed);
+  * ``build_batch`` / ``build_control_batch`` (uncompressed) and
+    ``iter_records`` (uncompressed only) for internal topics and tests.
+
+Not implemented: per-record validation of produced batches (Kafka decodes
+uncompressed records to check per-record timestamps, record count and key
+presence for compacted topics; here timestamps are checked on the batch's
+base/max timestamps only), decompression, and message format conversion
+(magic 0/1 is rejected).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Iterator, NamedTuple
+
+from crc32c import crc32c
+
+# ---------------------------------------------------------------- error codes
+CORRUPT_MESSAGE = 2
+RECORD_TOO_LARGE = 10
+INVALID_TIMESTAMP = 32
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+
+
+class RecordsError(Exception):
+    """A records blob was refused; ``code`` is the Kafka error code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# -------------------------------------------------------------- header layout
+# baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32,
+# attributes i16, lastOffsetDelta i32, baseTimestamp i64, maxTimestamp i64,
+# producerId i64, producerEpoch i16, baseSequence i32, recordsCount i32
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+assert HEADER_SIZE == 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: batch size == batchLength + 12
+MIN_RECORD_OVERHEAD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
+HEADER_SIZE_UP_TO_MAGIC = 17
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC covers attributes..end of batch
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = range(5)
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+NO_TIMESTAMP = -1
+INT32_MAX = 0x7FFFFFFF
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_TS_TYPE_ATTRS = struct.Struct(">h")
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's int32 sequence arithmetic: wraps from INT32_MAX to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+class BatchInfo:
+    """Header fields of one batch plus its position/size in the blob it came from."""
+
+    __slots__ = ("position", "size", "base_offset", "partition_leader_epoch", "magic", "crc",
+                 "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "records_count")
+
+    def __init__(self, position: int, header: tuple):
+        (self.base_offset, length, self.partition_leader_epoch, self.magic, self.crc,
+         self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+         self.producer_id, self.producer_epoch, self.base_sequence, self.records_count) = header
+        self.position = position
+        self.size = length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return CREATE_TIME if not self.attributes & TIMESTAMP_TYPE_MASK else LOG_APPEND_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    def __repr__(self) -> str:
+        return (f"BatchInfo(pos={self.position}, size={self.size}, base={self.base_offset}, "
+                f"delta={self.last_offset_delta}, count={self.records_count}, attrs={self.attributes:#x}, "
+                f"pid={self.producer_id}, epoch={self.producer_epoch}, seq={self.base_sequence})")
+
+
+def read_header(buf, position: int = 0) -> BatchInfo:
+    """Parse the header at ``position`` (no validation)."""
+    return BatchInfo(position, HEADER.unpack_from(buf, position))
+
+
+def _next_batch_size(mv: memoryview, pos: int, end: int) -> int:
+    """Size of the complete batch at ``pos``, 0 if incomplete; raises on bad size/magic.
+
+    Mirrors Kafka's ByteBufferLogInputStream.nextBatchSize.
+    """
+    remaining = end - pos
+    if remaining < LOG_OVERHEAD:
+        return 0
+    length = _I32.unpack_from(mv, pos + LENGTH_OFFSET)[0]
+    if length < MIN_RECORD_OVERHEAD:
+        raise RecordsError(CORRUPT_MESSAGE, f"Record size {length} is less than the minimum "
+                                            f"record overhead ({MIN_RECORD_OVERHEAD})")
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        return 0
+    magic = mv[pos + MAGIC_OFFSET]
+    if magic > 2:  # a signed byte < 0 reads as > 127 here
+        raise RecordsError(CORRUPT_MESSAGE, f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}")
+    size = length + LOG_OVERHEAD
+    return size if remaining >= size else 0
+
+
+def validate_records(buf, *, single_batch: bool = True, client: bool = True,
+                     max_message_bytes: int | None = None,
+                     timestamp_type: int = CREATE_TIME, now_ms: int | None = None,
+                     timestamp_before_max_ms: int | None = None,
+                     timestamp_after_max_ms: int | None = None) -> list[BatchInfo]:
+    """Validate a records blob; return the info of every complete batch in it.
+
+    ``single_batch`` applies the Produce v3+ rule (exactly one batch, magic 2).
+    ``client`` applies the checks Kafka reserves for client appends (baseOffset 0,
+    offset range / count consistency, no control batches, sequence set when
+    idempotent). Trailing bytes that do not form a whole batch are ignored, as
+    Kafka trims them; appenders must write only ``info.position .. +info.size``.
+    Timestamps are checked against ``now_ms`` +- the before/after limits when
+    ``now_ms`` is given (batch base/max timestamps only).
+    """
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(mv)
+    if single_batch:  # ProduceRequest.validateRecords order: first batch, its magic, then "has next"
+        size = _next_batch_size(mv, 0, end)
+        if not size:
+            raise RecordsError(INVALID_RECORD, "Produce requests must have at least one record batch per partition")
+        if mv[MAGIC_OFFSET] != 2:
+            raise RecordsError(INVALID_RECORD, "Produce requests are only allowed to contain record "
+                                               "batches with magic version 2")
+        if _next_batch_size(mv, size, end):
+            raise RecordsError(INVALID_RECORD, "Produce requests are only allowed to contain exactly one "
+                                               "record batch per partition")
+        positions = [(0, size)]
+    else:
+        positions = []
+        pos = 0
+        while size := _next_batch_size(mv, pos, end):
+            positions.append((pos, size))
+            pos += size
+        if not positions:
+            raise RecordsError(INVALID_RECORD, "Record batch has no batches at all")
+
+    infos = []
+    for pos, size in positions:
+        magic = mv[pos + MAGIC_OFFSET]
+        if magic != 2:
+            raise RecordsError(UNSUPPORTED_FOR_MESSAGE_FORMAT, f"Record batches with magic {magic} are not supported")
+        if size < HEADER_SIZE:
+            raise RecordsError(CORRUPT_MESSAGE, f"Record batch is corrupt (the size {size} is smaller than "
+                                                f"the minimum allowed overhead {HEADER_SIZE})")
+        info = BatchInfo(pos, HEADER.unpack_from(mv, pos))
+        if client and info.base_offset != 0:
+            raise RecordsError(INVALID_RECORD, f"The baseOffset of the record batch should be 0, "
+                                               f"but it is {info.base_offset}")
+        if max_message_bytes is not None and size > max_message_bytes:
+            raise RecordsError(RECORD_TOO_LARGE, f"The record batch size {size} bytes exceeds the maximum "
+                                                 f"configured value of {max_message_bytes}")
+        if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + size]) != info.crc:
+            raise RecordsError(CORRUPT_MESSAGE, "Record is corrupt (stored crc does not match computed crc)")
+        if info.compression > COMPRESSION_ZSTD:
+            raise RecordsError(UNSUPPORTED_COMPRESSION_TYPE, f"Unknown compression type id {info.compression}")
+        infos.append(info)
+
+    for info in infos:
+        if client:
+            count_from_offsets = info.last_offset_delta + 1
+            if count_from_offsets <= 0:
+                raise RecordsError(INVALID_RECORD, f"Batch has an invalid offset range: [0, {info.last_offset_delta}]")
+            if info.records_count <= 0:
+                raise RecordsError(INVALID_RECORD, f"Invalid reported count for record batch: {info.records_count}")
+            if count_from_offsets != info.records_count:
+                raise RecordsError(INVALID_RECORD, f"Inconsistent batch offset range [0, {info.last_offset_delta}] "
+                                                   f"and count of records {info.records_count}")
+            if info.is_control:
+                raise RecordsError(INVALID_RECORD, "Clients are not allowed to write control records")
+            if info.producer_id >= 0 and info.base_sequence < 0:
+                raise RecordsError(INVALID_RECORD, f"Invalid sequence number {info.base_sequence} in record batch "
+                                                   f"with producerId {info.producer_id}")
+        if now_ms is not None:
+            _check_timestamps(info, timestamp_type, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
+    return infos
+
+
+def _check_timestamps(info: BatchInfo, topic_type: int, now: int, before: int | None, after: int | None) -> None:
+    if topic_type == CREATE_TIME and info.max_timestamp != NO_TIMESTAMP:
+        for ts in (info.base_timestamp, info.max_timestamp):
+            if ts == NO_TIMESTAMP:
+                continue
+            if (before is not None and now - ts > before) or (after is not None and ts - now > after):
+                lo = now - before if before is not None else "-inf"
+                hi = now + after if after is not None else "+inf"
+                raise RecordsError(INVALID_TIMESTAMP, f"Timestamp {ts} of message is out of range. "
+                                                      f"The timestamp should be within [{lo}, {hi}]")
+    elif info.timestamp_type == LOG_APPEND_TIME:
+        raise RecordsError(INVALID_TIMESTAMP, "Invalid timestamp type in message. Producer should not set "
+                                              "timestamp type to LogAppendTime.")
+
+
+# ------------------------------------------------------------ in-place rewrite
+def set_base_offset(buf: bytearray, position: int, base_offset: int) -> None:
+    """Rewrite baseOffset; outside the CRC-covered range, so the CRC stays valid."""
+    _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray, position: int, epoch: int) -> None:
+    """Rewrite partitionLeaderEpoch; outside the CRC-covered range."""
+    _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf: bytearray, position: int, size: int, timestamp: int) -> None:
+    """Set maxTimestamp and the LogAppendTime attribute bit, then recompute the CRC."""
+    attrs = _I16.unpack_from(buf, position + ATTRIBUTES_OFFSET)[0]
+    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp)
+    _U32.pack_into(buf, position + CRC_OFFSET,
+                   crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size]))
+
+
+def batch_crc_valid(buf, position: int = 0) -> bool:
+    """True if the batch at ``position`` is complete and its stored CRC matches."""
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if len(mv) - position < HEADER_SIZE:
+        return False
+    size = _I32.unpack_from(mv, position + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    if size < HEADER_SIZE or len(mv) - position < size:
+        return False
+    return crc32c(mv[position + ATTRIBUTES_OFFSET:position + size]) == _U32.unpack_from(mv, position + CRC_OFFSET)[0]
+
+
+# ------------------------------------------------------------------- varints
+def _write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)  # zigzag (value is within int64)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise RecordsError(CORRUPT_MESSAGE, "varint is too long")
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
+# ------------------------------------------------------------------- builder
+def build_batch(records, base_offset: int = 0, timestamp: int | None = None, producer_id: int = -1,
+                producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                control: bool = False, partition_leader_epoch: int = -1) -> bytes:
+    """Encode an uncompressed v2 batch.
+
+    A record is ``(key, value, headers)`` or ``(key, value, headers, timestamp)``;
+    headers are ``[(str, bytes | None)]``. ``timestamp`` (default now) is used
+    for records that carry none.
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
+    stamps = [r[3] if len(r) > 3 and r[3] is not None else timestamp for r in records]
+    base_ts = stamps[0]
+    body = bytearray()
+    rec = bytearray()
+    for delta, (r, ts) in enumerate(zip(records, stamps)):
+        key, value, headers = r[0], r[1], r[2]
+        rec.clear()
+        rec.append(0)  # record attributes
+        _write_varint(rec, ts - base_ts)
+        _write_varint(rec, delta)
+        _write_bytes(rec, key)
+        _write_bytes(rec, value)
+        _write_varint(rec, len(headers or ()))
+        for hkey, hvalue in headers or ():
+            _write_bytes(rec, hkey.encode())
+            _write_bytes(rec, hvalue)
+        _write_varint(body, len(rec))
+        body += rec
+    attributes = (TRANSACTIONAL_MASK if transactional else 0) | (CONTROL_MASK if control else 0)
+    size = HEADER_SIZE + len(body)
+    out = bytearray(size)
+    HEADER.pack_into(out, 0, base_offset, size - LOG_OVERHEAD, partition_leader_epoch, 2, 0, attributes,
+                     len(records) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence,
+                     len(records))
+    out[HEADER_SIZE:] = body
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
+                        base_offset: int = 0, timestamp: int | None = None) -> bytes:
+    """An end-transaction marker batch (transactional + control, one record)."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([(key, value, [])], base_offset=base_offset, timestamp=timestamp,
+                       producer_id=producer_id, producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+# ------------------------------------------------------------------- decoding
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+def iter_records(batch) -> Iterator[Record]:
+    """Decode the records of one uncompressed batch (internal topics, tests, ListOffsets)."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    if info.compression != COMPRESSION_NONE:
+        raise RecordsError(UNSUPPORTED_COMPRESSION_TYPE, "decoding compressed batches is not supported")
+    end = info.size
+    if len(mv) < end:
+        raise RecordsError(CORRUPT_MESSAGE, "batch is truncated")
+    log_append = info.timestamp_type == LOG_APPEND_TIME
+    pos = HEADER_SIZE
+    for _ in range(info.records_count):
+        length, pos = _read_varint(mv, pos)
+        rec_end = pos + length
+        if length < 0 or rec_end > end:
+            raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+        pos += 1  # attributes
+        ts_delta, pos = _read_varint(mv, pos)
+        off_delta, pos = _read_varint(mv, pos)
+        klen, pos = _read_varint(mv, pos)
+        key = None if klen < 0 else bytes(mv[pos:pos + klen])
+        pos += max(klen, 0)
+        vlen, pos = _read_varint(mv, pos)
+        value = None if vlen < 0 else bytes(mv[pos:pos + vlen])
+        pos += max(vlen, 0)
+        nheaders, pos = _read_varint(mv, pos)
+        headers = []
+        for _h in range(nheaders):
+            hklen, pos = _read_varint(mv, pos)
+            hkey = bytes(mv[pos:pos + hklen]).decode()
+            pos += hklen
+            hvlen, pos = _read_varint(mv, pos)
+            headers.append((hkey, None if hvlen < 0 else bytes(mv[pos:pos + hvlen])))
+            pos += max(hvlen, 0)
+        if pos != rec_end:
+            raise RecordsError(CORRUPT_MESSAGE, "record length does not match its content")
+        ts = info.max_timestamp if log_append else info.base_timestamp + ts_delta
+        yield Record(info.base_offset + off_delta, ts, key, value, headers)
+
+
+def control_record_type(batch) -> int:
+    """CONTROL_ABORT / CONTROL_COMMIT of a control batch, -1 if it has no (known) record."""
+    for rec in iter_records(batch):
+        if rec.key is not None and len(rec.key) >= 4:
+            return struct.unpack_from(">h", rec.key, 2)[0]
+        return -1
+    return -1
+
+
+def control_coordinator_epoch(batch) -> int:
+    """Coordinator epoch carried in an end-transaction marker's value (-1 if absent)."""
+    for rec in iter_records(batch):
+        if rec.value is not None and len(rec.value) >= 6:
+            return struct.unpack_from(">i", rec.value, 2)[0]
+    return -1
