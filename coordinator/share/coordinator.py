@@ -1,0 +1,517 @@
+"""The share coordinator: durable share-partition state on ``__share_group_state`` (KIP-932).
+
+Implemented, following Kafka 4.4's ShareCoordinatorService / ShareCoordinatorShard:
+
+* InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState (v0-1),
+  DeleteShareGroupState and ReadShareGroupStateSummary (v0-1).  Each method takes
+  and returns the generated request/response objects; the same objects serve the
+  socket handlers and the in-process share-partition leader (``write_state`` /
+  ``read_state`` are the Persister interface).  Versions do not matter here:
+  the handler decodes and encodes with the request version; a v0 write decodes
+  ``delivery_complete_count`` as -1, which is stored as Kafka stores it.
+* Persist, then commit, then answer: each partition's records are appended to
+  the :class:`~coordinator.runtime.RecordLog` (durable on return) and only then
+  applied through :meth:`ShareCoordinator.replay`, the same code that
+  :meth:`ShareCoordinator.load` uses at start-up.  A failed append leaves the
+  state untouched and answers the error Kafka's runtime would
+  (``handleOperationException`` mapping).  Operations run one at a time (an
+  ``asyncio.Lock``), because a record is computed from the committed state and
+  must be applied before the next one is computed.
+* Records: initialize writes a ShareSnapshot; a write or a leader-epoch bump on
+  read writes a ShareUpdate delta, or a full ShareSnapshot once
+  ``share.coordinator.snapshot.update.records.per.snapshot`` updates were replayed
+  for that share-partition; delete writes a tombstone on the ShareSnapshot key.
+  Idle share-partitions get a fresh snapshot from :meth:`snapshot_cold_partitions`
+  (``share.coordinator.cold.partition.snapshot.interval.ms``).
+* Pruning: after each snapshot the lowest offset still needed (the minimum over
+  share-partitions of their latest snapshot's offset, Kafka's
+  ShareCoordinatorOffsetsManager) is passed to ``RecordLog.truncate_before``.
+  Kafka does this from a periodic job; doing it right away is equivalent.
+* Fencing as Kafka 4.4: write -> FENCED_LEADER_EPOCH if the stored leader epoch
+  is higher (request -1 skips the check), FENCED_STATE_EPOCH likewise for the
+  state epoch; read -> FENCED_LEADER_EPOCH if the stored leader epoch is higher
+  than the request's (no -1 exemption); initialize -> FENCED_STATE_EPOCH if the
+  stored state epoch is higher (-1 skips).  Write/read of an uninitialized
+  share-partition -> INVALID_REQUEST; the summary of one -> start offset -1.
+
+Not implemented: ``share.coordinator.write.timeout.ms`` (a timed-out append
+could still become durable and diverge from memory), the multi-partition
+``__share_group_state`` topic (one log, one coordinator), share-version feature
+gating of the periodic job, metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from coordinator.runtime import Record, RecordLog, decode_record, encode_record
+from coordinator.share.batches import StateBatch, combine_state_batches
+from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
+from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
+from protocol.coordinator_records.share_update import ShareUpdateKey, ShareUpdateValue
+from protocol.errors import Errors, KafkaError
+from protocol.messages.delete_share_group_state import DeleteShareGroupStateResponse
+from protocol.messages.initialize_share_group_state import InitializeShareGroupStateResponse
+from protocol.messages.read_share_group_state import ReadShareGroupStateResponse
+from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryResponse
+from protocol.messages.write_share_group_state import WriteShareGroupStateResponse
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT = ShareSnapshotKey.API_KEY
+UPDATE = ShareUpdateKey.API_KEY
+
+UPDATES_PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
+COLD_SNAPSHOT_INTERVAL_MS = "share.coordinator.cold.partition.snapshot.interval.ms"
+
+# Kafka's error messages for the rows this module answers.
+NEGATIVE_PARTITION_ID = "The partition id cannot be a negative number."
+WRITE_UNINITIALIZED = "Write operation on uninitialized share partition not allowed."
+READ_UNINITIALIZED = "Read operation on uninitialized share partition not allowed."
+NOT_AVAILABLE = "Share coordinator is not available."
+MESSAGES = {
+    Errors.FENCED_LEADER_EPOCH: "The leader epoch in the request is older than the epoch on the broker.",
+    Errors.FENCED_STATE_EPOCH:
+        "The share coordinator rejected the request because the share-group state epoch did not match.",
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    Errors.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
+}
+
+# CoordinatorOperationExceptionHelper: errors from the append, as the client sees them.
+_APPEND_ERRORS = {
+    Errors.NETWORK_EXCEPTION: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
+}
+
+_NO_OFFSET = 1 << 63  # "no redundant offset yet", like Kafka's Long.MAX_VALUE
+
+Key = tuple[str, bytes, int]  # (group id, topic id, partition)
+
+
+def append_error_code(exc: BaseException) -> int:
+    """The error code a failed append turns into (OSError counts as a storage error)."""
+    if isinstance(exc, KafkaError):
+        code = exc.code
+    elif isinstance(exc, OSError):
+        code = Errors.KAFKA_STORAGE_ERROR
+    elif isinstance(exc, TimeoutError):
+        code = Errors.REQUEST_TIMED_OUT
+    else:
+        code = Errors.UNKNOWN_SERVER_ERROR
+    return int(_APPEND_ERRORS.get(code, code))
+
+
+@dataclass(frozen=True, slots=True)
+class ShareState:
+    """The durable state of one share-partition (Kafka's ShareGroupOffset)."""
+    snapshot_epoch: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    state_batches: tuple[StateBatch, ...]
+    create_timestamp: int = 0
+    write_timestamp: int = 0
+
+
+def _batches(items: Iterable) -> tuple[StateBatch, ...]:
+    return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in items)
+
+
+def _snapshot_record(key: Key, s: ShareState) -> Record:
+    value = ShareSnapshotValue(
+        snapshot_epoch=s.snapshot_epoch, state_epoch=s.state_epoch, leader_epoch=s.leader_epoch,
+        start_offset=s.start_offset, delivery_complete_count=s.delivery_complete_count,
+        create_timestamp=s.create_timestamp, write_timestamp=s.write_timestamp,
+        state_batches=[ShareSnapshotValue.StateBatch(*b) for b in s.state_batches])
+    return Record(SNAPSHOT, ShareSnapshotKey(*key), 0, value)
+
+
+def _update_record(key: Key, snapshot_epoch: int, leader_epoch: int, start_offset: int,
+                   delivery_complete_count: int, batches: Iterable[StateBatch]) -> Record:
+    value = ShareUpdateValue(
+        snapshot_epoch=snapshot_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
+        delivery_complete_count=delivery_complete_count,
+        state_batches=[ShareUpdateValue.StateBatch(*b) for b in batches])
+    return Record(UPDATE, ShareUpdateKey(*key), 0, value)
+
+
+def _tombstone(key: Key) -> Record:
+    return Record(SNAPSHOT, ShareSnapshotKey(*key), -1, None)
+
+
+class _Api:
+    """Response shapes and Kafka's wording for one share-state RPC."""
+
+    def __init__(self, response, result, what: str, active_first: bool, check_partitions: bool):
+        self.response, self.result, self.partition = response, result, response.PartitionResult
+        self.what = what  # "Unable to {what}: ..." on operation failures
+        # Kafka checks request shape and coordinator liveness in a per-RPC order.
+        self.active_first, self.check_partitions = active_first, check_partitions
+
+    def error(self, partition: int, code: int, message: str | None):
+        return self.partition(partition=partition, error_code=int(code), error_message=message)
+
+
+_INIT = _Api(InitializeShareGroupStateResponse, InitializeShareGroupStateResponse.InitializeStateResult,
+             "initialize share group state", True, False)
+_READ = _Api(ReadShareGroupStateResponse, ReadShareGroupStateResponse.ReadStateResult,
+             "read share group state", False, True)
+_WRITE = _Api(WriteShareGroupStateResponse, WriteShareGroupStateResponse.WriteStateResult,
+              "write share group state", False, True)
+_DELETE = _Api(DeleteShareGroupStateResponse, DeleteShareGroupStateResponse.DeleteStateResult,
+               "delete share group state", True, True)
+_SUMMARY = _Api(ReadShareGroupStateSummaryResponse, ReadShareGroupStateSummaryResponse.ReadStateSummaryResult,
+                "read share group state summary", True, True)
+
+
+class ShareCoordinator:
+    """Owner of all share-partition state kept in one ``__share_group_state`` log.
+
+    ``config`` offers ``get_int(name, default)`` (None: all defaults); ``time_ms()``
+    returns wall-clock milliseconds; ``partition_exists(topic_id, partition)``
+    (optional) answers Kafka's metadata-image check, UNKNOWN_TOPIC_OR_PARTITION
+    when False.  Call :meth:`load` before serving: until then every share-state
+    request answers COORDINATOR_LOAD_IN_PROGRESS.
+    """
+
+    def __init__(self, log: RecordLog, config=None, time_ms: Callable[[], int] | None = None,
+                 partition_exists: Callable[[bytes, int], bool] | None = None):
+        get_int = config.get_int if config is not None else (lambda _name, default: default)
+        self._log = log
+        self._time_ms = time_ms or (lambda: 0)
+        self._partition_exists = partition_exists
+        self.updates_per_snapshot = get_int(UPDATES_PER_SNAPSHOT, 500)
+        self.cold_snapshot_interval_ms = get_int(COLD_SNAPSHOT_INTERVAL_MS, 300_000)
+        self._lock = asyncio.Lock()
+        self._loaded = False
+        self._active = True
+        self._timer: asyncio.TimerHandle | None = None
+        self._job: asyncio.Task | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._states: dict[Key, ShareState] = {}
+        self._leader_epochs: dict[Key, int] = {}  # highest seen; fences writes and reads
+        self._state_epochs: dict[Key, int] = {}  # highest seen; fences writes and initialize
+        self._update_counts: dict[Key, int] = {}  # ShareUpdates replayed since the counter reset
+        self._snapshot_offsets: dict[Key, int] = {}  # log offset of each key's latest snapshot
+        self._redundant_offset = _NO_OFFSET
+        self._pruned_offset = -1
+
+    # ------------------------------------------------------------------ replay
+
+    async def load(self) -> None:
+        """Rebuild the state by replaying the whole log, then start serving."""
+        async with self._lock:
+            self._loaded = False
+            self._reset()
+            for n, (offset, key, value) in enumerate(self._log.replay(), 1):
+                record = decode_record(SHARE_COORDINATOR_RECORDS, key, value)
+                if record is not None:
+                    self.replay(offset, record)
+                if n % 4096 == 0:
+                    await asyncio.sleep(0)  # let the loop breathe during a long replay
+            self._loaded = True
+            self._maybe_prune()
+
+    def replay(self, offset: int, record: Record) -> None:
+        """Apply one record at ``offset``: the only way the state ever changes."""
+        k = record.key
+        key = (k.group_id, bytes(k.topic_id), k.partition)
+        if record.record_type == SNAPSHOT:
+            self._replay_snapshot(offset, key, record.value)
+        elif record.record_type == UPDATE and record.value is not None:
+            self._replay_update(key, record.value)
+
+    def _replay_snapshot(self, offset: int, key: Key, v: ShareSnapshotValue | None) -> None:
+        if v is None:  # deletion: the share-partition is gone
+            for m in (self._states, self._leader_epochs, self._state_epochs, self._update_counts):
+                m.pop(key, None)
+        else:
+            _raise_to(self._leader_epochs, key, v.leader_epoch)
+            _raise_to(self._state_epochs, key, v.state_epoch)
+            self._states[key] = ShareState(
+                v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset,
+                v.delivery_complete_count, _batches(v.state_batches), v.create_timestamp, v.write_timestamp)
+            # As in Kafka, only a snapshot taken because of the update count resets it.
+            if self._update_counts.get(key, -1) >= self.updates_per_snapshot:
+                self._update_counts[key] = 0
+        self._track_snapshot_offset(key, offset, deleted=v is None)
+
+    def _replay_update(self, key: Key, v: ShareUpdateValue) -> None:
+        _raise_to(self._leader_epochs, key, v.leader_epoch)
+        cur = self._states.get(key)
+        batches = _batches(v.state_batches)
+        if cur is None:
+            self._states[key] = ShareState(v.snapshot_epoch, 0, v.leader_epoch, v.start_offset,
+                                           v.delivery_complete_count, batches)
+        else:
+            start = cur.start_offset if v.start_offset == -1 else v.start_offset
+            self._states[key] = replace(
+                cur, start_offset=start,
+                leader_epoch=cur.leader_epoch if v.leader_epoch == -1 else v.leader_epoch,
+                delivery_complete_count=v.delivery_complete_count,
+                state_batches=combine_state_batches(cur.state_batches, batches, start))
+        self._update_counts[key] = self._update_counts.get(key, 0) + 1
+
+    def _track_snapshot_offset(self, key: Key, offset: int, deleted: bool) -> None:
+        # Everything below the oldest "latest snapshot" is redundant.  A deleted
+        # key still counts for this computation, then stops holding the log back.
+        self._snapshot_offsets[key] = offset
+        self._redundant_offset = min(self._snapshot_offsets.values())
+        if deleted:
+            del self._snapshot_offsets[key]
+
+    @property
+    def last_redundant_offset(self) -> int | None:
+        """Records below this offset are no longer needed (None: nothing to prune)."""
+        off = self._redundant_offset
+        return None if off <= 0 or off == _NO_OFFSET else off
+
+    def _maybe_prune(self) -> None:
+        off = self.last_redundant_offset
+        if off is None or off == self._pruned_offset:
+            return
+        try:
+            self._log.truncate_before(off)
+            self._pruned_offset = off
+        except Exception:  # pruning is an optimisation; try again after the next snapshot
+            logger.exception("pruning __share_group_state below %d failed", off)
+
+    # ------------------------------------------------------------- inspection
+
+    def state_of(self, group_id: str, topic_id: bytes, partition: int) -> ShareState | None:
+        return self._states.get((group_id, bytes(topic_id), partition))
+
+    def soft_state(self) -> dict:
+        """Everything replay rebuilds, for comparisons: key -> (state, leader epoch, state epoch)."""
+        return {k: (s, self._leader_epochs.get(k), self._state_epochs.get(k)) for k, s in self._states.items()}
+
+    # ------------------------------------------------------------- operations
+
+    async def initialize_state(self, request):
+        """InitializeShareGroupState v0: write a fresh snapshot (state epoch, SPSO, no batches)."""
+        return await self._serve(request, _INIT, self._initialize_one)
+
+    async def read_state(self, request):
+        """ReadShareGroupState v0; records a higher leader epoch before answering."""
+        return await self._serve(request, _READ, self._read_one)
+
+    async def write_state(self, request):
+        """WriteShareGroupState v0-1: persist an update (or snapshot) of the state batches."""
+        return await self._serve(request, _WRITE, self._write_one)
+
+    async def delete_state(self, request):
+        """DeleteShareGroupState v0: tombstone the share-partition (no-op if unknown)."""
+        return await self._serve(request, _DELETE, self._delete_one)
+
+    async def read_state_summary(self, request):
+        """ReadShareGroupStateSummary v0-1 (v1 carries DeliveryCompleteCount)."""
+        return await self._serve(request, _SUMMARY, self._summary_one)
+
+    async def _serve(self, request, api: _Api, one):
+        topics = request.topics
+        # Kafka answers a malformed request with an empty response, and a stopped
+        # coordinator with COORDINATOR_NOT_AVAILABLE; the order of the two checks is per RPC.
+        shape_ok = bool(request.group_id) and bool(topics) and not (
+            api.check_partitions and any(not t.partitions for t in topics))
+        if not self._active and (api.active_first or shape_ok):
+            return api.response(results=[
+                api.result(topic_id=t.topic_id, partitions=[
+                    api.error(p.partition, Errors.COORDINATOR_NOT_AVAILABLE, NOT_AVAILABLE) for p in t.partitions])
+                for t in topics])
+        if not shape_ok:
+            return api.response()
+        by_topic: dict[bytes, dict[int, object]] = {}
+        for t in topics:
+            for p in t.partitions:
+                result = await self._run(api, request.group_id, t.topic_id, p, one)
+                by_topic.setdefault(t.topic_id, {})[p.partition] = result
+        return api.response(results=[api.result(topic_id=tid, partitions=list(parts.values()))
+                                     for tid, parts in by_topic.items()])
+
+    async def _run(self, api: _Api, group_id: str, topic_id: bytes, p, one):
+        """One share-partition: validate and compute records, persist them, then apply them."""
+        async with self._lock:
+            if not self._loaded:
+                return api.error(p.partition, Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                                 f"Unable to {api.what}: {MESSAGES[Errors.COORDINATOR_LOAD_IN_PROGRESS]}")
+            result, records = one(api, (group_id, bytes(topic_id), p.partition), p)
+            try:
+                await self._commit(records)
+            except Exception as exc:
+                logger.warning("%s for %s-%d failed: %r", api.what, group_id, p.partition, exc)
+                return api.error(p.partition, append_error_code(exc), f"Unable to {api.what}: {exc}")
+            return result
+
+    async def _commit(self, records: list[Record]) -> None:
+        if not records:
+            return
+        last = await self._log.append([encode_record(r.key, r.value) for r in records])
+        for i, r in enumerate(records, last - len(records) + 1):
+            self.replay(i, r)
+        if any(r.record_type == SNAPSHOT for r in records):
+            self._maybe_prune()
+
+    def _exists(self, key: Key) -> bool:
+        return self._partition_exists is None or self._partition_exists(key[1], key[2])
+
+    def _initialize_one(self, api: _Api, key: Key, p):
+        if key[2] < 0:
+            return api.error(key[2], Errors.INVALID_REQUEST, NEGATIVE_PARTITION_ID), []
+        stored = self._state_epochs.get(key)
+        if p.state_epoch != -1 and stored is not None and stored > p.state_epoch:
+            return self._fail(api, key, Errors.FENCED_STATE_EPOCH)
+        if not self._exists(key):
+            return self._fail(api, key, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        cur = self._states.get(key)
+        now = self._time_ms()
+        # Lag is unknown until consumption starts, so DeliveryCompleteCount is -1 for SPSO -1.
+        state = ShareState(cur.snapshot_epoch + 1 if cur else 0, p.state_epoch, 0, p.start_offset,
+                           -1 if p.start_offset == -1 else 0, (), now, now)
+        return api.partition(partition=key[2]), [_snapshot_record(key, state)]
+
+    def _read_one(self, api: _Api, key: Key, p):
+        if key[2] < 0:
+            return api.error(key[2], Errors.INVALID_REQUEST, NEGATIVE_PARTITION_ID), []
+        state = self._states.get(key)
+        if state is None:
+            return api.error(key[2], Errors.INVALID_REQUEST, READ_UNINITIALIZED), []
+        stored = self._leader_epochs.get(key)
+        if stored is not None and stored > p.leader_epoch:
+            return self._fail(api, key, Errors.FENCED_LEADER_EPOCH)
+        if not self._exists(key):
+            return self._fail(api, key, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        result = api.partition(
+            partition=key[2], state_epoch=state.state_epoch, start_offset=state.start_offset,
+            state_batches=[ReadShareGroupStateResponse.StateBatch(*b) for b in state.state_batches])
+        if p.leader_epoch == -1 or stored == p.leader_epoch:
+            return result, []
+        # A new share-partition leader: persist its epoch so older leaders are fenced.
+        return result, [self._state_record(key, p.leader_epoch, state.start_offset,
+                                           state.delivery_complete_count, (), update_leader=True)]
+
+    def _write_one(self, api: _Api, key: Key, p):
+        if key[2] < 0:
+            return api.error(key[2], Errors.INVALID_REQUEST, NEGATIVE_PARTITION_ID), []
+        if key not in self._states:
+            return api.error(key[2], Errors.INVALID_REQUEST, WRITE_UNINITIALIZED), []
+        stored = self._leader_epochs.get(key)
+        if p.leader_epoch != -1 and stored is not None and stored > p.leader_epoch:
+            return self._fail(api, key, Errors.FENCED_LEADER_EPOCH)
+        stored = self._state_epochs.get(key)
+        if p.state_epoch != -1 and stored is not None and stored > p.state_epoch:
+            return self._fail(api, key, Errors.FENCED_STATE_EPOCH)
+        if not self._exists(key):
+            return self._fail(api, key, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        record = self._state_record(key, p.leader_epoch, p.start_offset, p.delivery_complete_count,
+                                    _batches(p.state_batches), update_leader=False)
+        return api.partition(partition=key[2]), [record]
+
+    def _delete_one(self, api: _Api, key: Key, p):
+        if key[2] < 0:
+            return api.error(key[2], Errors.INVALID_REQUEST, NEGATIVE_PARTITION_ID), []
+        if not self._exists(key):
+            return self._fail(api, key, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        return api.partition(partition=key[2]), ([_tombstone(key)] if key in self._states else [])
+
+    def _summary_one(self, api: _Api, key: Key, p):
+        if key[2] < 0:
+            return api.error(key[2], Errors.INVALID_REQUEST, NEGATIVE_PARTITION_ID), []
+        if not self._exists(key):
+            return self._fail(api, key, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        s = self._states.get(key)
+        if s is None:
+            return api.partition(partition=key[2], state_epoch=0, leader_epoch=0, start_offset=-1,
+                                 delivery_complete_count=-1), []
+        return api.partition(partition=key[2], state_epoch=s.state_epoch, leader_epoch=s.leader_epoch,
+                             start_offset=s.start_offset, delivery_complete_count=s.delivery_complete_count), []
+
+    @staticmethod
+    def _fail(api: _Api, key: Key, code: Errors):
+        return api.error(key[2], code, MESSAGES[code]), []
+
+    def _state_record(self, key: Key, leader_epoch: int, start_offset: int, delivery_complete_count: int,
+                      batches: tuple[StateBatch, ...], update_leader: bool) -> Record:
+        """A ShareUpdate delta, or a full ShareSnapshot once enough updates were replayed."""
+        cur = self._states[key]
+        leader = leader_epoch if update_leader and leader_epoch != -1 else cur.leader_epoch
+        if self._update_counts.get(key, 0) >= self.updates_per_snapshot:
+            start = cur.start_offset if start_offset == -1 else start_offset
+            now = self._time_ms()
+            return _snapshot_record(key, ShareState(
+                cur.snapshot_epoch + 1, cur.state_epoch, leader, start, delivery_complete_count,
+                combine_state_batches(cur.state_batches, batches, start), now, now))
+        return _update_record(key, cur.snapshot_epoch, leader, start_offset, delivery_complete_count,
+                              combine_state_batches((), batches, start_offset))
+
+    # ------------------------------------------------------- background work
+
+    async def snapshot_cold_partitions(self) -> int:
+        """Re-snapshot share-partitions not snapshotted for the cold interval; return how many."""
+        async with self._lock:
+            if not self._loaded:
+                return 0
+            states = self._states
+            # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
+            if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
+                return 0
+            now = self._time_ms()
+            records = [_snapshot_record(k, replace(s, snapshot_epoch=s.snapshot_epoch + 1, write_timestamp=now))
+                       for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
+            await self._commit(records)
+            return len(records)
+
+    async def on_topics_deleted(self, topic_ids: Iterable[bytes]) -> int:
+        """Tombstone every share-partition of deleted topics; return how many."""
+        ids = {bytes(t) for t in topic_ids}
+        async with self._lock:
+            if not self._loaded:
+                return 0
+            records = [_tombstone(k) for k in self._states if k[1] in ids]
+            await self._commit(records)
+            return len(records)
+
+    def start_periodic_jobs(self) -> None:
+        """Arm the cold-partition snapshot timer on the running loop (re-armed after each run)."""
+        if self._active and self._timer is None and self.cold_snapshot_interval_ms > 0:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.cold_snapshot_interval_ms / 1000, self._on_timer, loop)
+
+    def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self._job = loop.create_task(self._cold_job())
+
+    async def _cold_job(self) -> None:
+        try:
+            await self.snapshot_cold_partitions()
+        except Exception:
+            logger.exception("cold share-partition snapshot failed")
+        finally:
+            self._job = None
+            self.start_periodic_jobs()
+
+    def shutdown(self) -> None:
+        """Stop serving (COORDINATOR_NOT_AVAILABLE from now on) and cancel the timer."""
+        self._active = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+
+
+def _raise_to(m: dict[Key, int], key: Key, value: int) -> None:
+    if m.get(key, value) <= value:
+        m[key] = value
