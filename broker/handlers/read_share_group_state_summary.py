@@ -1,0 +1,12 @@
+"""ReadShareGroupStateSummary v0-1: served by the share coordinator (coordinator/share), the same entry
+point the share-partition leader calls in process, so tools and tests can drive
+durable share state exactly as another broker would."""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from protocol.messages.registry import ApiKey
+
+
+@handler(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, versions=(0, 1))
+async def read_share_group_state_summary(ctx, req):
+    return await ctx.broker.share_coordinator.read_state_summary(req)
