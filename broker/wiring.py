@@ -43,6 +43,7 @@ async def start(b) -> None:
     b.add_topic_delete_listener(
         lambda name, topic_id: b.loop.create_task(b.share_coordinator.on_topics_deleted([topic_id])))
     await start_groups(b)
+    start_shares(b)
 
 
 async def start_groups(b) -> None:
@@ -64,3 +65,10 @@ async def start_groups(b) -> None:
     b.share_groups.after_load()
     b.components.append(_Closer(b.share_groups.close))
     b.group_configs.set_group_lister(lambda: list(b.share_groups.groups))
+
+
+def start_shares(b) -> None:
+    from broker.share_manager import ShareManager
+
+    b.shares = ShareManager(b)
+    b.components.append(b.shares)

@@ -1,0 +1,57 @@
+"""ShareAcknowledge (79) v1-2: acknowledge records outside a fetch (explicit mode, commit, close).
+
+It cannot open a share session (epoch 0 -> INVALID_SHARE_SESSION_EPOCH); with the
+final epoch (-1) it applies the acknowledgements, closes the session and releases
+the member's remaining records.  Batches are validated as for ShareFetch; an
+invalid partition gets INVALID_REQUEST.  Acknowledgements are persisted through
+the share coordinator before the answer says they succeeded.  v2 adds
+IsRenewAck (RENEW, type 4, extends the locks when the group allows renewals) and
+AcquisitionLockTimeoutMs.
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from broker.handlers.share_fetch import merge_topics
+from broker.share.errors import ShareError
+from broker.share.partition import validate_ack_batches
+from protocol.errors import Errors
+from protocol.messages.registry import ApiKey
+from protocol.messages.share_acknowledge import ShareAcknowledgeResponse
+
+_T = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
+_P = ShareAcknowledgeResponse.PartitionData
+_L = ShareAcknowledgeResponse.LeaderIdAndEpoch
+
+
+@handler(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2))
+async def share_acknowledge(ctx, req):
+    b = ctx.broker
+    mgr = b.shares
+    group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+    if not group or not member:
+        return ShareAcknowledgeResponse(error_code=Errors.INVALID_REQUEST,
+                                        error_message="GroupId and MemberId must be set")
+    try:
+        session = mgr.sessions.acknowledge_context(group, member, epoch)
+    except ShareError as e:
+        return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
+    config = mgr.group_config(group)
+    topics: dict[bytes, _T] = {}
+    for (tid, p), batches in merge_topics(req.topics).items():
+        code = validate_ack_batches(batches, ctx.api_version, req.is_renew_ack)
+        if not code:
+            try:
+                sp = await mgr.partition(group, tid, p)
+                code = await sp.acknowledge(member, batches)
+            except ShareError as e:
+                code = e.code
+        t = topics.get(tid)
+        if t is None:
+            t = topics[tid] = _T(topic_id=tid, partitions=[])
+        t.partitions.append(_P(partition_index=p, error_code=code,
+                               current_leader=_L(leader_id=b.node_id, leader_epoch=0)))
+    if epoch == -1:
+        mgr.sessions.close(group, member)
+        await mgr.release(group, member, list(session.partitions))
+    return ShareAcknowledgeResponse(acquisition_lock_timeout_ms=config.record_lock_duration_ms,
+                                    responses=list(topics.values()))

@@ -1,0 +1,145 @@
+"""Share-partition manager: the broker side of ShareFetch / ShareAcknowledge.
+
+Owns the ``SharePartition`` of every (group, topic id, partition) that has been
+fetched, the share-session cache, and one live ``ShareGroupConfig`` per group kept
+in step with the group's dynamic configs.  The share coordinator is the persister
+(called in process with the same request objects the wire uses).
+
+Wake-ups for waiting ShareFetches go through the broker's watchers: a share
+partition's state change (release, lock expiry, acknowledgement freeing lock
+capacity, SPSO move) notifies ``("share", group, topic_id, partition)``; new data
+notifies ``("log", topic, partition)`` as for Fetch.
+
+Records go back to AVAILABLE when a member's share session closes (final epoch,
+connection closed) and when the member leaves the group or its session times
+out, as Kafka 4.4 does.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.share.config import ShareGroupConfig
+from broker.share.errors import ShareError
+from broker.share.partition import SharePartition
+from broker.share.session import ShareSessionCache
+
+log = logging.getLogger("sharebroker.share")
+
+
+class ShareManager:
+    def __init__(self, broker):
+        self.b = broker
+        self.partitions: dict[tuple[str, bytes, int], SharePartition] = {}
+        self.configs: dict[str, ShareGroupConfig] = {}
+        cfg = broker.config
+        self.sessions = ShareSessionCache(cfg.get_int("group.share.max.share.sessions", 2000),
+                                          now_ms=broker.now_ms, on_close=self._session_closed)
+        self._tracked_connections: set[int] = set()
+        broker.group_configs.add_listener(self._group_config_changed)
+        broker.add_topic_delete_listener(self._topic_deleted)
+        broker.share_groups.add_member_removed_listener(self._member_removed)
+
+    # ------------------------------------------------------------------ configs
+    def group_config(self, group_id: str) -> ShareGroupConfig:
+        c = self.configs.get(group_id)
+        if c is None:
+            c = self.configs[group_id] = ShareGroupConfig()
+            self._apply(group_id, c)
+        return c
+
+    def _apply(self, group_id: str, c: ShareGroupConfig) -> None:
+        gc = self.b.group_configs
+        try:
+            c.update(record_lock_duration_ms=gc.get_int(group_id, "share.record.lock.duration.ms"),
+                     delivery_count_limit=gc.get_int(group_id, "share.delivery.count.limit"),
+                     partition_max_record_locks=gc.get_int(group_id, "share.partition.max.record.locks"),
+                     auto_offset_reset=gc.get(group_id, "share.auto.offset.reset"),
+                     renew_acknowledge_enable=gc.get_bool(group_id, "share.renew.acknowledge.enable"),
+                     isolation_level=gc.get(group_id, "share.isolation.level").lower())
+        except ShareError as e:
+            log.warning("group %s: share configs not applied: %s", group_id, e)
+
+    def _group_config_changed(self, group_id: str) -> None:
+        c = self.configs.get(group_id)
+        if c is not None:
+            self._apply(group_id, c)
+            for (g, tid, p), sp in self.partitions.items():
+                if g == group_id:
+                    self.b.watchers.notify(("share", g, tid, p))
+
+    # ------------------------------------------------------------------ partitions
+    def topic_log(self, topic_id: bytes, partition: int):
+        info = self.b.logs.topic_by_id(topic_id)
+        if info is None or not 0 <= partition < info.partitions:
+            return None, None
+        return info.name, info.logs[partition]
+
+    async def partition(self, group_id: str, topic_id: bytes, partition: int) -> SharePartition:
+        """The initialized share partition; raises ShareError (e.g. UNKNOWN_TOPIC_OR_PARTITION)."""
+        from protocol.errors import Errors
+
+        key = (group_id, topic_id, partition)
+        sp = self.partitions.get(key)
+        if sp is None:
+            name, plog = self.topic_log(topic_id, partition)
+            if plog is None:
+                raise ShareError(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            watchers = self.b.watchers
+            sp = SharePartition(group_id, topic_id, partition, log=plog, persister=self.b.share_coordinator,
+                                config=self.group_config(group_id), scheduler=self.b.loop, now_ms=self.b.now_ms,
+                                on_state_change=lambda: watchers.notify(("share",) + key))
+            self.partitions[key] = sp
+        if sp.status != "ACTIVE":
+            try:
+                await sp.initialize()
+            except ShareError:
+                if self.partitions.get(key) is sp:
+                    del self.partitions[key]
+                    sp.close()
+                raise
+        return sp
+
+    async def release(self, group_id: str, member_id: str, keys) -> None:
+        for tid, p in keys:
+            sp = self.partitions.get((group_id, tid, p))
+            if sp is not None:
+                try:
+                    await sp.release_member(member_id)
+                except Exception:
+                    log.exception("releasing records of %s in %s failed", member_id, sp)
+
+    # ------------------------------------------------------------------ events
+    def track_connection(self, connection) -> None:
+        cid = id(connection)
+        if cid not in self._tracked_connections:
+            self._tracked_connections.add(cid)
+
+            def closed(_conn, cid=cid):
+                self._tracked_connections.discard(cid)
+                self.sessions.connection_closed(cid)
+
+            connection.on_close(closed)
+
+    def _session_closed(self, session) -> None:
+        if session is None:
+            return
+        self.b.loop.create_task(self.release(session.group_id, session.member_id, list(session.partitions)))
+
+    def _member_removed(self, group_id: str, member_id: str) -> None:
+        keys = [(tid, p) for (g, tid, p) in self.partitions if g == group_id]
+        s = self.sessions.close(group_id, member_id)
+        self.b.loop.create_task(self.release(group_id, member_id, keys))
+        del s
+
+    def _topic_deleted(self, name: str, topic_id: bytes) -> None:
+        for key in [k for k in self.partitions if k[1] == topic_id]:
+            self.partitions.pop(key).close()
+
+    def on_log_change(self, topic: str, partition: int) -> None:
+        """New data or a moved log start: waiting share fetches re-check (via the log key)."""
+
+    async def close(self) -> None:
+        for sp in self.partitions.values():
+            sp.close()
+        self.partitions.clear()
