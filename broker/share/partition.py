@@ -1,0 +1,1006 @@
+"""Share-partition leader: in-flight record state of one (group, topic-partition).
+
+Pure logic on one event loop; no sockets. The ShareFetch / ShareAcknowledge
+handlers drive it (see broker/share/README.md for the call sequence):
+
+    sp = SharePartition(group, topic_id, partition, log=..., persister=..., config=...,
+                        scheduler=loop, now_ms=...)
+    await sp.initialize()                      # ReadShareGroupState, SPSO reset
+    offset = sp.next_fetch_offset()            # where the handler reads the log
+    res = sp.acquire(member, log.read(offset, ...), max_records=..., batch_size=...,
+                     acquire_mode=..., fetch_offset=offset)
+    code = await sp.acknowledge(member, ack_batches)
+    code = await sp.release_member(member)     # share session closed
+
+Implemented, following Kafka 4.4's SharePartition:
+- states AVAILABLE(0) ACQUIRED(1) ACKNOWLEDGED(2) ARCHIVED(4) as persisted in
+  StateBatch.DeliveryState; in-flight batches keyed by first offset in a sorted
+  list (bisect), exploded into per-offset state only when needed (partial ack,
+  subset acquire, throttling, record_limit);
+- acquire: redeliveries first, lowest offsets first, whole log batches, BatchSize
+  splitting (batch_optimized) or exact MaxRecords (record_limit), the
+  partition.max.record.locks window (SPSO..SPEO), delivery count bumped, the
+  Kafka 4.2+ poison-record isolation (records at half the delivery limit are
+  delivered in shrinking groups, a record on its last attempt alone), compacted
+  batches that vanished from the log archived, aborted transactional batches
+  archived (read_committed, ranges supplied by the caller);
+- one acquisition lock (timer handle) per acquired run, shared by the offsets of
+  a batch after a split and cancelled when none of them is ACQUIRED any more;
+- acknowledge: GAP/ACCEPT/RELEASE/REJECT/RENEW per batch or per offset, with
+  Kafka's error codes (INVALID_RECORD_STATE, INVALID_REQUEST); RELEASE and lock
+  expiry go to ARCHIVED at the delivery count limit; RENEW restarts the lock
+  (INVALID_RECORD_STATE when the group disables it);
+- persist, then commit: acknowledgements, releases and lock expiries mark their
+  records in transition, write WriteShareGroupState and only then commit
+  (success) or roll back (failure, error code returned; an expiry whose write
+  failed is retried after `retry_backoff_ms`). Payloads follow Kafka:
+  StartOffset = the SPSO when the write starts, DeliveryCompleteCount = terminal
+  records at/after it including those being written, StateBatches = exactly the
+  records that changed (adjacent equal runs coalesced);
+- SPSO advances over the contiguous terminal prefix and follows the log start
+  offset; DeliveryCompleteCount (KIP-1226) is maintained;
+- initialization from ReadShareGroupState; an uninitialized SPSO (-1) is set
+  by share.auto.offset.reset (latest / earliest / by_duration) and written.
+
+Deliberate differences from Kafka (see README): the SPSO chosen by
+share.auto.offset.reset is persisted at once (Kafka writes it lazily); the
+offsets of a split batch share one lock instead of one timer each (one write
+per expiry, as the KIP-932 example shows); a lock-expiry write is
+persist-then-commit like an acknowledgement; gaps in the persisted state are
+cached as AVAILABLE records with delivery count 0; records below a moved log
+start offset are archived at once, acquired ones included.
+
+Not implemented: the dead-letter queue (ARCHIVING is never entered; persisted
+ARCHIVING loads as ARCHIVED), metrics, fetch-offset metadata caching.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from functools import partial
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+
+from protocol.errors import Errors
+from protocol.messages.read_share_group_state import ReadShareGroupStateRequest
+from protocol.messages.write_share_group_state import WriteShareGroupStateRequest
+
+from broker.share.config import BY_DURATION, EARLIEST, ShareGroupConfig
+from broker.share.errors import ShareError
+
+log = logging.getLogger(__name__)
+
+# Record states, as persisted in StateBatch.DeliveryState.
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = 0, 1, 2, 3, 4
+# AcknowledgementBatch.AcknowledgeTypes.
+ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_RENEW = 0, 1, 2, 3, 4
+_ACK_TARGET = (ARCHIVED, ACKNOWLEDGED, AVAILABLE, ARCHIVED)
+# ShareFetchRequest.ShareAcquireMode.
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
+# Partition lifecycle.
+EMPTY, INITIALIZING, ACTIVE, FAILED, FENCED = "EMPTY", "INITIALIZING", "ACTIVE", "FAILED", "FENCED"
+
+_INCREASE, _NO_OP, _DECREASE = 1, 0, -1
+_ACK, _RELEASE, _EXPIRY = "ack", "release", "expiry"
+_FENCING = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.GROUP_ID_NOT_FOUND,
+                      Errors.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def _terminal(state: int) -> bool:
+    return state == ACKNOWLEDGED or state == ARCHIVED
+
+
+def _unsettled(st: "InFlightState") -> bool:
+    return st.rollback is not None or not _terminal(st.state)
+
+
+def persister_error(code: int) -> int:
+    """The error a share-partition reports for a persister error code (Kafka's mapping)."""
+    if code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE,
+                Errors.COORDINATOR_LOAD_IN_PROGRESS):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.GROUP_ID_NOT_FOUND, Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        return code
+    if code in (Errors.FENCED_LEADER_EPOCH, Errors.FENCED_STATE_EPOCH):
+        return Errors.NOT_LEADER_OR_FOLLOWER
+    return Errors.UNKNOWN_SERVER_ERROR
+
+
+def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: bool = False) -> int:
+    """Kafka's per-partition syntactic check of AcknowledgementBatches: 0 or INVALID_REQUEST.
+
+    Refused: first > last; a batch starting before the previous batch's last offset
+    (Kafka compares with `<`, so sharing that one offset passes); no type; several
+    types but not one per offset; a type outside 0..3 (0..4 from version 2); type 4
+    (RENEW) in a request without IsRenewAck.
+    """
+    max_type = ACK_RENEW if version >= 2 else ACK_REJECT
+    prev_last = -1
+    for b in batches:
+        first, last, types = b.first_offset, b.last_offset, b.acknowledge_types
+        if first > last or first < prev_last or not types:
+            return Errors.INVALID_REQUEST
+        if len(types) > 1 and len(types) != last - first + 1:
+            return Errors.INVALID_REQUEST
+        for t in types:
+            if t < 0 or t > max_type or (t == ACK_RENEW and not is_renew_ack):
+                return Errors.INVALID_REQUEST
+        prev_last = last
+    return Errors.NONE
+
+
+class _Lock:
+    """One acquisition lock: a timer shared by the `refs` states that point at it."""
+
+    __slots__ = ("member_id", "first", "last", "deadline_ms", "handle", "refs", "expired")
+
+    def __init__(self, member_id: str, first: int, last: int, deadline_ms: int):
+        self.member_id, self.first, self.last, self.deadline_ms = member_id, first, last, deadline_ms
+        self.handle: Any = None
+        self.refs = 0
+        self.expired = False
+
+
+class InFlightState:
+    """State of a batch or of one offset. `rollback` is set while a transition awaits the persister."""
+
+    __slots__ = ("state", "delivery_count", "member_id", "lock", "rollback")
+
+    def __init__(self, state: int, delivery_count: int, member_id: str = "",
+                 lock: _Lock | None = None, rollback: tuple | None = None):
+        self.state, self.delivery_count, self.member_id = state, delivery_count, member_id
+        self.lock, self.rollback = lock, rollback
+
+    def __repr__(self) -> str:
+        t = "*" if self.rollback else ""
+        return f"({self.state}{t} dc={self.delivery_count} {self.member_id!r})"
+
+
+class InFlightBatch:
+    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after a split."""
+
+    __slots__ = ("first", "last", "state", "offsets")
+
+    def __init__(self, first: int, last: int, state: InFlightState | None):
+        self.first, self.last, self.state = first, last, state
+        self.offsets: list[InFlightState] | None = None
+
+    def states(self, lo: int, hi: int) -> Iterator[tuple[int, int, InFlightState]]:
+        """(first, last, state) runs covering lo..hi clipped to this batch."""
+        lo, hi = max(lo, self.first), min(hi, self.last)
+        if lo > hi:
+            return
+        if self.offsets is None:
+            yield lo, hi, self.state
+        else:
+            base, offs = self.first, self.offsets
+            for off in range(lo, hi + 1):
+                yield off, off, offs[off - base]
+
+    def __repr__(self) -> str:
+        return f"Batch({self.first}-{self.last} {self.state if self.offsets is None else self.offsets})"
+
+
+class AcquireResult(NamedTuple):
+    acquired: list[tuple[int, int, int]]   # (first_offset, last_offset, delivery_count), ascending
+    batches: list[Any]                     # the fetched batch refs overlapping `acquired`
+    count: int                             # number of offsets acquired
+
+
+_EMPTY = AcquireResult([], [], 0)
+
+
+class SharePartition:
+    """Leader state of one share partition. All methods run on the owning event loop."""
+
+    __slots__ = ("group_id", "topic_id", "partition", "leader_epoch", "config", "state_epoch",
+                 "start_offset", "_end", "_firsts", "_batches", "_find_next", "_dcc",
+                 "_pending_terminal", "_status", "_error", "_init_task", "_tasks", "_log",
+                 "_persister", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
+                 "_retry_backoff_ms")
+
+    def __init__(self, group_id: str, topic_id: bytes, partition: int, *, log: Any, persister: Any,
+                 config: ShareGroupConfig, scheduler: Any, now_ms: Callable[[], int],
+                 leader_epoch: int = 0, on_state_change: Callable[[], None] | None = None,
+                 retry_backoff_ms: int = 1000, wall_ms: Callable[[], int] | None = None):
+        """`scheduler.call_later(delay_s, callback) -> handle` runs the lock timers and `now_ms()`
+        is the same clock in ms (the event loop's); `wall_ms()` is epoch ms for by_duration."""
+        self.group_id, self.topic_id, self.partition = group_id, topic_id, partition
+        self.leader_epoch = leader_epoch
+        self.config = config
+        self.state_epoch = 0
+        self.start_offset = 0          # SPSO
+        self._end = 0                  # one past the last offset ever cached (SPEO + 1)
+        self._firsts: list[int] = []   # first offsets, parallel to _batches
+        self._batches: list[InFlightBatch] = []
+        self._find_next = False        # some cached record may be AVAILABLE
+        self._dcc = 0                  # committed terminal records at/after the SPSO
+        self._pending_terminal = 0     # terminal records in writes not yet answered
+        self._status = EMPTY
+        self._error = Errors.NONE
+        self._init_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._log, self._persister = log, persister
+        self._scheduler, self._now_ms = scheduler, now_ms
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self._on_state_change = on_state_change
+        self._retry_backoff_ms = retry_backoff_ms
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def status(self) -> str:
+        return self._status
+
+    @property
+    def error_code(self) -> int:
+        return self._error
+
+    @property
+    def end_offset(self) -> int:
+        """One past the last offset in flight (SPEO + 1); the next new offset to acquire."""
+        return self._end
+
+    @property
+    def delivery_complete_count(self) -> int:
+        """Committed ACKNOWLEDGED/ARCHIVED records at or after the SPSO (KIP-1226)."""
+        return self._dcc
+
+    @property
+    def in_flight_count(self) -> int:
+        """Size of the SPSO..SPEO window that partition.max.record.locks bounds."""
+        return max(0, self._end - self.start_offset) if self._batches else 0
+
+    @property
+    def acquisition_lock_timeout_ms(self) -> int:
+        return self.config.record_lock_duration_ms
+
+    def record_state(self, offset: int) -> tuple[int, int, str, bool] | None:
+        """(state, delivery_count, member_id, in_transition) of a cached offset, for tests and tools."""
+        i = self._floor(offset)
+        if i < 0 or self._batches[i].last < offset:
+            return None
+        b = self._batches[i]
+        st = b.state if b.offsets is None else b.offsets[offset - b.first]
+        return st.state, st.delivery_count, st.member_id, st.rollback is not None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def initialize(self) -> None:
+        """Load the state from the persister once; raises ShareError when that fails."""
+        if self._status == ACTIVE:
+            return
+        if self._status in (FAILED, FENCED):
+            raise ShareError(self._error)
+        if self._init_task is None:
+            self._status = INITIALIZING
+            self._init_task = self._spawn(self._initialize())
+        await asyncio.shield(self._init_task)
+
+    async def _initialize(self) -> None:
+        try:
+            await self._load_state()
+        except Exception as e:
+            if not isinstance(e, ShareError):
+                log.exception("initializing %s failed", self)
+                e = ShareError(Errors.UNKNOWN_SERVER_ERROR, "share partition initialization failed")
+            if self._status == INITIALIZING:
+                self._status, self._error = FAILED, e.code
+            raise e from None
+        self._status = ACTIVE
+        self._notify()
+
+    async def _load_state(self) -> None:
+        R = ReadShareGroupStateRequest
+        req = R(group_id=self.group_id, topics=[R.ReadStateData(
+            topic_id=self.topic_id,
+            partitions=[R.PartitionData(partition=self.partition, leader_epoch=self.leader_epoch)])])
+        part = self._single_result(await self._persister.read_state(req))
+        if part.error_code:
+            raise ShareError(persister_error(part.error_code), part.error_message)
+        if self._status != INITIALIZING:
+            raise ShareError(self._error or Errors.NOT_LEADER_OR_FOLLOWER)
+        self.state_epoch = part.state_epoch
+        start = part.start_offset
+        self._load(self._reset_offset() if start < 0 else start, part.state_batches)
+        if start < 0:
+            # Persist the SPSO chosen by share.auto.offset.reset (KIP-932 example, first row).
+            code = await self._write(self._write_request([]))
+            if code:
+                raise ShareError(code, "writing the initial share-partition start offset failed")
+
+    def _single_result(self, resp: Any) -> Any:
+        results = resp.results
+        if (len(results) != 1 or results[0].topic_id != self.topic_id
+                or len(results[0].partitions) != 1
+                or results[0].partitions[0].partition != self.partition):
+            raise ShareError(Errors.UNKNOWN_SERVER_ERROR, "unexpected share state response")
+        return results[0].partitions[0]
+
+    def _reset_offset(self) -> int:
+        strategy, duration_ms = self.config.reset_strategy
+        if strategy == EARLIEST:
+            return self._log.log_start_offset
+        if strategy == BY_DURATION:
+            found = self._log.offset_for_timestamp(self._wall_ms() - duration_ms)
+            if found is not None and found[0] is not None and found[0] >= 0:
+                return found[0]
+            # Kafka fails the partition with OFFSET_NOT_AVAILABLE when no record is that recent;
+            # every future record is, so the log end is the answer.
+        return self._log.log_end_offset
+
+    def _load(self, start: int, state_batches: Sequence[Any]) -> None:
+        self.start_offset = self._end = start
+        for sb in sorted(state_batches, key=lambda s: s.first_offset):
+            first, last = max(sb.first_offset, self._end), sb.last_offset
+            if first > last:
+                continue
+            if first > self._end:  # unknown records: offered again, delivery count unknown
+                self._insert(InFlightBatch(self._end, first - 1, InFlightState(AVAILABLE, 0)))
+            state = sb.delivery_state
+            state = AVAILABLE if state == ACQUIRED else ARCHIVED if state == ARCHIVING else state
+            self._insert(InFlightBatch(first, last, InFlightState(state, sb.delivery_count)))
+            if _terminal(state):
+                self._dcc += last - first + 1
+            self._end = last + 1
+        self._find_next = bool(self._batches)
+        lso = self._log.log_start_offset if self._log is not None else start
+        if lso > self.start_offset:
+            self._move_start_to_log_start(lso)
+        self._advance_start()
+
+    def close(self) -> None:
+        """Stop: cancel every lock timer; later calls see NOT_LEADER_OR_FOLLOWER."""
+        for b in self._batches:
+            for _, _, st in b.states(b.first, b.last):
+                if st.lock is not None and st.lock.handle is not None:
+                    st.lock.handle.cancel()
+                    st.lock.handle = None
+        if self._status not in (FAILED, FENCED):
+            self._status, self._error = FENCED, Errors.NOT_LEADER_OR_FOLLOWER
+        self._notify()
+
+    async def drain(self) -> None:
+        """Wait until no persister write or initialization of this partition is running."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ fetch side
+
+    def next_fetch_offset(self) -> int:
+        """The offset the handler should read the log from."""
+        self._follow_log_start()
+        if self._find_next and self._batches:
+            start = self.start_offset
+            for b in self._batches:
+                if b.offsets is None:
+                    st = b.state
+                    if st.state == AVAILABLE and st.rollback is None and b.last >= start:
+                        return max(b.first, start)
+                else:
+                    for k, st in enumerate(b.offsets):
+                        if st.state == AVAILABLE and st.rollback is None and b.first + k >= start:
+                            return b.first + k
+            self._find_next = False
+        return self._end
+
+    def acquirable(self, log_end_offset: int | None = None) -> bool:
+        """Whether an acquire could return records now (for the long-poll decision)."""
+        if self._status != ACTIVE:
+            return False
+        offset = self.next_fetch_offset()
+        if offset < self._end:
+            return True
+        if self.in_flight_count >= self.config.partition_max_record_locks:
+            return False
+        return log_end_offset is None or offset < log_end_offset
+
+    def acquire(self, member_id: str, batches: Sequence[Any], *, max_records: int, batch_size: int,
+                acquire_mode: int = BATCH_OPTIMIZED, fetch_offset: int | None = None,
+                aborted: Iterable[tuple[int, int]] | None = None) -> AcquireResult:
+        """Acquire records for `member_id` from `batches` (log batch refs, ascending, read at fetch_offset).
+
+        `batches` items need `base_offset` and `last_offset`; the ones returned in the result
+        are those overlapping the acquired ranges. `aborted` lists (first, last) offset ranges
+        of aborted transactional batches (read_committed): acquired offsets in them are
+        archived instead of delivered.
+        """
+        if self._status != ACTIVE or max_records <= 0 or not batches:
+            return _EMPTY
+        first_base, last_fetched = batches[0].base_offset, batches[-1].last_offset
+        if last_fetched < self.start_offset:
+            return _EMPTY
+        if fetch_offset is None:
+            fetch_offset = first_base
+        max_acquire = min(max_records, self.config.partition_max_record_locks - self.in_flight_count)
+        last_acquire = last_fetched
+        if max_acquire <= 0:
+            # Window full: only records already in flight (redeliveries) may be taken.
+            if fetch_offset >= self._end:
+                return _EMPTY
+            max_acquire = min(max_records, self._end - fetch_offset)
+            last_acquire = min(last_fetched, self._end - 1)
+        if fetch_offset < first_base:
+            self._archive_stale(fetch_offset, first_base)
+
+        record_limit = acquire_mode == RECORD_LIMIT
+        limit = self.config.delivery_count_limit
+        throttle_at = max(2, -(-limit // 2))
+        out: list[tuple[int, int, int]] = []
+        count, stopped = 0, False
+        lo = max(first_base, self.start_offset)
+        i = max(self._floor(lo), 0)
+        while i < len(self._batches) and count < max_acquire:
+            b = self._batches[i]
+            i += 1
+            if b.first > last_acquire:
+                break
+            if b.last < lo:
+                continue
+            remaining = max_acquire - count
+            throttle = self._should_throttle(b, lo, last_acquire, throttle_at)
+            if throttle and count:
+                stopped = True  # isolate the suspicious records in a later fetch
+                break
+            if b.offsets is None:
+                st = b.state
+                if st.state != AVAILABLE or st.rollback is not None:
+                    continue
+                whole = b.first >= first_base and b.last <= last_acquire
+                if whole and not throttle and not (record_limit and b.last - b.first + 1 > remaining):
+                    self._take(st, member_id, self._new_lock(member_id, b.first, b.last))
+                    out.append((b.first, b.last, st.delivery_count))
+                    count += b.last - b.first + 1
+                    continue
+                self._explode(b)
+            n = self._acquire_offsets(member_id, b, lo, last_acquire, record_limit, remaining,
+                                      limit, throttle_at, out)
+            count += n
+            if throttle and n:
+                stopped = True
+                break
+        if not stopped and count < max_acquire:
+            new_first = max(lo, self._end)
+            if new_first <= last_acquire:
+                count += self._acquire_new(member_id, batches, new_first, last_acquire, batch_size,
+                                           max_acquire - count, record_limit, out)
+        if aborted and out:
+            out, count = self._drop_aborted(out, aborted)
+        if not out:
+            return _EMPTY
+        return AcquireResult(out, _overlapping(batches, out), count)
+
+    def _should_throttle(self, b: InFlightBatch, lo: int, hi: int, throttle_at: int) -> bool:
+        for _, _, st in b.states(lo, hi):
+            if st.state == AVAILABLE and st.rollback is None and st.delivery_count >= throttle_at:
+                return True
+        return False
+
+    def _acquire_offsets(self, member: str, b: InFlightBatch, lo: int, hi: int, record_limit: bool,
+                         remaining: int, limit: int, throttle_at: int,
+                         out: list[tuple[int, int, int]]) -> int:
+        n, cap, prev, lock = 0, -1, -2, None
+        offs = b.offsets
+        for off in range(max(b.first, lo), min(b.last, hi) + 1):
+            st = offs[off - b.first]
+            if st.state != AVAILABLE or st.rollback is not None:
+                continue
+            dc = st.delivery_count
+            if limit > 2 and dc == limit - 1 and n:
+                break  # the record's last attempt is delivered alone
+            if cap < 0 and dc >= throttle_at:
+                cap = max(1, len(offs) >> (dc - throttle_at + 1))
+            if lock is None or prev != off - 1:
+                lock = self._new_lock(member, off, off)
+            else:
+                lock.last = off
+            self._take(st, member, lock)
+            if prev == off - 1 and out[-1][2] == dc + 1:
+                out[-1] = (out[-1][0], off, dc + 1)
+            else:
+                out.append((off, off, dc + 1))
+            prev = off
+            n += 1
+            if (limit > 2 and dc + 1 == limit) or (record_limit and n == remaining) or n == cap:
+                break
+        return n
+
+    def _acquire_new(self, member: str, batches: Sequence[Any], first: int, last: int,
+                     batch_size: int, remaining: int, record_limit: bool,
+                     out: list[tuple[int, int, int]]) -> int:
+        if remaining < last - first + 1:
+            last = min(last, _last_of_batch_with(batches, first + remaining - 1))
+        if self.start_offset >= self._end:
+            self.start_offset = first  # nothing in flight: skip the hole before `first`
+        self._end = max(self._end, last + 1)
+        if record_limit and last - first + 1 > remaining:
+            # The cache keeps the whole log batch; only MaxRecords offsets of it are acquired.
+            b = InFlightBatch(first, last, None)
+            lock = self._new_lock(member, first, first + remaining - 1)
+            b.offsets = [InFlightState(AVAILABLE, 0) for _ in range(last - first + 1)]
+            for st in b.offsets[:remaining]:
+                self._take(st, member, lock)
+            self._insert(b)
+            self._find_next = True
+            out.append((first, first + remaining - 1, 1))
+            return remaining
+        cur = first
+        if not record_limit and 0 < batch_size < last - first + 1:
+            for bt in batches:
+                base = bt.base_offset
+                if base > last:
+                    break
+                if base - cur >= batch_size:
+                    self._add_acquired(member, cur, base - 1, out)
+                    cur = base
+        self._add_acquired(member, cur, last, out)
+        return last - first + 1
+
+    def _add_acquired(self, member: str, first: int, last: int, out: list) -> None:
+        st = InFlightState(AVAILABLE, 0)
+        self._take(st, member, self._new_lock(member, first, last))
+        self._insert(InFlightBatch(first, last, st))
+        out.append((first, last, 1))
+
+    def _archive_stale(self, fetch_offset: int, base: int) -> None:
+        """Archive AVAILABLE records in fetch_offset..base-1: compaction removed them from the log."""
+        if self._archive_range(fetch_offset, base - 1, AVAILABLE):
+            self._find_next = True
+            self._advance_start()
+
+    def _drop_aborted(self, out: list[tuple[int, int, int]], aborted: Iterable[tuple[int, int]]):
+        spans = sorted(aborted)
+        kept: list[tuple[int, int, int]] = []
+        for first, last, dc in out:
+            cur = first
+            for af, al in spans:
+                if al < cur or af > last:
+                    continue
+                if af > cur:
+                    kept.append((cur, af - 1, dc))
+                self._archive_range(max(af, cur), min(al, last), ACQUIRED)
+                cur = al + 1
+                if cur > last:
+                    break
+            if cur <= last:
+                kept.append((cur, last, dc))
+        self._advance_start()
+        return kept, sum(l - f + 1 for f, l, _ in kept)
+
+    def _archive_range(self, lo: int, hi: int, from_state: int) -> bool:
+        """In-memory archive (not persisted, as Kafka) of settled `from_state` records in lo..hi."""
+        changed = False
+        i = max(self._floor(lo), 0)
+        while i < len(self._batches) and self._batches[i].first <= hi:
+            b = self._batches[i]
+            i += 1
+            if b.last < lo:
+                continue
+            if b.offsets is None:
+                st = b.state
+                if st.state != from_state or st.rollback is not None:
+                    continue
+                if b.first < lo or b.last > hi:
+                    self._explode(b)
+            for s_lo, s_hi, st in b.states(lo, hi):
+                if st.state == from_state and st.rollback is None:
+                    self._force_archive(st)
+                    if s_hi >= self.start_offset:
+                        self._dcc += s_hi - max(s_lo, self.start_offset) + 1
+                    changed = True
+        return changed
+
+    # ------------------------------------------------------------------ acknowledge side
+
+    async def acknowledge(self, member_id: str, batches: Sequence[Any]) -> int:
+        """Apply AcknowledgementBatches (objects with first_offset, last_offset, acknowledge_types).
+
+        All batches apply or none: the records change only once the persister has
+        written them. Returns 0 or the partition's error code.
+        """
+        code = self._inactive_code()
+        if code:
+            return code
+        changes: list[tuple[InFlightBatch, int, int]] = []
+        renew: list[tuple[InFlightBatch, int, int]] = []
+        code = self._begin_acks(member_id, batches, changes, renew)
+        if code:
+            self._apply(changes, False, _ACK)
+            return code
+        if renew:
+            self._renew(member_id, renew)
+        if not changes:
+            return Errors.NONE
+        return await asyncio.shield(self._start_write(changes, _ACK))
+
+    def _begin_acks(self, member: str, batches: Sequence[Any], changes: list, renew: list) -> int:
+        renew_enabled = self.config.renew_acknowledge_enable
+        for ab in batches:
+            first, last, types = ab.first_offset, ab.last_offset, ab.acknowledge_types
+            if first > last or not types or (len(types) > 1 and len(types) != last - first + 1):
+                return Errors.INVALID_REQUEST
+            if any(t < ACK_GAP or t > ACK_RENEW for t in types):
+                return Errors.INVALID_REQUEST
+            if last < self.start_offset:
+                continue  # already archived: nothing to do (Kafka skips these)
+            lo = max(first, self.start_offset)
+            i = self._floor(lo)
+            if i < 0:
+                return Errors.INVALID_RECORD_STATE
+            j = self._floor(last)
+            top = self._batches[j].last
+            if top < lo or last > top:
+                return Errors.INVALID_REQUEST  # offsets past the records handed out
+            single = types[0] if len(types) == 1 else None
+            for b in self._batches[i:j + 1]:
+                if b.last < lo:
+                    continue
+                if b.offsets is None:
+                    st = b.state
+                    if not st.member_id or st.member_id != member or st.rollback is not None \
+                            or st.state != ACQUIRED:
+                        return Errors.INVALID_RECORD_STATE
+                    if single is not None and b.first >= lo and b.last <= last:
+                        code = self._ack_one(b, b.first, b.last, st, single, renew_enabled,
+                                             changes, renew)
+                        if code:
+                            return code
+                        continue
+                    self._explode(b)
+                for off, _, st in b.states(lo, last):
+                    if st.state != ACQUIRED or st.rollback is not None or st.member_id != member:
+                        return Errors.INVALID_RECORD_STATE
+                    t = single if single is not None else types[off - first]
+                    code = self._ack_one(b, off, off, st, t, renew_enabled, changes, renew)
+                    if code:
+                        return code
+        return Errors.NONE
+
+    def _ack_one(self, b: InFlightBatch, lo: int, hi: int, st: InFlightState, ack_type: int,
+                 renew_enabled: bool, changes: list, renew: list) -> int:
+        if ack_type == ACK_RENEW:
+            if not renew_enabled:
+                return Errors.INVALID_RECORD_STATE
+            renew.append((b, lo, hi))
+        elif self._begin(st, _ACK_TARGET[ack_type], _NO_OP, ""):
+            changes.append((b, lo, hi))
+        else:
+            return Errors.INVALID_RECORD_STATE
+        return Errors.NONE
+
+    def _renew(self, member: str, targets: list[tuple[InFlightBatch, int, int]]) -> None:
+        runs: list[list] = []
+        for b, lo, hi in targets:
+            if runs and runs[-1][0] is b and runs[-1][2] == lo - 1:
+                runs[-1][2] = hi
+            else:
+                runs.append([b, lo, hi])
+        for b, lo, hi in runs:
+            lock = self._new_lock(member, lo, hi)
+            for _, _, st in b.states(lo, hi):
+                self._drop_lock(st)
+                st.lock = lock
+                lock.refs += 1
+
+    async def release_member(self, member_id: str) -> int:
+        """Return every record `member_id` holds here to AVAILABLE (share session closed).
+
+        As Kafka, the delivery count is decremented (the records are deemed not delivered)
+        and the delivery count limit is not applied.
+        """
+        if self._status != ACTIVE:
+            return Errors.NONE
+        changes = []
+        for b in self._batches:
+            for lo, hi, st in b.states(b.first, b.last):
+                if st.state == ACQUIRED and st.member_id == member_id and st.rollback is None:
+                    self._begin(st, AVAILABLE, _DECREASE, "")
+                    changes.append((b, lo, hi))
+        if not changes:
+            return Errors.NONE
+        return await asyncio.shield(self._start_write(changes, _RELEASE))
+
+    def _on_lock_expired(self, lock: _Lock) -> None:
+        lock.handle = None
+        if lock.refs <= 0 or self._status != ACTIVE:
+            return
+        lock.expired = True
+        changes = []
+        for b, lo, hi, st in list(self._lock_states(lock)):
+            if st.state == ACQUIRED and st.rollback is None:
+                self._begin(st, AVAILABLE, _NO_OP, "")
+                changes.append((b, lo, hi))
+        if changes:
+            self._start_write(changes, _EXPIRY)
+
+    def _lock_states(self, lock: _Lock) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
+        i = max(self._floor(lock.first), 0)
+        while i < len(self._batches) and self._batches[i].first <= lock.last:
+            b = self._batches[i]
+            i += 1
+            for lo, hi, st in b.states(lock.first, lock.last):
+                if st.lock is lock:
+                    yield b, lo, hi, st
+
+    # ------------------------------------------------------------------ persist, then commit
+
+    def _start_write(self, changes: list[tuple[InFlightBatch, int, int]], kind: str) -> asyncio.Task:
+        runs = _coalesce(changes)
+        start = self.start_offset
+        delta = sum(hi - max(lo, start) + 1 for lo, hi, s, _ in runs if _terminal(s) and hi >= start)
+        self._pending_terminal += delta
+        req = self._write_request(runs)
+        return self._spawn(self._write_and_apply(req, changes, kind, delta))
+
+    async def _write_and_apply(self, req: Any, changes: list, kind: str, delta: int) -> int:
+        try:
+            code = await self._write(req)
+        finally:
+            self._pending_terminal -= delta
+        self._apply(changes, code == Errors.NONE, kind)
+        if code in _FENCING and self._status == ACTIVE:
+            self._status, self._error = FENCED, code
+        return code
+
+    def _write_request(self, runs: list[tuple[int, int, int, int]]) -> WriteShareGroupStateRequest:
+        W = WriteShareGroupStateRequest
+        return W(group_id=self.group_id, topics=[W.WriteStateData(topic_id=self.topic_id, partitions=[
+            W.PartitionData(partition=self.partition, state_epoch=self.state_epoch,
+                            leader_epoch=self.leader_epoch, start_offset=self.start_offset,
+                            delivery_complete_count=self._dcc + self._pending_terminal,
+                            state_batches=[W.StateBatch(first_offset=f, last_offset=l,
+                                                        delivery_state=s, delivery_count=d)
+                                           for f, l, s, d in runs])])])
+
+    async def _write(self, req: Any) -> int:
+        try:
+            resp = await self._persister.write_state(req)
+            code = self._single_result(resp).error_code
+        except ShareError as e:
+            return e.code
+        except Exception:
+            log.exception("share state write failed for %s", self)
+            return Errors.UNKNOWN_SERVER_ERROR
+        return persister_error(code) if code else Errors.NONE
+
+    def _apply(self, changes: list[tuple[InFlightBatch, int, int]], ok: bool, kind: str) -> None:
+        """Commit (`ok`) or roll back the transitions started for `changes`."""
+        expired: dict[int, _Lock] = {}
+        start = self.start_offset
+        for b, lo, hi in changes:
+            for s_lo, s_hi, st in b.states(lo, hi):
+                prev = st.rollback
+                if prev is None:
+                    continue
+                st.rollback = None
+                if not ok:
+                    st.state, st.delivery_count, st.member_id = prev
+                if st.state != ACQUIRED:
+                    self._drop_lock(st)
+                    if st.state == AVAILABLE:
+                        self._find_next = True
+                    elif ok and s_hi >= start:
+                        self._dcc += s_hi - max(s_lo, start) + 1
+                elif st.lock is not None and st.lock.expired:
+                    expired[id(st.lock)] = st.lock
+        for lock in expired.values():
+            if kind == _EXPIRY:  # the expiry itself was not persisted: try again later
+                if lock.handle is None:
+                    lock.expired = False
+                    lock.handle = self._scheduler.call_later(
+                        self._retry_backoff_ms / 1000.0, partial(self._on_lock_expired, lock))
+            else:  # the lock ran out while this transition was being written
+                self._on_lock_expired(lock)
+        if ok:
+            self._advance_start()
+        self._trim()
+        self._notify()
+
+    # ------------------------------------------------------------------ SPSO and log start
+
+    def update_log_start_offset(self, log_start_offset: int) -> None:
+        """The log start offset moved (retention, DeleteRecords): the SPSO follows it up."""
+        if self._status == ACTIVE and log_start_offset > self.start_offset:
+            self._move_start_to_log_start(log_start_offset)
+            self._notify()
+
+    def _follow_log_start(self) -> None:
+        if self._log is not None:
+            self.update_log_start_offset(self._log.log_start_offset)
+
+    def _move_start_to_log_start(self, lso: int) -> None:
+        # Records below the new log start are gone: archive them, acquired ones included
+        # (an acknowledgement for them is then skipped, as Kafka skips offsets below the SPSO).
+        for b in self._batches:
+            if b.first >= lso:
+                break
+            if b.offsets is None and b.last >= lso and _unsettled(b.state):
+                self._explode(b)
+            for _, _, st in b.states(b.first, lso - 1):
+                if _unsettled(st):
+                    self._force_archive(st)
+        self.start_offset = lso
+        self._end = max(self._end, lso)
+        self._find_next = True
+        self._dcc = sum(s_hi - max(s_lo, lso) + 1 for b in self._batches
+                        for s_lo, s_hi, st in b.states(lso, b.last)
+                        if _terminal(st.state) and st.rollback is None)
+        self._advance_start()
+        self._trim()
+
+    def _advance_start(self) -> bool:
+        """Move the SPSO over the contiguous prefix of settled terminal records."""
+        old = pos = self.start_offset
+        removed, blocked = 0, False
+        i = max(self._floor(pos), 0)
+        while i < len(self._batches):
+            b = self._batches[i]
+            i += 1
+            if b.last < pos:
+                continue
+            pos = max(pos, b.first)  # a hole between batches holds no record
+            if b.offsets is None:
+                st = b.state
+                if st.rollback is not None or not _terminal(st.state):
+                    blocked = True
+                    break
+                removed += b.last - pos + 1
+                pos = b.last + 1
+            else:
+                offs, k0 = b.offsets, pos - b.first
+                k = k0
+                while k < len(offs) and offs[k].rollback is None and _terminal(offs[k].state):
+                    k += 1
+                removed += k - k0
+                pos = b.first + k
+                if k < len(offs):
+                    blocked = True
+                    break
+        if not blocked:
+            pos = max(pos, self._end)
+        if pos == old:
+            return False
+        self.start_offset = pos
+        self._dcc -= removed
+        self._trim()
+        return True
+
+    def _trim(self) -> None:
+        start, k = self.start_offset, 0
+        while k < len(self._batches) and self._batches[k].last < start:
+            b = self._batches[k]
+            if any(_unsettled(st) for _, _, st in b.states(b.first, b.last)):
+                break
+            k += 1
+        if k:
+            del self._batches[:k], self._firsts[:k]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _floor(self, offset: int) -> int:
+        """Index of the last batch whose first offset is <= offset, or -1."""
+        return bisect.bisect_right(self._firsts, offset) - 1
+
+    def _insert(self, b: InFlightBatch) -> None:
+        i = bisect.bisect_left(self._firsts, b.first)
+        self._firsts.insert(i, b.first)
+        self._batches.insert(i, b)
+
+    def _explode(self, b: InFlightBatch) -> None:
+        st, n = b.state, b.last - b.first + 1
+        if st.lock is not None:
+            st.lock.refs += n - 1
+        b.offsets = [InFlightState(st.state, st.delivery_count, st.member_id, st.lock, st.rollback)
+                     for _ in range(n)]
+        b.state = None
+
+    @staticmethod
+    def _take(st: InFlightState, member: str, lock: _Lock) -> None:
+        st.state, st.member_id = ACQUIRED, member
+        st.delivery_count += 1
+        st.lock = lock
+        lock.refs += 1
+
+    def _begin(self, st: InFlightState, target: int, op: int, member: str) -> bool:
+        """Start a persisted transition; False when it is not allowed."""
+        cur = st.state
+        if st.rollback is not None:
+            return False
+        if target == AVAILABLE and op != _DECREASE and st.delivery_count >= self.config.delivery_count_limit:
+            target = ARCHIVED
+        if cur == target or _terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
+            return False
+        st.rollback = (cur, st.delivery_count, st.member_id)
+        st.state, st.member_id = target, member
+        if target != ARCHIVED:
+            st.delivery_count += op
+        return True
+
+    def _force_archive(self, st: InFlightState) -> None:
+        st.state, st.member_id = ARCHIVED, ""
+        self._drop_lock(st)
+        if st.rollback is not None:  # a transition in flight must not bring it back
+            st.rollback = (ARCHIVED, st.delivery_count, "")
+
+    @staticmethod
+    def _drop_lock(st: InFlightState) -> None:
+        lock = st.lock
+        if lock is not None:
+            st.lock = None
+            lock.refs -= 1
+            if lock.refs <= 0 and lock.handle is not None:
+                lock.handle.cancel()
+                lock.handle = None
+
+    def _new_lock(self, member: str, first: int, last: int) -> _Lock:
+        duration = self.config.record_lock_duration_ms
+        lock = _Lock(member, first, last, self._now_ms() + duration)
+        lock.handle = self._scheduler.call_later(duration / 1000.0, partial(self._on_lock_expired, lock))
+        return lock
+
+    def _inactive_code(self) -> int:
+        if self._status == ACTIVE:
+            return Errors.NONE
+        if self._status in (EMPTY, INITIALIZING):
+            return Errors.LEADER_NOT_AVAILABLE
+        return self._error
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed initialization is reported to its awaiters
+
+    def _notify(self) -> None:
+        if self._on_state_change is not None:
+            try:
+                self._on_state_change()
+            except Exception:
+                log.exception("share partition listener failed")
+
+    def __repr__(self) -> str:
+        return (f"SharePartition({self.group_id!r}, {self.topic_id.hex()}-{self.partition}, "
+                f"{self._status}, spso={self.start_offset}, end={self._end})")
+
+
+def _coalesce(changes: list[tuple[InFlightBatch, int, int]]) -> list[tuple[int, int, int, int]]:
+    """(first, last, state, delivery_count) runs of the changed records, adjacent equal runs merged."""
+    runs: list[tuple[int, int, int, int]] = []
+    for b, lo, hi in sorted(changes, key=lambda c: c[1]):
+        for s_lo, s_hi, st in b.states(lo, hi):
+            if runs and runs[-1][1] == s_lo - 1 and runs[-1][2] == st.state \
+                    and runs[-1][3] == st.delivery_count:
+                runs[-1] = (runs[-1][0], s_hi, st.state, st.delivery_count)
+            else:
+                runs.append((s_lo, s_hi, st.state, st.delivery_count))
+    return runs
+
+
+def _last_of_batch_with(batches: Sequence[Any], offset: int) -> int:
+    """Last offset of the fetched batch containing `offset` (whole batches are acquired)."""
+    found = None
+    for bt in batches:
+        if bt.base_offset > offset:
+            break
+        found = bt
+    if found is not None and offset <= found.last_offset:
+        return found.last_offset
+    return offset
+
+
+def _overlapping(batches: Sequence[Any], ranges: list[tuple[int, int, int]]) -> list[Any]:
+    out, k = [], 0
+    for bt in batches:
+        while k < len(ranges) and ranges[k][1] < bt.base_offset:
+            k += 1
+        if k == len(ranges):
+            break
+        if ranges[k][0] <= bt.last_offset:
+            out.append(bt)
+    return out
