@@ -150,7 +150,11 @@ class Broker:
         for name in sorted(INTERNAL_TOPICS):
             if self.logs.topic(name) is None:
                 self.logs.create_topic(name, 1, {"cleanup.policy": "delete", "retention.ms": "-1"})
-        await self._start_components()
+        try:
+            await self._start_components()
+        except ValueError as e:  # ConfigError: a setting outside its bounds
+            self.logs.close()
+            raise StartupError(f"bad configuration: {e}") from None
         self.server = Server(self, self.host, self.port)
         try:
             await self.server.start()

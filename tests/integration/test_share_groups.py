@@ -1,0 +1,131 @@
+"""Share-group membership and group configs over sockets: ShareGroupHeartbeat / ShareGroupDescribe
+with our codec, GROUP config resources with confluent-kafka's AdminClient, and both across a restart."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from broker.testing import BrokerProcess
+from protocol.errors import Errors
+from protocol.messages.share_group_describe import ShareGroupDescribeRequest as DescReq
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
+from tests.wire import WireClient
+
+
+def new_topic(admin: AdminClient, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions)])[name].result(15)
+    return name
+
+
+def heartbeat(w: WireClient, group: str, member: str, epoch: int, topics=None):
+    return w.request(HbReq(group_id=group, member_id=member, member_epoch=epoch, subscribed_topic_names=topics), 1)
+
+
+def assigned(resp) -> dict[bytes, list[int]]:
+    return {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions} if resp.assignment else None
+
+
+def alter(admin: AdminClient, group: str, **kv):
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), str(v), incremental_operation=AlterConfigOpType.SET) for k, v in kv.items()])
+    return admin.incremental_alter_configs([res])[res].result(15)
+
+
+def describe_group_configs(admin: AdminClient, group: str) -> dict:
+    res = ConfigResource(ConfigResource.Type.GROUP, group)
+    return admin.describe_configs([res])[res].result(15)
+
+
+def test_membership_epochs_and_assignment(sharebroker):
+    admin = AdminClient({"bootstrap.servers": sharebroker.bootstrap})
+    topic = new_topic(admin, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(sharebroker.bootstrap) as w:
+        r1 = heartbeat(w, group, "m1", 0, [topic])
+        assert r1.error_code == 0 and r1.member_epoch == 1 and r1.heartbeat_interval_ms == 5000
+        assert list(assigned(r1).values()) == [[0, 1, 2, 3]]
+        r2 = heartbeat(w, group, "m2", 0, [topic])
+        assert r2.member_epoch == 2
+        # m1 learns of the new assignment on its next heartbeat: the 4 partitions are split 2/2
+        r1b = heartbeat(w, group, "m1", 1)
+        assert r1b.member_epoch == 2
+        mine, theirs = list(assigned(r1b).values())[0], list(assigned(r2).values())[0]
+        assert len(mine) == 2 and sorted(mine + theirs) == [0, 1, 2, 3]
+        # a steady heartbeat carries no assignment
+        assert heartbeat(w, group, "m1", 2).assignment is None
+        # errors
+        assert heartbeat(w, group, "m1", 7).error_code == Errors.FENCED_MEMBER_EPOCH
+        assert heartbeat(w, group, "nobody", 3).error_code == Errors.UNKNOWN_MEMBER_ID
+        assert heartbeat(w, group, "m3", 0, None).error_code == Errors.INVALID_REQUEST
+        assert heartbeat(w, group, "x" * 37, 0, [topic]).error_code == Errors.INVALID_REQUEST
+        assert heartbeat(w, "", "m1", 0, [topic]).error_code == Errors.INVALID_REQUEST
+        d = w.request(DescReq(group_ids=[group, "no-such-group"]), 1)
+        g, missing = d.groups
+        assert g.error_code == 0 and g.group_state == "Stable" and g.assignor_name == "simple"
+        assert {m.member_id for m in g.members} == {"m1", "m2"}
+        assert missing.error_code == Errors.GROUP_ID_NOT_FOUND
+        # leaving gives the partitions back to the remaining member
+        assert heartbeat(w, group, "m2", -1).member_epoch == -1
+        r = heartbeat(w, group, "m1", 2)
+        assert r.member_epoch == 3 and list(assigned(r).values()) == [[0, 1, 2, 3]]
+        assert heartbeat(w, group, "m1", -1).error_code == 0
+        d = w.request(DescReq(group_ids=[group]), 1)
+        assert d.groups[0].group_state == "Empty" and d.groups[0].members == []
+
+
+def test_group_state_survives_restart(tmp_path):
+    with BrokerProcess(tmp_path / "d") as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        topic = new_topic(admin, 2)
+        group = "g-restart"
+        with WireClient(b.bootstrap) as w:
+            r = heartbeat(w, group, "m1", 0, [topic])
+            assert r.member_epoch == 1
+        b.kill9()
+        b.start()
+        with WireClient(b.bootstrap) as w:
+            d = w.request(DescReq(group_ids=[group]), 1).groups[0]
+            assert d.error_code == 0 and d.group_epoch == 1 and [m.member_id for m in d.members] == ["m1"]
+            assert sorted(d.members[0].assignment.topic_partitions[0].partitions) == [0, 1]
+            # the member carries on with its epoch after the restart
+            assert heartbeat(w, group, "m1", 1).error_code == 0
+
+
+def test_group_configs_validated_persisted_and_described(tmp_path):
+    with BrokerProcess(tmp_path / "d", config={"group.share.record.lock.duration.ms": "20000"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        group = "g-configs"
+        before = describe_group_configs(admin, group)
+        assert before["share.auto.offset.reset"].value == "latest"
+        assert before["share.record.lock.duration.ms"].value == "20000"  # the broker's setting
+        assert before["share.delivery.count.limit"].value == "5"
+        alter(admin, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=45000,
+              share_delivery_count_limit=4)
+        for bad in ({"share_record_lock_duration_ms": 1000},     # below group.share.min.record.lock.duration.ms
+                    {"share_delivery_count_limit": 11},          # above group.share.max.delivery.count.limit
+                    {"share_auto_offset_reset": "sometimes"},
+                    {"share_auto_offset_reset": "by_duration:PT-1H"},
+                    {"share_isolation_level": "dirty"},
+                    {"no_such_key": "1"}):
+            with pytest.raises(KafkaException) as e:
+                alter(admin, group, **bad)
+            assert e.value.args[0].code() == Errors.INVALID_CONFIG, bad
+        alter(admin, group, share_auto_offset_reset="by_duration:PT1H")
+        b.restart()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        after = describe_group_configs(admin, group)
+        assert after["share.auto.offset.reset"].value == "by_duration:PT1H"
+        assert after["share.record.lock.duration.ms"].value == "45000"
+        assert after["share.delivery.count.limit"].value == "4"
+
+
+def test_broker_refuses_lock_floor_below_1000_ms(tmp_path):
+    b = BrokerProcess(tmp_path / "d", config={"group.share.min.record.lock.duration.ms": "999"}, start_timeout=20)
+    with pytest.raises(RuntimeError) as e:
+        b.start()
+    assert "group.share.min.record.lock.duration.ms" in str(e.value)
+    b.close()
