@@ -100,6 +100,9 @@ def share_worker(bootstrap: str, group: str, topic: str, st: Shared, idx: int, p
     finally:
         per[idx] = delivered
         try:
+            # librdkafka 2.16's close() does not accept the last poll's records in implicit mode:
+            # they would be released and redelivered to the other consumers. Commit them first.
+            sc.commit_sync(30)
             sc.close()
         except Exception as e:  # noqa: BLE001
             st.errors.append(f"consumer {idx} close: {e!r}")

@@ -10,6 +10,8 @@ AcquisitionLockTimeoutMs.
 """
 from __future__ import annotations
 
+import logging
+
 from broker.dispatch import handler
 from broker.handlers.share_fetch import merge_topics
 from broker.share.errors import ShareError
@@ -18,6 +20,7 @@ from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_acknowledge import ShareAcknowledgeResponse
 
+log = logging.getLogger("sharebroker.share")
 _T = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
 _P = ShareAcknowledgeResponse.PartitionData
 _L = ShareAcknowledgeResponse.LeaderIdAndEpoch
@@ -31,6 +34,10 @@ async def share_acknowledge(ctx, req):
     if not group or not member:
         return ShareAcknowledgeResponse(error_code=Errors.INVALID_REQUEST,
                                         error_message="GroupId and MemberId must be set")
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("ShareAcknowledge v%d %s/%s epoch %d acks %s", ctx.api_version, group, member, epoch,
+                  [(p.partition_index, [(a.first_offset, a.last_offset, list(a.acknowledge_types))
+                                        for a in p.acknowledgement_batches]) for t in req.topics for p in t.partitions])
     try:
         session = mgr.sessions.acknowledge_context(group, member, epoch)
     except ShareError as e:

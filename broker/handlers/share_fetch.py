@@ -25,6 +25,7 @@ are not supported yet, so the last stable offset is the high watermark).
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
@@ -34,10 +35,12 @@ from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_fetch import ShareFetchResponse
 
+log = logging.getLogger("sharebroker.share")
 _T = ShareFetchResponse.ShareFetchableTopicResponse
 _P = ShareFetchResponse.PartitionData
 _A = ShareFetchResponse.AcquiredRecords
 _L = ShareFetchResponse.LeaderIdAndEpoch
+READ_STEP = 1 << 20
 
 
 class _Part:
@@ -78,6 +81,10 @@ async def share_fetch(ctx, req):
         return ShareFetchResponse(error_code=Errors.INVALID_REQUEST,
                                   error_message="GroupId and MemberId must be set")
     wanted = merge_topics(req.topics)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("ShareFetch v%d %s/%s epoch %d acks %s", ctx.api_version, group, member, epoch,
+                  [(k[1], [(a.first_offset, a.last_offset, list(a.acknowledge_types)) for a in v])
+                   for k, v in wanted.items() if v])
     parts: dict[tuple[bytes, int], _Part] = {}
     has_acks = False
     for key, batches in wanted.items():
@@ -137,6 +144,10 @@ async def share_fetch(ctx, req):
             break
     full = epoch == 0
     shown = [p for p in parts.values() if full or p.touched or p.acquired or p.error]
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("ShareFetch %s/%s epoch %d acquired %s", group, member, epoch,
+                  [(p.p, [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired]) for p in shown
+                   if p.acquired])
     return _response(b, shown, config)
 
 
@@ -157,25 +168,32 @@ async def _acquire(b, mgr, group: str, member: str, fetch_parts: list[_Part], re
             part.error = Errors.UNKNOWN_TOPIC_OR_PARTITION
             continue
         upper = plog.last_stable_offset if sp.config.read_committed else plog.high_watermark
-        offset = sp.next_fetch_offset()
-        if offset >= upper and offset >= sp.end_offset:
-            continue
-        try:
-            batches = plog.read(max(offset, plog.log_start_offset), bytes_left, max_offset=upper,
-                                min_one=total == 0)
-        except LogError:
-            continue
-        if not batches:
-            continue
-        res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
-                         acquire_mode=req.share_acquire_mode, fetch_offset=offset)
-        if not res.count:
-            continue
-        part.records.extend(ref.data for ref in res.batches)
-        part.acquired.extend(_A(first_offset=f, last_offset=last, delivery_count=dc) for f, last, dc in res.acquired)
-        records_left -= res.count
-        bytes_left -= sum(len(ref.data) for ref in res.batches)
-        total += res.count
+        # Read in bounded steps: unlike Kafka's file slices, a read here copies bytes, and MaxBytes
+        # (50 MB from librdkafka) would read far more than MaxRecords can acquire.
+        while records_left > 0 and bytes_left > 0:
+            offset = sp.next_fetch_offset()
+            if offset >= upper and offset >= sp.end_offset:
+                break
+            try:
+                batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, READ_STEP),
+                                    max_offset=upper, min_one=total == 0)
+            except LogError:
+                break
+            if not batches:
+                break
+            res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
+                             acquire_mode=req.share_acquire_mode, fetch_offset=offset)
+            if not res.count:
+                break
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset, sp.start_offset,
+                          sp.end_offset, [(x.base_offset, x.last_offset) for x in batches], res.acquired)
+            part.records.extend(ref.data for ref in res.batches)
+            part.acquired.extend(_A(first_offset=f, last_offset=last, delivery_count=dc)
+                                 for f, last, dc in res.acquired)
+            records_left -= res.count
+            bytes_left -= sum(len(ref.data) for ref in res.batches)
+            total += res.count
     return total
 
 
