@@ -64,6 +64,9 @@ class Broker:
         self.host, self.port = parse_listener(self.config.get("listeners"))
         self.advertised_host = self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1"
         self.advertised_port = self.port
+        self._fixed_advertised = self.config.has("advertised.listeners")
+        if self._fixed_advertised:
+            self.advertised_host, self.advertised_port = parse_listener(self.config.get("advertised.listeners"))
         self.watchers = Watchers()
         self.fetch_sessions = FetchSessionCache(self.config.get_int("max.incremental.fetch.session.cache.slots", 1000))
         self.logs: LogManager | None = None
@@ -162,7 +165,7 @@ class Broker:
             self.logs.close()
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e}") from None
         self.port = self.server.port
-        if self.advertised_port == 0 or self.advertised_port != self.port:
+        if not self._fixed_advertised:
             self.advertised_port = self.port
         self._schedule_maintenance()
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
