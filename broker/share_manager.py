@@ -139,6 +139,14 @@ class ShareManager:
     def on_log_change(self, topic: str, partition: int) -> None:
         """New data or a moved log start: waiting share fetches re-check (via the log key)."""
 
+    async def drop_group(self, group_id: str) -> None:
+        """Forget a deleted group's share partitions and sessions."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            self.partitions.pop(key).close()
+        for s in [s for s in self.sessions.sessions() if s.group_id == group_id]:
+            self.sessions.close(s.group_id, s.member_id)
+        self.configs.pop(group_id, None)
+
     async def close(self) -> None:
         for sp in self.partitions.values():
             sp.close()

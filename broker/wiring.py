@@ -64,7 +64,28 @@ async def start_groups(b) -> None:
             b.share_groups.replay(rec)
     b.share_groups.after_load()
     b.components.append(_Closer(b.share_groups.close))
-    b.group_configs.set_group_lister(lambda: list(b.share_groups.groups))
+    from coordinator.group import GroupCoordinator
+
+    b.groups = GroupCoordinator(b.offsets_log, b.cluster_view, b.config, b.loop, now_ms=b.now_ms,
+                                group_configs=b.group_configs)
+    await b.groups.load()
+    b.groups.attach_foreign_groups(lambda: b.share_groups.groups, lambda gid: delete_share_group(b, gid))
+    b.share_groups.foreign_group_type = b.groups.group_type
+    b.components.append(b.groups)
+    b.group_configs.set_group_lister(lambda: sorted(set(b.share_groups.groups) | set(b.groups.groups)))
+
+
+async def delete_share_group(b, group_id: str) -> None:
+    """DeleteGroups on a share group: its records, its durable share state, its live partitions, its configs."""
+    from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest as D
+
+    initialized = await b.share_groups.delete_group(group_id)
+    if initialized:
+        await b.share_coordinator.delete_state(D(group_id=group_id, topics=[
+            D.DeleteStateData(topic_id=tid, partitions=[D.PartitionData(partition=p) for p in sorted(ps)])
+            for tid, (_name, ps) in initialized.items()]))
+    await b.shares.drop_group(group_id)
+    b.group_configs.delete_group(group_id)
 
 
 def start_shares(b) -> None:

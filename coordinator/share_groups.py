@@ -389,8 +389,10 @@ class ShareGroupCoordinator:
                                                members=members))
         return DescResp(groups=out)
 
-    async def delete_group(self, group_id: str) -> None:
-        """Tombstone an empty share group's records (DeleteGroups); share state is deleted by the caller."""
+    async def delete_group(self, group_id: str) -> dict[bytes, tuple[str, set[int]]]:
+        """Tombstone an empty share group's records (DeleteGroups).
+
+        Returns the share partitions whose state was initialized; the caller deletes that state."""
         g = self.groups.get(group_id)
         if g is None:
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND)
@@ -400,6 +402,7 @@ class ShareGroupCoordinator:
         recs += [(TaKey(group_id=group_id), None), (SpmKey(group_id=group_id), None), (MetaKey(group_id=group_id), None)]
         await self._commit(recs)
         self.groups.pop(group_id, None)
+        return g.initialized
 
     def close(self) -> None:
         for h in self._timers.values():

@@ -1,0 +1,17 @@
+"""ConsumerGroupHeartbeat (68) v0-1: KIP-848 consumer group membership and assignment.
+
+Join (epoch 0), heartbeat, leave (-1) and static temporary leave (-2); server-side
+assignors "uniform" (default), "range" and "lag".  v1 requires client-generated
+member ids; v0 gets one from the coordinator.  See coordinator/group/consumer.py.
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from broker.handlers.join_group import client_host
+from protocol.messages.registry import ApiKey
+
+
+@handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, versions=(0, 1))
+async def consumer_group_heartbeat(ctx, req):
+    return await ctx.broker.groups.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
+                                                            client_host(ctx))

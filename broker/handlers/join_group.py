@@ -1,0 +1,27 @@
+"""JoinGroup (11) v0-9: classic group membership, answered by the group coordinator.
+
+A long poll: the response comes when the rebalance completes (or on an error /
+MEMBER_ID_REQUIRED from v4).  v0 has no rebalance timeout: the session timeout
+is used, as Kafka does.  Before v7 ProtocolName is not nullable, so "" stands
+for null.  See coordinator/group/classic.py for the protocol itself.
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from protocol.messages.registry import ApiKey
+
+
+def client_host(ctx) -> str:
+    peer = getattr(ctx.connection, "peer", "") or ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host.strip("[]") if host and host != "?" else ""
+
+
+@handler(ApiKey.JOIN_GROUP, versions=(0, 9))
+async def join_group(ctx, req):
+    resp = await ctx.broker.groups.join_group(req, ctx.api_version, ctx.client_id or "", client_host(ctx))
+    if ctx.api_version < 7 and resp.protocol_name is None:
+        resp.protocol_name = ""
+    if resp.leader is None:
+        resp.leader = ""
+    return resp

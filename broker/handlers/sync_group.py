@@ -1,0 +1,15 @@
+"""SyncGroup (14) v0-5: the leader hands in the assignment, every member gets its own.
+
+A long poll for followers until the leader's assignment is durable (GroupMetadata
+record).  v5 checks ProtocolType/ProtocolName against the group's
+(INCONSISTENT_GROUP_PROTOCOL) and returns them.
+"""
+from __future__ import annotations
+
+from broker.dispatch import handler
+from protocol.messages.registry import ApiKey
+
+
+@handler(ApiKey.SYNC_GROUP, versions=(0, 5))
+async def sync_group(ctx, req):
+    return await ctx.broker.groups.sync_group(req, ctx.api_version)

@@ -1,0 +1,86 @@
+"""What every group in the coordinator's single namespace offers, whatever its type.
+
+Classic groups, consumer (KIP-848) groups and, later, share groups live in one
+``dict[group_id, Group]`` owned by :class:`~coordinator.group.coordinator.GroupCoordinator`.
+Cross-type operations (ListGroups, DeleteGroups, OffsetCommit/Fetch, offset
+expiration) only use this interface, so a share group type plugs in by
+subclassing :class:`Group` and registering its record replayers with
+``GroupCoordinator.register_record_type``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from protocol.errors import Errors, KafkaError
+
+
+class OffsetAndMetadata:
+    """One committed offset as the coordinator keeps it (``expire_ts`` only for explicit retention)."""
+
+    __slots__ = ("offset", "leader_epoch", "metadata", "commit_ts", "expire_ts", "topic_id")
+
+    def __init__(self, offset: int, leader_epoch: int, metadata: str, commit_ts: int,
+                 expire_ts: int | None, topic_id: bytes | None = None):
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_ts = commit_ts
+        self.expire_ts = expire_ts
+        self.topic_id = topic_id
+
+    def __repr__(self) -> str:
+        return (f"OffsetAndMetadata({self.offset}, epoch={self.leader_epoch}, commit={self.commit_ts}, "
+                f"expire={self.expire_ts})")
+
+
+ExpirationBase = Callable[[OffsetAndMetadata], int]
+
+
+class Group:
+    GROUP_TYPE = "?"
+
+    group_id: str
+
+    def state_name(self) -> str:
+        raise NotImplementedError
+
+    def protocol_type_name(self) -> str:
+        """The ListGroups ProtocolType ("" for a standalone offsets-only group)."""
+        raise NotImplementedError
+
+    def is_empty(self) -> bool:
+        raise NotImplementedError
+
+    def validate_delete(self) -> None:
+        """Raise KafkaError when DeleteGroups must refuse the group."""
+        if not self.is_empty():
+            raise KafkaError(Errors.NON_EMPTY_GROUP)
+
+    def tombstones(self) -> list:
+        """Records deleting the group's own metadata (offsets are tombstoned separately)."""
+        raise NotImplementedError
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return False
+
+    def offset_expiration_base(self) -> ExpirationBase | None:
+        """Kafka's OffsetExpirationCondition: the retention start of an offset, or None: never expire."""
+        return None
+
+    def has_offsets(self) -> bool:
+        """Whether offsets of this group live in ``__consumer_offsets`` (False for share groups)."""
+        return True
+
+
+class Write:
+    """Records to persist (already applied in memory, or classic-only state), then ``done(exc)``.
+
+    ``done`` runs after the append succeeded (``exc`` None) or failed, and may
+    return further writes (e.g. a failed SyncGroup store starts a rebalance).
+    """
+
+    __slots__ = ("records", "done")
+
+    def __init__(self, records: list, done: Callable[[BaseException | None], list | None] | None = None):
+        self.records = records
+        self.done = done

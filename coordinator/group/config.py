@@ -1,0 +1,66 @@
+"""Group coordinator settings, read once from the broker configuration (Kafka names and defaults).
+
+Classic groups: ``group.min.session.timeout.ms`` (6000), ``group.max.session.timeout.ms``
+(1800000), ``group.initial.rebalance.delay.ms`` (3000), ``group.max.size`` (unbounded).
+KIP-848 groups: ``group.consumer.session.timeout.ms`` (45000),
+``group.consumer.heartbeat.interval.ms`` (5000), ``group.consumer.max.size`` (unbounded),
+``group.consumer.assignors`` (``uniform,range,lag``; the first is the default).
+Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
+(600000), ``offset.metadata.max.bytes`` (4096).
+
+``group.consumer.lag.offset.reset`` (``latest``) is ours: the reset policy the lag assignor
+assumes for partitions the group never committed (see README.md, "Lag-aware assignor").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT_MAX = 2**31 - 1
+
+
+@dataclass
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    initial_rebalance_delay_ms: int = 3000
+    classic_max_size: int = INT_MAX
+    new_member_join_timeout_ms: int = 5 * 60 * 1000
+    consumer_session_timeout_ms: int = 45000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_max_size: int = INT_MAX
+    consumer_assignors: tuple[str, ...] = ("uniform", "range", "lag")
+    offsets_retention_ms: int = 10080 * 60 * 1000
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+    lag_offset_reset: str = "latest"
+
+    @classmethod
+    def from_broker_config(cls, config) -> "GroupConfig":
+        if config is None:
+            return cls()
+        if isinstance(config, GroupConfig):
+            return config
+        d = cls()
+
+        def gi(key: str, default: int) -> int:
+            return config.get_int(key, default)
+
+        assignors = config.get("group.consumer.assignors", None)
+        names = tuple(a.strip().rsplit(".", 1)[-1].lower().removesuffix("assignor") or a
+                      for a in assignors.split(",") if a.strip()) if assignors else d.consumer_assignors
+        return cls(
+            min_session_timeout_ms=gi("group.min.session.timeout.ms", d.min_session_timeout_ms),
+            max_session_timeout_ms=gi("group.max.session.timeout.ms", d.max_session_timeout_ms),
+            initial_rebalance_delay_ms=gi("group.initial.rebalance.delay.ms", d.initial_rebalance_delay_ms),
+            classic_max_size=gi("group.max.size", d.classic_max_size),
+            consumer_session_timeout_ms=gi("group.consumer.session.timeout.ms", d.consumer_session_timeout_ms),
+            consumer_heartbeat_interval_ms=gi("group.consumer.heartbeat.interval.ms",
+                                              d.consumer_heartbeat_interval_ms),
+            consumer_max_size=gi("group.consumer.max.size", d.consumer_max_size),
+            consumer_assignors=names,
+            offsets_retention_ms=gi("offsets.retention.minutes", 10080) * 60 * 1000,
+            offsets_retention_check_interval_ms=gi("offsets.retention.check.interval.ms",
+                                                   d.offsets_retention_check_interval_ms),
+            offset_metadata_max_bytes=gi("offset.metadata.max.bytes", d.offset_metadata_max_bytes),
+            lag_offset_reset=(config.get("group.consumer.lag.offset.reset", None) or "latest").lower(),
+        )
