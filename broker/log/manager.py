@@ -5,7 +5,9 @@ Layout::
     data_dir/.lock                  exclusive flock while a broker runs
     data_dir/.clean_shutdown        written by close(), removed at start-up
     data_dir/meta/cluster_id        generated once
-    data_dir/meta/topics/<name>.json  topic id, partition count, config overrides
+    data_dir/meta/topics/<topic id hex>.json  name, partition count, config overrides
+                                   (named by id: a 249-character topic name plus a suffix would pass
+                                   the file system's 255-byte limit)
     data_dir/<topic>-<partition>/   one PartitionLog each
 
 Metadata files are replaced atomically (tmp, fsync, rename, fsync dir). A
@@ -191,12 +193,16 @@ class LogManager:
 
     @staticmethod
     def _remove_dir(path: str) -> None:
-        doomed = f"{path}.{uuid.uuid4().hex}-delete"
+        # A short name: "<topic>-<partition>.<hex>-delete" passes 255 bytes for long topic names.
+        doomed = os.path.join(os.path.dirname(path), f"{uuid.uuid4().hex}-delete")
         os.rename(path, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
+    def _meta_path(self, info: TopicInfo) -> str:
+        return os.path.join(self._topics_dir, f"{info.topic_id.hex}.json")
+
     def _persist(self, info: TopicInfo) -> None:
-        atomic_write(os.path.join(self._topics_dir, f"{info.name}.json"), info.to_json())
+        atomic_write(self._meta_path(info), info.to_json())
 
     # --------------------------------------------------------------- topics
     @property
@@ -247,7 +253,7 @@ class LogManager:
         if info is None:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         self._by_id.pop(info.topic_id, None)
-        os.unlink(os.path.join(self._topics_dir, f"{name}.json"))
+        os.unlink(self._meta_path(info))
         _fsync_dir(self._topics_dir)
         for plog in info.logs:
             plog.close()
