@@ -33,8 +33,12 @@ class ShareManager:
         self.partitions: dict[tuple[str, bytes, int], SharePartition] = {}
         self.configs: dict[str, ShareGroupConfig] = {}
         cfg = broker.config
+        # KIP-932: sessions inactive for 120 s are evicted (Kafka has no setting for it; this name is ours).
+        self.idle_ms = cfg.get_int("sharebroker.share.session.idle.timeout.ms", 120_000)
         self.sessions = ShareSessionCache(cfg.get_int("group.share.max.share.sessions", 2000),
-                                          now_ms=broker.now_ms, on_close=self._session_closed)
+                                          now_ms=broker.now_ms, idle_timeout_ms=self.idle_ms,
+                                          on_close=self._session_closed)
+        self._sweep = broker.loop.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
         broker.group_configs.add_listener(self._group_config_changed)
         broker.add_topic_delete_listener(self._topic_deleted)
@@ -147,7 +151,14 @@ class ShareManager:
             self.sessions.close(s.group_id, s.member_id)
         self.configs.pop(group_id, None)
 
+    def _evict_idle(self) -> None:
+        for session in self.sessions.evict_idle():
+            log.info("share session %s/%s evicted after %d ms idle", session.group_id, session.member_id,
+                     self.idle_ms)
+        self._sweep = self.b.loop.call_later(self.idle_ms / 2000.0, self._evict_idle)
+
     async def close(self) -> None:
+        self._sweep.cancel()
         for sp in self.partitions.values():
             sp.close()
         self.partitions.clear()

@@ -314,3 +314,20 @@ def test_session_limit_reached(tmp_path):
             assert s.fetch("d", 0).error_code == 0
         finally:
             s.close()
+
+
+def test_idle_session_is_evicted_and_its_records_released(tmp_path):
+    cfg = {"sharebroker.share.session.idle.timeout.ms": "1500"}
+    with BrokerProcess(tmp_path / "d", config=cfg) as b:
+        s = Setup(b.bootstrap, records=4, **{"share.record.lock.duration.ms": "60000"})
+        try:
+            assert offsets(s.fetch("idle", 0)) == {0, 1, 2, 3}
+            # "idle" says nothing more; its session is evicted and its records released
+            # long before the 60 s lock would run out.
+            start = time.monotonic()
+            r = s.fetch("busy", 0, max_wait_ms=20_000)
+            assert offsets(r) == {0, 1, 2, 3}
+            assert time.monotonic() - start < 15
+            assert s.fetch("idle", 1).error_code == Errors.SHARE_SESSION_NOT_FOUND
+        finally:
+            s.close()
