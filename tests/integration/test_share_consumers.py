@@ -225,24 +225,27 @@ def test_close_releases_records_at_once(broker):
         b.close()
 
 
+def poll_sizes(c: ShareConsumer, total: int, timeout: float = 60) -> list[int]:
+    """Poll until ``total`` records arrived; return the size of every non-empty poll. Closes ``c``."""
+    sizes: list[int] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(sizes) < total and time.monotonic() < deadline:
+            batch = poll_records(c, 0.5)
+            if batch:
+                sizes.append(len(batch))
+    finally:
+        c.close()
+    assert sum(sizes) == total
+    return sizes
+
+
 def test_max_poll_records_is_honoured(broker):
     bs = broker.bootstrap
     topic = create_topic(bs, 1)
     group = new_group(bs)
     produce(bs, topic, 200, per_batch=1)
-    c = consumer(bs, group, topic, max_poll_records=7)
-    sizes = []
-    try:
-        total = 0
-        deadline = time.monotonic() + 60
-        while total < 200 and time.monotonic() < deadline:
-            batch = poll_records(c, 0.5)
-            if batch:
-                sizes.append(len(batch))
-                total += len(batch)
-    finally:
-        c.close()
-    assert total == 200
+    sizes = poll_sizes(consumer(bs, group, topic, max_poll_records=7), 200)
     assert max(sizes) <= 7, sizes
 
 
@@ -254,19 +257,7 @@ def test_fetch_max_bytes_is_honoured(broker):
     for i in range(100):
         p.produce(topic, value=bytes(1000), key=b"%d" % i)
         p.flush(10)
-    c = consumer(bs, group, topic, fetch_max_bytes=5000, max_poll_records=500)
-    sizes = []
-    try:
-        total = 0
-        deadline = time.monotonic() + 60
-        while total < 100 and time.monotonic() < deadline:
-            batch = poll_records(c, 0.5)
-            if batch:
-                sizes.append(len(batch))
-                total += len(batch)
-    finally:
-        c.close()
-    assert total == 100
+    sizes = poll_sizes(consumer(bs, group, topic, fetch_max_bytes=5000, max_poll_records=500), 100)
     # each single-record batch is ~1.1 KB: a 5000-byte fetch holds at most 5 of them
     assert max(sizes) <= 5, sizes
 
