@@ -46,24 +46,27 @@ class BrokerProcess:
                "--data-dir", str(self.data_dir)]
         for k, v in self.config.items():
             cmd += ["--set", f"{k}={v}"]
-        self._ready.clear()
+        # One event per process: the drain thread of a killed predecessor must not signal this one.
+        self._ready = ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(self.start_timeout) or self.proc.poll() is not None:
+        threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True).start()
+        ready.wait(self.start_timeout)
+        if not getattr(ready, "listening", False) or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("sharebroker did not start:\n" + "\n".join(self.log_lines[-30:]))
         return self
 
-    def _drain(self, proc: subprocess.Popen) -> None:
+    def _drain(self, proc: subprocess.Popen, ready: threading.Event) -> None:
         for line in proc.stderr:
             line = line.rstrip("\n")
             self.log_lines.append(line)
             m = _READY.search(line)
             if m:
                 self.port = int(m.group(2))
-                self._ready.set()
-        self._ready.set()
+                ready.listening = True
+                ready.set()
+        ready.set()  # the process ended (or closed stderr) without listening
 
     def kill9(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""

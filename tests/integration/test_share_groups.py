@@ -2,6 +2,7 @@
 with our codec, GROUP config resources with confluent-kafka's AdminClient, and both across a restart."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -129,3 +130,33 @@ def test_broker_refuses_lock_floor_below_1000_ms(tmp_path):
         b.start()
     assert "group.share.min.record.lock.duration.ms" in str(e.value)
     b.close()
+
+
+def test_silent_member_is_removed_and_group_size_is_bounded(tmp_path):
+    cfg = {"group.share.min.session.timeout.ms": "1000", "group.share.min.heartbeat.interval.ms": "200",
+           "group.share.max.size": "2"}
+    with BrokerProcess(tmp_path / "d", config=cfg) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        topic = new_topic(admin, 2)
+        group = "g-expiry"
+        alter(admin, group, share_session_timeout_ms=1500, share_heartbeat_interval_ms=300)
+        with WireClient(b.bootstrap) as w:
+            assert heartbeat(w, group, "m1", 0, [topic]).member_epoch == 1
+            assert heartbeat(w, group, "m2", 0, [topic]).member_epoch == 2
+            assert heartbeat(w, group, "m3", 0, [topic]).error_code == Errors.GROUP_MAX_SIZE_REACHED
+            # m1 keeps heartbeating, m2 goes silent: after 1.5 s m2 is removed and m1 gets everything
+            epoch = 1
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                r = heartbeat(w, group, "m1", epoch)
+                assert r.error_code == 0, r
+                epoch = r.member_epoch
+                if r.assignment is not None and list(assigned(r).values()) == [[0, 1]]:
+                    break
+                time.sleep(0.1)  # heartbeat pace, not a wait for the outcome
+            else:
+                raise AssertionError("m2 was not removed")
+            d = w.request(DescReq(group_ids=[group]), 1).groups[0]
+            assert [m.member_id for m in d.members] == ["m1"]
+            assert heartbeat(w, group, "m2", 2).error_code == Errors.UNKNOWN_MEMBER_ID
+            assert heartbeat(w, group, "m3", 0, [topic]).error_code == 0
