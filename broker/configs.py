@@ -49,9 +49,15 @@ def _type_of(cdef) -> int:
     return cdef.type
 
 
-def apply_ops(current: dict[str, str], ops, list_keys: set[str]) -> dict[str, str]:
-    """Apply IncrementalAlterConfigs operations to a copy of ``current``; raise ConfigError."""
+def apply_ops(current: dict[str, str], ops, list_keys: set[str],
+              defaults: dict[str, str] | None = None) -> dict[str, str]:
+    """Apply IncrementalAlterConfigs operations to a copy of ``current``; raise ConfigError.
+
+    APPEND / SUBTRACT start from the key's value in ``current`` or, when it has none
+    there, from ``defaults`` (as Kafka starts from the config's default value).
+    """
     out = dict(current)
+    defaults = defaults or {}
     for op in ops:
         name, kind, value = op.name, op.config_operation, op.value
         if kind == SET:
@@ -63,7 +69,7 @@ def apply_ops(current: dict[str, str], ops, list_keys: set[str]) -> dict[str, st
         elif kind in (APPEND, SUBTRACT):
             if name not in list_keys:
                 raise ConfigError(f"Config value append is not allowed for config key: {name}")
-            items = [x for x in out.get(name, "").split(",") if x]
+            items = [x for x in out.get(name, defaults.get(name, "")).split(",") if x]
             new = [x for x in (value or "").split(",") if x]
             if kind == APPEND:
                 items += [x for x in new if x not in items]
@@ -106,7 +112,7 @@ class TopicConfigs:
             if op.name not in TOPIC_CONFIGS:
                 raise ConfigError(f"Unknown topic config name: {op.name}")
         lists = {k for k, c in TOPIC_CONFIGS.items() if c.type == LIST}
-        new = apply_ops(info.configs, ops, lists)
+        new = apply_ops(info.configs, ops, lists, {k: _fmt(c.default) for k, c in TOPIC_CONFIGS.items()})
         validate_topic_configs(new)
         if not validate_only:
             b.logs.set_topic_configs(name, new)
@@ -146,13 +152,21 @@ class BrokerConfigs:
         return out
 
     def alter(self, b, name: str, ops, validate_only: bool) -> None:
+        # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change
+        # fails validation (ConfigAdminManager.validateBrokerConfigChange, KAFKA-13609).
         self._check_name(b, name)
-        for op in ops:
-            if op.name not in _DYNAMIC_BROKER_KEYS:
-                raise ConfigError(f"Cannot update these configs dynamically: [{op.name}]")
-        new = apply_ops(b.dynamic_broker_configs, ops, set())
+        static = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
+        if static:
+            raise LogError(Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
         by_topic_key = {c.synonym: k for k, c in TOPIC_CONFIGS.items() if c.synonym}
-        validate_topic_configs({by_topic_key[k]: v for k, v in new.items()})
+        lists = {syn for syn, k in by_topic_key.items() if TOPIC_CONFIGS[k].type == LIST}
+        defaults = {syn: b.config.get(syn) if b.config.has(syn) else _fmt(TOPIC_CONFIGS[k].default)
+                    for syn, k in by_topic_key.items()}
+        new = apply_ops(b.dynamic_broker_configs, ops, lists, defaults)
+        try:
+            validate_topic_configs({by_topic_key[k]: v for k, v in new.items()})
+        except ConfigError as e:
+            raise LogError(Errors.INVALID_REQUEST, str(e)) from None
         if not validate_only:
             b.set_dynamic_broker_configs(new)
 

@@ -3,7 +3,8 @@
 INVALID_PARTITIONS when the count is not an increase, INVALID_REPLICA_ASSIGNMENT
 when assignments do not match the new partitions or name another broker,
 UNKNOWN_TOPIC_OR_PARTITION for unknown topics, INVALID_REQUEST for a topic listed
-twice.  ``validateOnly`` checks without creating.
+twice, POLICY_VIOLATION for every topic when the request would add more than 10,000
+partitions (Kafka's limit per request).  ``validateOnly`` checks without creating.
 """
 from __future__ import annotations
 
@@ -18,10 +19,24 @@ from protocol.messages.registry import ApiKey
 _R = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
+# Kafka's controller writes at most this many records for one request (QuorumController
+# MAX_RECORDS_PER_USER_OP, one per new partition) and refuses the whole request beyond it.
+MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
+
+
 @handler(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(ctx, req):
     b = ctx.broker
     counts = Counter(t.name for t in req.topics)
+    new_total = 0
+    for t in req.topics:
+        info = b.logs.topic(t.name)
+        if info is not None and counts[t.name] == 1:
+            new_total += max(t.count - info.partitions, 0)
+    if new_total > MAX_NEW_PARTITIONS_PER_REQUEST:
+        return CreatePartitionsResponse(results=[
+            _R(name=t.name, error_code=Errors.POLICY_VIOLATION,
+               error_message="Unable to perform excessively large batch operation.") for t in req.topics])
     out = []
     for t in req.topics:
         if counts[t.name] > 1:

@@ -3,7 +3,9 @@
 Errors: INVALID_TOPIC_EXCEPTION (bad name), TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS
 (< 1), INVALID_REPLICATION_FACTOR (anything but -1/1: one broker), INVALID_REQUEST
 (a name listed twice, or assignments together with a partition count), INVALID_REPLICA_ASSIGNMENT
-(assignments naming another broker or skipping partitions), INVALID_CONFIG.  -1
+(assignments naming another broker or skipping partitions), INVALID_CONFIG, and
+POLICY_VIOLATION for every topic when the request asks for more than 10,000
+partitions in total (Kafka's limit per request).  -1
 partitions / replication factor take the broker defaults.  v5+ return the
 resulting configs; v7 the topic id.  ``validateOnly`` checks without creating.
 """
@@ -27,10 +29,22 @@ def _fail(name: str, code: int, message: str | None) -> _R:
     return _R(name=name, error_code=code, error_message=message, configs=None)
 
 
+# Kafka's controller refuses a request that would create more partitions than this in
+# total (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH), whatever the topics.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
 @handler(ApiKey.CREATE_TOPICS, versions=(2, 7))
 async def create_topics(ctx, req):
     b = ctx.broker
     counts = Counter(t.name for t in req.topics)
+    default = b.config.get_int("num.partitions", 1)
+    total = sum(len(t.assignments) if t.assignments else default if t.num_partitions == -1
+                else max(t.num_partitions, 0) for t in req.topics)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        return CreateTopicsResponse(topics=[_fail(t.name, Errors.POLICY_VIOLATION,
+                                                  "Excessively large number of partitions per request.")
+                                            for t in req.topics])
     out = []
     for t in req.topics:
         if counts[t.name] > 1:

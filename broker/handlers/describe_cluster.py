@@ -1,7 +1,11 @@
-"""DescribeCluster (60) v0-2: one broker, which is also the controller."""
+"""DescribeCluster (60) v0-2: one broker, which is also the controller.
+
+With no authorizer every cluster operation is allowed; the bit set says so when asked.
+"""
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.handlers.metadata import CLUSTER_OPERATIONS, UNSET
 from protocol.errors import Errors
 from protocol.messages.describe_cluster import DescribeClusterResponse
 from protocol.messages.registry import ApiKey
@@ -16,5 +20,6 @@ async def describe_cluster(ctx, req):
     return DescribeClusterResponse(
         endpoint_type=req.endpoint_type if ctx.api_version >= 1 else 1,
         cluster_id=b.cluster_id, controller_id=b.node_id,
+        cluster_authorized_operations=CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else UNSET,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=b.node_id, host=b.advertised_host, port=b.advertised_port)])

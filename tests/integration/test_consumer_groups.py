@@ -1,0 +1,577 @@
+"""Consumer groups end to end with real clients over sockets: confluent-kafka (classic and KIP-848
+protocols), kafka-python and aiokafka.
+
+For every client: three consumers in one group share a 6-partition topic (disjoint assignments, each
+record consumed exactly once), a leaving member's partitions go to the others, committed offsets are
+resumed by new consumers, after a clean broker restart and after kill -9.  Also: join latency with
+default settings, ListGroups type filters with classic, consumer and share groups side by side,
+DeleteGroups, and group ids used with the wrong group type.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.testing import BrokerProcess
+from protocol.errors import Errors
+from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from protocol.messages.delete_groups import DeleteGroupsRequest
+from protocol.messages.describe_groups import DescribeGroupsRequest
+from protocol.messages.join_group import JoinGroupRequest
+from protocol.messages.list_groups import ListGroupsRequest
+from protocol.messages.offset_commit import OffsetCommitRequest
+from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
+from tests.wire import WireClient
+
+PARTITIONS = 6
+PER_BATCH = 60  # records per phase, 10 per partition
+
+# Short enough rebalances for a fast suite; nothing here waits for a session timeout.
+FAST_GROUPS = {
+    "group.initial.rebalance.delay.ms": "300",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+}
+
+
+# ------------------------------------------------------------------ helpers
+class Broker(BrokerProcess):
+    """BrokerProcess whose start() returns only once the *new* process accepts connections
+    (after kill9()/stop() the old process's stderr reader can set the shared ready event)."""
+
+    def _ready_lines(self) -> int:
+        return sum("accepting connections on" in line for line in list(self.log_lines))
+
+    def start(self) -> "Broker":
+        before = self._ready_lines()
+        super().start()
+        until(lambda: self._ready_lines() > before or (self.proc is None or self.proc.poll() is not None),
+              self.start_timeout, "the broker to accept connections")
+        assert self.proc is not None and self.proc.poll() is None, "\n".join(self.log_lines[-30:])
+        return self
+
+
+def until(cond, timeout: float, what: str, interval: float = 0.01):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def no_tracebacks(broker: BrokerProcess) -> None:
+    bad = [line for line in broker.log_lines if "Traceback" in line]
+    assert not bad, "broker logged tracebacks:\n" + "\n".join(broker.log_lines[-60:])
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(tmp_path / "data", config=FAST_GROUPS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+    no_tracebacks(b)
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    b = Broker(tmp_path_factory.mktemp("cg"), config=FAST_GROUPS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+    no_tracebacks(b)
+
+
+def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
+    name = uniq("t")
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the result is in
+    admin.create_topics([NewTopic(name, partitions)])[name].result(15)
+    return name
+
+
+def produce_batch(bootstrap: str, topic: str, tag: str, n: int = PER_BATCH) -> set[str]:
+    """n records spread evenly over all partitions; returns their values."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    values = set()
+    for i in range(n):
+        v = f"{tag}-{i}"
+        p.produce(topic, value=v.encode(), partition=i % PARTITIONS)
+        values.add(v)
+    assert p.flush(15) == 0
+    return values
+
+
+# ------------------------------------------------------------------ one interface over four clients
+class ConfluentHandle:
+    def __init__(self, bootstrap, group, topic, protocol):
+        conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        if protocol == "classic":
+            conf["heartbeat.interval.ms"] = 300  # notice rebalances quickly
+        self.c = Consumer(conf)
+        self.c.subscribe([topic])
+
+    def poll(self, timeout=0.1):
+        out = []
+        for m in self.c.consume(500, timeout):
+            if m.error():
+                raise AssertionError(f"consumer error: {m.error()}")
+            out.append((m.partition(), m.offset(), m.value().decode()))
+        return out
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self) -> None:
+        try:
+            self.c.commit(asynchronous=False)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._NO_OFFSET:  # nothing consumed since the last commit
+                raise
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class KafkaPythonHandle:
+    def __init__(self, bootstrap, group, topic):
+        from kafka import KafkaConsumer
+
+        self.c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                               auto_offset_reset="earliest", heartbeat_interval_ms=300)
+        self.c.subscribe([topic])
+
+    def poll(self, timeout=0.1):
+        out = []
+        for records in self.c.poll(timeout_ms=int(timeout * 1000)).values():
+            out += [(r.partition, r.offset, r.value.decode()) for r in records]
+        return out
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self) -> None:
+        self.c.commit()
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread, so aiokafka keeps heartbeating while the test thread waits."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def run(self, coro, timeout: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+class AioKafkaHandle:
+    def __init__(self, loop: _LoopThread, bootstrap, group, topic):
+        from aiokafka import AIOKafkaConsumer
+
+        self.loop = loop
+
+        async def start():
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", heartbeat_interval_ms=300)
+            c.subscribe([topic])
+            await c.start()
+            return c
+
+        self.c = loop.run(start())
+
+    def poll(self, timeout=0.1):
+        batches = self.loop.run(self.c.getmany(timeout_ms=int(timeout * 1000)))
+        return [(r.partition, r.offset, r.value.decode()) for records in batches.values() for r in records]
+
+    def assignment(self) -> set[int]:
+        async def get():
+            return {tp.partition for tp in self.c.assignment()}
+        return self.loop.run(get())
+
+    def commit(self) -> None:
+        self.loop.run(self.c.commit())
+
+    def close(self) -> None:
+        self.loop.run(self.c.stop())
+
+
+CLIENTS = ["confluent-classic", "confluent-consumer", "kafka-python", "aiokafka"]
+
+
+@pytest.fixture
+def make_consumer(request):
+    """make_consumer(client, bootstrap, group, topic) -> handle; handles still open are closed at teardown."""
+    opened: list = []
+    loops: list[_LoopThread] = []
+
+    def make(client, bootstrap, group, topic):
+        if client == "confluent-classic":
+            h = ConfluentHandle(bootstrap, group, topic, "classic")
+        elif client == "confluent-consumer":
+            h = ConfluentHandle(bootstrap, group, topic, "consumer")
+        elif client == "kafka-python":
+            h = KafkaPythonHandle(bootstrap, group, topic)
+        else:
+            if not loops:
+                loops.append(_LoopThread())
+            h = AioKafkaHandle(loops[0], bootstrap, group, topic)
+        opened.append(h)
+        return h
+
+    def close(h):
+        if h in opened:
+            opened.remove(h)
+            h.close()
+
+    make.close = close
+    yield make
+    for h in opened:
+        try:
+            h.close()
+        except Exception:  # noqa: BLE001 - best effort at teardown
+            pass
+    for lp in loops:
+        lp.stop()
+
+
+def settle(handles, timeout: float = 30.0, what: str = "") -> tuple[list[set[int]], list[list]]:
+    """Poll every handle until their assignments are non-empty, disjoint and cover all partitions.
+
+    Returns the assignments and, per handle, the records it polled meanwhile."""
+    early: list[list] = [[] for _ in handles]
+
+    def settled():
+        for i, h in enumerate(handles):
+            early[i].extend(h.poll(0.05))
+        sets = [h.assignment() for h in handles]
+        if all(sets) and sum(map(len, sets)) == PARTITIONS and set().union(*sets) == set(range(PARTITIONS)):
+            return sets
+        return None
+
+    sets = until(settled, timeout, f"{len(handles)} consumers to share {PARTITIONS} partitions {what}")
+    return sets, early
+
+
+def wait_stable(handles, timeout: float = 30.0, what: str = "") -> list[set[int]]:
+    """settle(), where nothing may be delivered meanwhile: everything produced so far was committed."""
+    sets, early = settle(handles, timeout, what)
+    stray = [r for g in early for r in g]
+    assert not stray, f"records delivered although everything before was committed: {stray[:5]}"
+    return sets
+
+
+def consume(handles, assignments, expected: set[str], early=None, once: bool = True,
+            timeout: float = 30.0) -> list[list]:
+    """Poll until every expected value arrived (counting ``early`` records too).  Nothing else may
+    arrive; with ``once`` each record exactly once and only from partitions its consumer owns
+    (``assignments``)."""
+    got: list[list] = [[] for _ in handles]
+    early = early or [[] for _ in handles]
+
+    def done():
+        for i, h in enumerate(handles):
+            got[i].extend(h.poll(0.05))
+        return expected <= {v for g in got + early for _, _, v in g}
+
+    until(done, timeout, f"{len(expected)} records")
+    values = Counter(v for g in got + early for _, _, v in g)
+    assert set(values) == expected, f"records that should not come (again): {sorted(set(values) - expected)[:10]}"
+    if once:
+        dup = {v: n for v, n in values.items() if n > 1}
+        assert not dup, f"records consumed more than once: {dup}"
+        for i, g in enumerate(got):
+            parts = {p for p, _, _ in g}
+            assert parts <= assignments[i], f"consumer {i} got records of {parts - assignments[i]} it does not own"
+    return got
+
+
+# ------------------------------------------------------------------ 1. share, rebalance, resume, restart, crash
+@pytest.mark.parametrize("client", CLIENTS)
+def test_three_consumers_share_rebalance_resume_restart_and_crash(broker, make_consumer, client):
+    bs = broker.bootstrap
+    topic = create_topic(bs)
+    group = uniq("g")
+
+    def commit_and_close(handles):
+        for h in handles:
+            h.commit()
+        for h in handles:
+            make_consumer.close(h)
+
+    # three members: disjoint, balanced, covering; every record consumed exactly once
+    members = [make_consumer(client, bs, group, topic) for _ in range(3)]
+    sets = wait_stable(members, what="(3 members)")
+    assert sorted(map(len, sets)) == [2, 2, 2], sets
+    got = consume(members, sets, produce_batch(bs, topic, "b1"))
+    assert all(got), "a member consumed nothing although it owns two partitions"
+    for h in members:
+        h.commit()
+
+    # a member leaves: the other two take its partitions and consume new records there
+    leaver, leaver_parts = members.pop(), sets.pop()
+    make_consumer.close(leaver)
+    sets = wait_stable(members, what="after a member left")
+    assert leaver_parts <= sets[0] | sets[1]
+    got = consume(members, sets, produce_batch(bs, topic, "b2"))
+    assert sum(1 for g in got for p, _, _ in g if p in leaver_parts) == PER_BATCH // PARTITIONS * len(leaver_parts)
+    commit_and_close(members)
+
+    # new consumers resume at the committed offsets (wait_stable: nothing old is delivered)
+    members = [make_consumer(client, bs, group, topic) for _ in range(3)]
+    sets = wait_stable(members, what="after the consumers restarted")
+    consume(members, sets, produce_batch(bs, topic, "b3"))
+    for h in members:
+        h.commit()
+    uncommitted = produce_batch(bs, topic, "b4")
+    consume(members, sets, uncommitted)  # consumed, never committed
+    for h in members:
+        make_consumer.close(h)
+
+    # clean broker restart, then kill -9: each time the committed records stay consumed and the
+    # uncommitted ones are consumed again.  (Records that are there before the group forms may be
+    # delivered twice while it forms - at least once - so only which records come is checked.)
+    for crash in (False, True):
+        if crash:
+            broker.kill9()
+            broker.start()
+        else:
+            broker.restart()
+        members = [make_consumer(client, bs, group, topic) for _ in range(3)]
+        sets, early = settle(members, what=f"after a broker {'crash' if crash else 'restart'}")
+        consume(members, sets, uncommitted, early=early, once=False)
+        for h in members:
+            h.commit()
+        uncommitted = produce_batch(bs, topic, f"b{5 + crash}")
+        consume(members, sets, uncommitted)
+        for h in members:
+            make_consumer.close(h)
+
+
+# ------------------------------------------------------------------ 2. join latency with default settings
+def test_join_latency_with_default_settings(tmp_path):
+    with Broker(tmp_path / "data") as b:  # every broker setting at its default
+        topic = create_topic(b.bootstrap)
+        for protocol in ("classic", "consumer"):
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": uniq("join"), "group.protocol": protocol})
+            try:
+                start = time.monotonic()
+                c.subscribe([topic])
+                until(lambda: c.poll(0.02) is None and c.assignment(), 10, f"a {protocol} assignment")
+                took = time.monotonic() - start
+                assigned = len(c.assignment())
+            finally:
+                c.close()
+            assert took < 4.0, f"{protocol} protocol: first assignment after {took:.2f}s"
+            assert assigned == PARTITIONS
+        no_tracebacks(b)
+
+
+# ------------------------------------------------------------------ 3. ListGroups, DeleteGroups, group types
+def share_join(w: WireClient, group: str, topic: str, member: str | None = None):
+    return w.request(ShareGroupHeartbeatRequest(group_id=group, member_id=member or uuid.uuid4().hex[:22],
+                                                member_epoch=0, subscribed_topic_names=[topic]), 1)
+
+
+def list_groups(w: WireClient, types=(), states=()) -> dict[str, tuple[str, str, str]]:
+    r = w.request(ListGroupsRequest(types_filter=list(types), states_filter=list(states)), 5)
+    assert r.error_code == 0
+    return {g.group_id: (g.group_type, g.protocol_type, g.group_state) for g in r.groups}
+
+
+def joined(handle, timeout=15.0):
+    until(lambda: handle.poll(0.05) == [] and handle.assignment(), timeout, "an assignment")
+    return handle
+
+
+def test_list_groups_type_filters_with_share_groups(shared_broker, make_consumer):
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs)
+    classic, consumer, share, simple = uniq("classic"), uniq("consumer"), uniq("share"), uniq("simple")
+    joined(make_consumer("confluent-classic", bs, classic, topic))
+    joined(make_consumer("confluent-consumer", bs, consumer, topic))
+    admin = AdminClient({"bootstrap.servers": bs})
+    with WireClient(bs) as w:
+        # a standalone commit (no membership) makes an Empty classic group without a protocol type
+        r = w.request(OffsetCommitRequest(group_id=simple, generation_id_or_member_epoch=-1, member_id="",
+                                          topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+                                              name=topic, partitions=[OffsetCommitRequest.OffsetCommitRequestPartition(
+                                                  partition_index=0, committed_offset=0)])]), 8)
+        assert r.topics[0].partitions[0].error_code == 0
+        assert share_join(w, share, topic).error_code == 0
+
+        mine = {classic, consumer, share, simple}
+        every = {g: v for g, v in list_groups(w).items() if g in mine}
+        assert every == {classic: ("classic", "consumer", "Stable"),
+                         consumer: ("consumer", "consumer", "Stable"),
+                         share: ("share", "share", "Stable"),
+                         simple: ("classic", "", "Empty")}
+        assert set(list_groups(w, ["consumer"])) & mine == {consumer}
+        assert set(list_groups(w, ["classic"])) & mine == {classic, simple}
+        assert set(list_groups(w, ["share"])) & mine == {share}
+        assert set(list_groups(w, ["Share", "CONSUMER"])) & mine == {share, consumer}  # case-insensitive
+        assert set(list_groups(w, ["classic"], ["Empty"])) & mine == {simple}
+        assert set(list_groups(w, ["streams"])) & mine == set()
+        # v4 and older have no type field; v2 lists every group with its protocol type
+        old = w.request(ListGroupsRequest(), 2)
+        assert {g.group_id: g.protocol_type for g in old.groups if g.group_id in mine} == {
+            classic: "consumer", consumer: "consumer", share: "share", simple: ""}
+
+    # confluent's AdminClient: type filters and the group type it reports
+    def listed(**kw):
+        res = admin.list_consumer_groups(**kw).result(15)
+        assert not res.errors, res.errors
+        return {g.group_id: g for g in res.valid if g.group_id in mine}
+
+    got = listed(types={ConsumerGroupType.CONSUMER})
+    assert set(got) == {consumer} and got[consumer].type == ConsumerGroupType.CONSUMER
+    got = listed(types={ConsumerGroupType.CLASSIC})
+    assert set(got) == {classic, simple} and got[classic].type == ConsumerGroupType.CLASSIC
+    got = listed(types={ConsumerGroupType.CLASSIC}, states={ConsumerGroupState.STABLE})
+    assert set(got) == {classic}
+
+
+def test_delete_groups_refuses_non_empty_and_deletes_empty(shared_broker, make_consumer):
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs)
+    classic, consumer, share = uniq("classic"), uniq("consumer"), uniq("share")
+    handles = {g: joined(make_consumer(p, bs, g, topic))
+               for g, p in ((classic, "confluent-classic"), (consumer, "confluent-consumer"))}
+    produce_batch(bs, topic, "x")
+    for g, h in handles.items():  # commit something so deletion also has offsets to remove
+        until(lambda: h.poll(0.05), 15, "records")
+        h.commit()
+    admin = AdminClient({"bootstrap.servers": bs})
+    with WireClient(bs) as w:
+        member = uuid.uuid4().hex[:22]
+        assert share_join(w, share, topic, member).error_code == 0
+
+        futures = admin.delete_consumer_groups([classic, consumer, share], request_timeout=15)
+        for g, f in futures.items():
+            with pytest.raises(KafkaException) as e:
+                f.result(15)
+            assert e.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, (g, e.value)
+        assert {classic, consumer, share} <= set(list_groups(w))
+
+        # empty them: consumers leave, the share member leaves with epoch -1
+        for h in handles.values():
+            make_consumer.close(h)
+        r = w.request(ShareGroupHeartbeatRequest(group_id=share, member_id=member, member_epoch=-1), 1)
+        assert r.error_code == 0
+        until(lambda: all(s[2] == "Empty" for g, s in list_groups(w).items() if g in (classic, consumer, share)),
+              15, "the three groups to be Empty")
+
+        futures = admin.delete_consumer_groups([classic, consumer, share], request_timeout=15)
+        for g, f in futures.items():
+            f.result(15)
+        assert not {classic, consumer, share} & set(list_groups(w))
+        # deleted means gone: offsets too, and a second delete finds nothing
+        d = w.request(DeleteGroupsRequest(groups_names=[classic, consumer, share, ""]), 2)
+        assert [(r.group_id, r.error_code) for r in d.results] == [
+            (classic, Errors.GROUP_ID_NOT_FOUND), (consumer, Errors.GROUP_ID_NOT_FOUND),
+            (share, Errors.GROUP_ID_NOT_FOUND), ("", Errors.INVALID_GROUP_ID)]
+    res = admin.list_consumer_group_offsets([_cgtp(classic, topic)])[classic].result(15)
+    assert all(tp.offset < 0 for tp in res.topic_partitions), res.topic_partitions
+
+
+def _cgtp(group, topic):
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    return ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+
+
+def test_group_id_of_one_type_cannot_be_used_as_another(shared_broker, make_consumer):
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs)
+    classic, consumer, share = uniq("classic"), uniq("consumer"), uniq("share")
+    joined(make_consumer("confluent-classic", bs, classic, topic))
+    joined(make_consumer("confluent-consumer", bs, consumer, topic))
+    with WireClient(bs) as w:
+        assert share_join(w, share, topic).error_code == 0
+
+        # a consumer (classic or KIP-848) group id as a share group: GROUP_ID_NOT_FOUND, as Kafka
+        for g in (classic, consumer):
+            r = share_join(w, g, topic)
+            assert (r.error_code, r.error_message) == (Errors.GROUP_ID_NOT_FOUND, f"Group {g} is not a share group.")
+            d = w.request(ShareGroupDescribeRequest(group_ids=[g]), 1).groups[0]
+            assert d.error_code == Errors.GROUP_ID_NOT_FOUND
+        # a share group id with the consumer protocols
+        j = w.request(JoinGroupRequest(group_id=share, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                       member_id="", protocol_type="consumer",
+                                       protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range",
+                                                                                            metadata=b"")]), 9)
+        assert j.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+        h = w.request(ConsumerGroupHeartbeatRequest(group_id=share, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                                                    rebalance_timeout_ms=10000, subscribed_topic_names=[topic],
+                                                    topic_partitions=[]), 1)
+        assert (h.error_code, h.error_message) == (Errors.GROUP_ID_NOT_FOUND, f"Group {share} is not a consumer group.")
+        d = w.request(ConsumerGroupDescribeRequest(group_ids=[share]), 1).groups[0]
+        assert d.error_code == Errors.GROUP_ID_NOT_FOUND
+        d = w.request(DescribeGroupsRequest(groups=[share, consumer]), 6).groups
+        assert [(g.error_code, g.group_state) for g in d] == [(Errors.GROUP_ID_NOT_FOUND, "Dead")] * 2
+        c = w.request(OffsetCommitRequest(group_id=share, generation_id_or_member_epoch=-1, member_id="",
+                                          topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+                                              name=topic, partitions=[OffsetCommitRequest.OffsetCommitRequestPartition(
+                                                  partition_index=0, committed_offset=0)])]), 8)
+        assert c.topics[0].partitions[0].error_code == Errors.GROUP_ID_NOT_FOUND
+        # nothing changed type
+        types = list_groups(w)
+        assert (types[classic][0], types[consumer][0], types[share][0]) == ("classic", "consumer", "share")
+
+    # and the real clients fail the way they fail against Kafka
+    for protocol, code in (("classic", KafkaError.INCONSISTENT_GROUP_PROTOCOL), ("consumer", KafkaError._FATAL)):
+        c = Consumer({"bootstrap.servers": bs, "group.id": share, "group.protocol": protocol})
+        try:
+            c.subscribe([topic])
+            m = until(lambda: (lambda m: m if m is not None and m.error() else None)(c.poll(0.05)), 15,
+                      f"a {protocol} consumer error on a share group id")
+            assert m.error().code() == code, m.error()
+            if protocol == "consumer":
+                assert "group id does not exist" in m.error().str()
+            assert c.assignment() == []
+        finally:
+            c.close()
+    s = ShareConsumer({"bootstrap.servers": bs, "group.id": consumer})
+    try:
+        s.subscribe([topic])
+
+        def share_error():
+            try:
+                for m in s.poll(0.05) or []:
+                    if m.error():
+                        return m.error()
+            except KafkaException as e:
+                return e.args[0]
+            return None
+
+        err = until(share_error, 15, "a share consumer error on a consumer group id")
+        assert err.code() == KafkaError.GROUP_ID_NOT_FOUND, err
+    finally:
+        s.close()
