@@ -110,7 +110,20 @@ class Broker:
         self.dynamic_broker_configs = dict(values)
         self.logs.set_default_configs(self.topic_default_configs())
 
+    def topic_collision(self, name: str) -> str | None:
+        """An existing topic that differs from ``name`` only by '.' versus '_' (Kafka refuses those)."""
+        norm = name.replace(".", "_")
+        for other in self.logs.topics:
+            if other != name and other.replace(".", "_") == norm:
+                return other
+        return None
+
     def create_topic(self, name: str, partitions: int, configs: dict):
+        other = self.topic_collision(name)
+        if other is not None:
+            from broker.log.errors import LogError
+
+            raise LogError(17, f"Topic '{name}' collides with existing topic: {other}")
         return self.logs.create_topic(name, partitions, configs)
 
     def delete_topic(self, name: str) -> None:
@@ -137,6 +150,7 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        _raise_open_file_limit()
         load_handlers()
         data_dir = self.config.get("log.dirs", "./data").split(",")[0]
         from broker.configs import load_dynamic_broker_configs
@@ -202,6 +216,18 @@ class Broker:
                 log.exception("closing %r failed", comp)
         if self.logs is not None:
             self.logs.close()
+
+
+def _raise_open_file_limit() -> None:
+    """Each partition keeps a few files open: use the hard limit, as Kafka's docs advise."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _version() -> str:

@@ -62,6 +62,9 @@ def _create(b, t, validate_only: bool, version: int) -> _R:
         return _fail(t.name, Errors.INVALID_TOPIC_EXCEPTION, str(e))
     if b.logs.topic(t.name) is not None:
         return _fail(t.name, Errors.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+    other = b.topic_collision(t.name)
+    if other is not None:
+        return _fail(t.name, Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{t.name}' collides with existing topic: {other}")
     partitions = t.num_partitions
     if t.assignments:
         if t.num_partitions != -1 or t.replication_factor != -1:

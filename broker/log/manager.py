@@ -32,7 +32,7 @@ import uuid
 from typing import Callable, Iterable, Mapping
 
 from .config import LogConfig, validate_topic_configs
-from .errors import UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
+from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -242,11 +242,21 @@ class LogManager:
         return info
 
     def _add_logs(self, info: TopicInfo, total: int, cfg: LogConfig) -> None:
-        for p in range(len(info.logs), total):
-            path = os.path.join(self.data_dir, f"{info.name}-{p}")
-            if os.path.exists(path):
-                self._remove_dir(path)  # stale leftovers must not resurface as data
-            info.logs.append(self._open_log(info.name, p, cfg, clean=True))
+        """Open the new partitions; on failure (e.g. out of file descriptors) undo them all."""
+        before = len(info.logs)
+        try:
+            for p in range(before, total):
+                path = os.path.join(self.data_dir, f"{info.name}-{p}")
+                if os.path.exists(path):
+                    self._remove_dir(path)  # stale leftovers must not resurface as data
+                info.logs.append(self._open_log(info.name, p, cfg, clean=True))
+        except OSError as e:
+            for plog in info.logs[before:]:
+                plog.close()
+                self._remove_dir(plog.dir)
+            del info.logs[before:]
+            raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions {before}..{total - 1} of "
+                                                f"{info.name}: {e.strerror or e}") from None
 
     def delete_topic(self, name: str) -> None:
         info = self._topics.pop(name, None)

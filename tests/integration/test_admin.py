@@ -374,3 +374,11 @@ def test_kafka_python_admin_client(broker):
             kp.delete_topics(["adm-kp"])
     finally:
         kp.close()
+
+
+def test_topic_names_colliding_on_dot_and_underscore_are_refused(broker, unique_name):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    base = unique_name("dot.topic")
+    assert code_of(admin.create_topics([NewTopic(base, 1, 1)])[base]) is None
+    twin = base.replace(".", "_")
+    assert code_of(admin.create_topics([NewTopic(twin, 1, 1)])[twin]) == KafkaError.TOPIC_EXCEPTION
