@@ -16,7 +16,6 @@ out, as Kafka 4.4 does.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from broker.share.config import ShareGroupConfig
@@ -131,17 +130,14 @@ class ShareManager:
         self.b.loop.create_task(self.release(session.group_id, session.member_id, list(session.partitions)))
 
     def _member_removed(self, group_id: str, member_id: str) -> None:
+        """A member left the group or timed out: close its session, release what it holds."""
+        self.sessions.close(group_id, member_id)
         keys = [(tid, p) for (g, tid, p) in self.partitions if g == group_id]
-        s = self.sessions.close(group_id, member_id)
         self.b.loop.create_task(self.release(group_id, member_id, keys))
-        del s
 
     def _topic_deleted(self, name: str, topic_id: bytes) -> None:
         for key in [k for k in self.partitions if k[1] == topic_id]:
             self.partitions.pop(key).close()
-
-    def on_log_change(self, topic: str, partition: int) -> None:
-        """New data or a moved log start: waiting share fetches re-check (via the log key)."""
 
     async def drop_group(self, group_id: str) -> None:
         """Forget a deleted group's share partitions and sessions."""

@@ -223,7 +223,7 @@ async def test_protocol_selection_by_vote():
     t3 = asyncio.ensure_future(env.coord.join_group(join_req("g", protocols=p_c), 3, "c", "h"))
     await env.advance(0)
     t1 = asyncio.ensure_future(env.coord.join_group(join_req("g", member=m1, protocols=p_a), 3, "c", "h"))
-    t2 = asyncio.ensure_future(env.coord.join_group(join_req("g", member=t[1].result().member_id, protocols=p_b),
+    _second = asyncio.ensure_future(env.coord.join_group(join_req("g", member=t[1].result().member_id, protocols=p_b),
                                                     3, "c", "h"))
     await env.advance(0)
     assert t3.result().generation_id == gen + 1
