@@ -57,12 +57,24 @@ class Setup:
         self.join("init")
 
     def produce(self, n: int, single_batch: bool = True) -> None:
-        p = Producer({"bootstrap.servers": self.bs, "linger.ms": 50 if single_batch else 0,
-                      "batch.num.messages": 100000})
+        """``n`` records as one record batch (sent with our codec: deterministic), or one batch each."""
+        if n == 0:
+            return
+        if single_batch:
+            from protocol.messages.produce import ProduceRequest as P
+            from protocol.records import build_batch
+
+            batch = build_batch([(None, b"v%d" % i, []) for i in range(n)])
+            req = P(acks=-1, timeout_ms=10_000, topic_data=[P.TopicProduceData(name=self.topic, partition_data=[
+                P.PartitionProduceData(index=0, records=batch)])])
+            with WireClient(self.bs) as w:
+                r = w.request(req, 9)
+            assert r.responses[0].partition_responses[0].error_code == 0
+            return
+        p = Producer({"bootstrap.servers": self.bs, "linger.ms": 0})
         for i in range(n):
             p.produce(self.topic, value=b"v%d" % i, partition=0)
-            if not single_batch:
-                p.flush(10)
+            p.flush(10)
         assert p.flush(15) == 0
 
     def conn(self, member: str) -> WireClient:
