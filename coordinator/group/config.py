@@ -8,6 +8,10 @@ KIP-848 groups: ``group.consumer.session.timeout.ms`` (45000),
 Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
 (600000), ``offset.metadata.max.bytes`` (4096).
 
+``offsets.retention.ms`` is ours too (Kafka has only ``offsets.retention.minutes``): when set,
+it overrides ``offsets.retention.minutes`` with a millisecond value, so test suites can
+exercise KIP-211 expiration in seconds instead of minutes.  Unset by default.
+
 ``group.consumer.lag.offset.reset`` (``latest``) is ours: the reset policy the lag assignor
 assumes for partitions the group never committed (see README.md, "Lag-aware assignor").
 """
@@ -58,7 +62,7 @@ class GroupConfig:
                                               d.consumer_heartbeat_interval_ms),
             consumer_max_size=gi("group.consumer.max.size", d.consumer_max_size),
             consumer_assignors=names,
-            offsets_retention_ms=gi("offsets.retention.minutes", 10080) * 60 * 1000,
+            offsets_retention_ms=gi("offsets.retention.ms", gi("offsets.retention.minutes", 10080) * 60 * 1000),
             offsets_retention_check_interval_ms=gi("offsets.retention.check.interval.ms",
                                                    d.offsets_retention_check_interval_ms),
             offset_metadata_max_bytes=gi("offset.metadata.max.bytes", d.offset_metadata_max_bytes),
