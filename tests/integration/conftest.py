@@ -52,27 +52,8 @@ def _unique_name():
     return unique
 
 
-class Broker(BrokerProcess):
-    """BrokerProcess whose ``start()`` returns only once *this* process accepts connections.
-
-    Works around a race in ``BrokerProcess.start`` after ``stop()``/``kill9()``: the stderr
-    reader thread of the previous process can set the shared ready event after ``start()``
-    cleared it, so ``start()`` may return before the new broker listens (or even if it fails).
-    """
-
-    def _accepting_lines(self) -> int:
-        return sum(1 for line in list(self.log_lines) if "accepting connections on" in line)
-
-    def start(self) -> "Broker":
-        before = self._accepting_lines()
-        super().start()
-        deadline = time.monotonic() + self.start_timeout
-        while self._accepting_lines() <= before:
-            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("sharebroker did not start:\n" + "\n".join(self.log_lines[-30:]))
-            time.sleep(0.01)
-        return self
+# BrokerProcess.start() returns only once its own process accepts connections.
+Broker = BrokerProcess
 
 
 @pytest.fixture

@@ -60,20 +60,7 @@ FAST_GROUPS = {
 
 
 # ------------------------------------------------------------------ helpers
-class Broker(BrokerProcess):
-    """BrokerProcess whose start() returns only once the *new* process accepts connections
-    (after kill9()/stop() the old process's stderr reader can set the shared ready event)."""
-
-    def _ready_lines(self) -> int:
-        return sum("accepting connections on" in line for line in list(self.log_lines))
-
-    def start(self) -> Broker:
-        before = self._ready_lines()
-        super().start()
-        until(lambda: self._ready_lines() > before or (self.proc is None or self.proc.poll() is not None),
-              self.start_timeout, "the broker to accept connections")
-        assert self.proc is not None and self.proc.poll() is None, "\n".join(self.log_lines[-30:])
-        return self
+Broker = BrokerProcess  # start() returns only once the new process accepts connections
 
 
 def until(cond, timeout: float, what: str, interval: float = 0.01):
