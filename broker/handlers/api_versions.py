@@ -17,13 +17,15 @@ from protocol.messages.registry import ApiKey
 
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
-# name: (supported min, supported max, finalized level)
+# name: (supported min, supported max, finalized level), as a Kafka 4.4 broker: metadata.version
+# 31 is 4.4-IV0 (7 = 3.3-IV3, the oldest KRaft level); transaction.version 2 is what 4.x finalizes
+# (transactions themselves are refused at InitProducerId until they are implemented).
 FEATURES = {
-    "metadata.version": (7, 27, 27),
+    "metadata.version": (7, 31, 31),
     "kraft.version": (0, 1, 1),
     "group.version": (0, 1, 1),
     "share.version": (0, 1, 1),
-    "transaction.version": (0, 2, 0),
+    "transaction.version": (0, 2, 2),
 }
 FEATURES_EPOCH = 1
 

@@ -1,0 +1,32 @@
+"""ApiVersions: advertised = served, Kafka 4.4's features, and KIP-511 client validation."""
+from __future__ import annotations
+
+from broker.dispatch import load_handlers
+from protocol.errors import Errors
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.registry import ApiKey
+from tests.wire import WireClient
+
+
+def test_advertised_ranges_are_the_handler_table(sharebroker):
+    with WireClient(sharebroker.bootstrap) as w:
+        r = w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0"), 3)
+    assert r.error_code == 0
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    served = {h.api_key: (h.advertised_min, h.max_version) for h in load_handlers() if h is not None}
+    assert advertised == served
+    assert advertised[ApiKey.PRODUCE] == (0, 13)            # v0-2 advertised as Kafka 4.x does
+    assert advertised[ApiKey.SHARE_GROUP_HEARTBEAT] == (1, 1)  # librdkafka requires v1 in range
+    assert advertised[ApiKey.SHARE_FETCH] == (1, 2)
+    assert 71 not in advertised and 72 not in advertised     # no telemetry
+    finalized = {f.name: f.max_version_level for f in r.finalized_features}
+    assert finalized["share.version"] == 1 and finalized["group.version"] == 1
+    assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2
+    supported = {f.name: (f.min_version, f.max_version) for f in r.supported_features}
+    assert all(supported[n][0] <= lvl <= supported[n][1] for n, lvl in finalized.items())
+
+
+def test_invalid_client_software_name_is_refused(sharebroker):
+    with WireClient(sharebroker.bootstrap) as w:
+        r = w.request(ApiVersionsRequest(client_software_name="bad name!", client_software_version="1"), 3)
+    assert r.error_code == Errors.INVALID_REQUEST
