@@ -17,19 +17,9 @@ import time
 import pytest
 
 from broker.testing import BrokerProcess
+from tests.support import unique, until
 
 _names = itertools.count()
-
-
-def wait_until(cond, timeout: float = 10.0, what: str = "condition", interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def tracebacks(broker: BrokerProcess) -> list[str]:
@@ -38,13 +28,9 @@ def tracebacks(broker: BrokerProcess) -> list[str]:
     return ["\n".join(lines[max(i - 1, 0):i + 12]) for i, line in enumerate(lines) if "Traceback" in line]
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{int(time.time() * 1000) % 100000}"
-
-
 @pytest.fixture(name="wait_until")
 def _wait_until():
-    return wait_until
+    return until
 
 
 @pytest.fixture(name="unique_name")

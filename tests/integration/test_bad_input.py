@@ -119,6 +119,25 @@ def closed_or_answered(s: socket.socket) -> str:
             return "answered"
 
 
+def send_cases(broker, cases) -> dict[str, int]:
+    """Send each payload followed by a PING, reconnecting whenever the broker closes; count outcomes."""
+    outcomes = {"closed": 0, "answered": 0}
+    s = None
+    try:
+        for payload in cases:
+            s = s or connect(broker, timeout=15)
+            s.sendall(frame(payload) + frame(PING))
+            outcome = closed_or_answered(s)
+            outcomes[outcome] += 1
+            if outcome == "closed":
+                s.close()
+                s = None
+    finally:
+        if s is not None:
+            s.close()
+    return outcomes
+
+
 def broker_tracebacks(broker) -> list[str]:
     lines = list(broker.log_lines)
     return ["\n".join(lines[i:i + 15]) for i, line in enumerate(lines) if "Traceback" in line]
@@ -227,21 +246,16 @@ def test_random_bytes_streams(broker):
 def test_random_frames(broker):
     """Well-framed random payloads: each is answered or its connection closed; nothing else."""
     rng = random.Random(7)
-    outcomes = {"closed": 0, "answered": 0}
-    s = None
-    for i in range(300):
-        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(8, 400)))
-        if i % 3 == 0:  # a served API key, so the body decoders see random bytes too
-            payload = struct.pack(">hh", rng.choice([0, 1, 2, 3, 19, 20, 32, 44]), rng.randrange(0, 13)) + payload[4:]
-        s = s or connect(broker)
-        s.sendall(frame(payload) + frame(PING))
-        outcome = closed_or_answered(s)
-        outcomes[outcome] += 1
-        if outcome == "closed":
-            s.close()
-            s = None
-    if s is not None:
-        s.close()
+
+    def payloads():
+        for i in range(300):
+            payload = bytes(rng.randrange(256) for _ in range(rng.randrange(8, 400)))
+            if i % 3 == 0:  # a served API key, so the body decoders see random bytes too
+                payload = struct.pack(">hh", rng.choice([0, 1, 2, 3, 19, 20, 32, 44]), rng.randrange(0, 13)) \
+                    + payload[4:]
+            yield payload
+
+    outcomes = send_cases(broker, payloads())
     print("random frames:", outcomes)
     assert outcomes["closed"] > 0
     assert_healthy(broker)
@@ -487,21 +501,9 @@ def test_mutated_requests(broker):
     """Seeded mutations of valid requests of the core APIs, each followed by a PING on the same
     connection: every one is answered or closes its connection, and no handler raises."""
     rng = random.Random(932)
-    outcomes = {"closed": 0, "answered": 0}
-    s = None
-    for api_key, req, (lo, hi) in _fuzz_seeds():
-        for version in range(lo, hi + 1):
-            body = encode(api_key, version, req, corr=5)
-            for _ in range(25):
-                s = s or connect(broker, timeout=15)
-                s.sendall(frame(_mutate(rng, body)) + frame(PING))
-                outcome = closed_or_answered(s)
-                outcomes[outcome] += 1
-                if outcome == "closed":
-                    s.close()
-                    s = None
-    if s is not None:
-        s.close()
+    outcomes = send_cases(broker, (_mutate(rng, encode(api_key, version, req, corr=5))
+                                   for api_key, req, (lo, hi) in _fuzz_seeds()
+                                   for version in range(lo, hi + 1) for _ in range(25)))
     print("mutated requests:", outcomes)
     assert outcomes["closed"] > 100 and outcomes["answered"] > 100, outcomes
     assert_healthy(broker)
@@ -519,25 +521,18 @@ def test_truncated_and_mutated_requests_of_every_served_api(broker):
                   for k in ApiVersionsResponse.decode(recv_frame(s)[4:], 0).api_keys]
     assert len(served) >= 20
     rng = random.Random(74)
-    outcomes = {"closed": 0, "answered": 0}
-    s = None
-    for api_key, lo, hi in served:
-        if api_key in (19, 37):
-            continue
-        cls = REQUESTS[api_key]
-        for version in range(max(lo, cls.MIN_VERSION), hi + 1):
-            body = encode(api_key, version, cls(), corr=6)
-            cases = [body[:cut] for cut in range(8, len(body))] + [_mutate(rng, body) for _ in range(8)]
-            for case in cases:
-                s = s or connect(broker, timeout=15)
-                s.sendall(frame(case) + frame(PING))
-                outcome = closed_or_answered(s)
-                outcomes[outcome] += 1
-                if outcome == "closed":
-                    s.close()
-                    s = None
-    if s is not None:
-        s.close()
+
+    def payloads():
+        for api_key, lo, hi in served:
+            if api_key in (19, 37):
+                continue
+            cls = REQUESTS[api_key]
+            for version in range(max(lo, cls.MIN_VERSION), hi + 1):
+                body = encode(api_key, version, cls(), corr=6)
+                yield from (body[:cut] for cut in range(8, len(body)))
+                yield from (_mutate(rng, body) for _ in range(8))
+
+    outcomes = send_cases(broker, payloads())
     print("every served API:", outcomes)
     assert outcomes["closed"] > 100 and outcomes["answered"] > 100, outcomes
     assert_healthy(broker)

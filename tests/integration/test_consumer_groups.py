@@ -45,6 +45,7 @@ from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
 from tests.wire import WireClient
+from tests.support import unique, until
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_text is deprecated", "ignore:open_text is deprecated")
 
@@ -61,21 +62,6 @@ FAST_GROUPS = {
 
 # ------------------------------------------------------------------ helpers
 Broker = BrokerProcess  # start() returns only once the new process accepts connections
-
-
-def until(cond, timeout: float, what: str, interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def no_tracebacks(broker: BrokerProcess) -> None:
@@ -106,7 +92,7 @@ def shared_broker(tmp_path_factory):
 
 
 def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
-    name = uniq("t")
+    name = unique("t")
     admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the result is in
     admin.create_topics([NewTopic(name, partitions)])[name].result(15)
     return name
@@ -404,7 +390,7 @@ def consume(handles, assignments, expected: set[str], early=None, once: bool = T
 def test_three_consumers_share_rebalance_resume_restart_and_crash(broker, make_consumer, client):
     bs = broker.bootstrap
     topic = create_topic(bs)
-    group = uniq("g")
+    group = unique("g")
 
     def commit_and_close(handles):
         for h in handles:
@@ -469,7 +455,7 @@ def test_join_latency_with_default_settings(tmp_path):
     with Broker(tmp_path / "data") as b:  # every broker setting at its default
         topic = create_topic(b.bootstrap)
         for protocol in ("classic", "consumer"):
-            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": uniq("join"), "group.protocol": protocol})
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique("join"), "group.protocol": protocol})
             try:
                 start = time.monotonic()
                 c.subscribe([topic])
@@ -503,7 +489,7 @@ def joined(handle, timeout=15.0):
 def test_list_groups_type_filters_with_share_groups(shared_broker, make_consumer):
     bs = shared_broker.bootstrap
     topic = create_topic(bs)
-    classic, consumer, share, simple = uniq("classic"), uniq("consumer"), uniq("share"), uniq("simple")
+    classic, consumer, share, simple = unique("classic"), unique("consumer"), unique("share"), unique("simple")
     joined(make_consumer("confluent-classic", bs, classic, topic))
     joined(make_consumer("confluent-consumer", bs, consumer, topic))
     admin = AdminClient({"bootstrap.servers": bs})
@@ -557,7 +543,7 @@ def test_list_groups_type_filters_with_share_groups(shared_broker, make_consumer
 def test_delete_groups_refuses_non_empty_and_deletes_empty(shared_broker, make_consumer):
     bs = shared_broker.bootstrap
     topic = create_topic(bs)
-    classic, consumer, share = uniq("classic"), uniq("consumer"), uniq("share")
+    classic, consumer, share = unique("classic"), unique("consumer"), unique("share")
     handles = {g: joined(make_consumer(p, bs, g, topic))
                for g, p in ((classic, "confluent-classic"), (consumer, "confluent-consumer"))}
     produce_batch(bs, topic, "x")
@@ -606,7 +592,7 @@ def _error_message(m):
 def test_group_id_of_one_type_cannot_be_used_as_another(shared_broker, make_consumer):
     bs = shared_broker.bootstrap
     topic = create_topic(bs)
-    classic, consumer, share = uniq("classic"), uniq("consumer"), uniq("share")
+    classic, consumer, share = unique("classic"), unique("consumer"), unique("share")
     joined(make_consumer("confluent-classic", bs, classic, topic))
     joined(make_consumer("confluent-consumer", bs, consumer, topic))
     with WireClient(bs) as w:

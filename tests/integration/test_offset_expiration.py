@@ -17,7 +17,6 @@ has had its chance.
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -31,6 +30,7 @@ from protocol.messages.list_groups import ListGroupsRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.wire import WireClient
+from tests.support import unique, until
 
 RETENTION_S = 2.0
 CONFIG = {
@@ -49,21 +49,6 @@ class Broker(BrokerProcess):
         self.start()
 
 
-def until(cond, timeout: float, what: str, interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture
 def broker(tmp_path):
     b = Broker(tmp_path / "data", config=CONFIG)
@@ -77,7 +62,7 @@ def broker(tmp_path):
 
 
 def create_topics(bootstrap: str, n: int, partitions: int = 2) -> list[str]:
-    names = [uniq("t") for _ in range(n)]
+    names = [unique("t") for _ in range(n)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(t, partitions) for t in names]).values():
         f.result(15)
@@ -173,7 +158,7 @@ def test_active_group_keeps_offsets_then_empty_group_expires_and_goes_dead(broke
     bs = broker.bootstrap
     (topic,) = create_topics(bs, 1)
     produce(bs, topic, 5)
-    group = uniq("g")
+    group = unique("g")
     c = new_consumer(bs, group, protocol, [topic])
     try:
         consume_n(c, 10)
@@ -183,7 +168,7 @@ def test_active_group_keeps_offsets_then_empty_group_expires_and_goes_dead(broke
         assert committed(bs, group, [topic]) == want
 
         # active: offsets older than the retention stay (the control, committed later, expired)
-        control = uniq("control")
+        control = unique("control")
         standalone_commit(bs, control, topic)
         assert wait_expired(bs, control, topic, poll=c) - t_commit >= RETENTION_S
         assert committed(bs, group, [topic]) == want
@@ -192,12 +177,12 @@ def test_active_group_keeps_offsets_then_empty_group_expires_and_goes_dead(broke
         # ... also across kill -9: the members are still there after the restart, so nothing expires.
         # While waiting, a third control is committed 0.4 retention later: it will expire 0.4
         # retention after the group becomes Empty, which the Empty phase below uses.
-        control = uniq("control")
+        control = unique("control")
         standalone_commit(bs, control, topic)
         t_control = time.monotonic()
         broker.crash_and_restart()
         assert committed(bs, group, [topic]) == want
-        late_control = uniq("control")
+        late_control = unique("control")
 
         def control_gone():
             if late_control not in listed(bs) and time.monotonic() - t_control >= 0.4 * RETENTION_S:
@@ -250,7 +235,7 @@ def test_unsubscribed_topic_expires_while_group_is_active(broker, protocol):
     kept, dropped = create_topics(bs, 2)
     for t in (kept, dropped):
         produce(bs, t, 3)
-    group = uniq("g")
+    group = unique("g")
     c = new_consumer(bs, group, protocol, [kept, dropped])
     try:
         consume_n(c, 12)
@@ -274,7 +259,7 @@ def test_unsubscribed_topic_expires_while_group_is_active(broker, protocol):
         assert listed(bs)[group] == "Stable"
 
         # across kill -9: the expired ones do not come back, the others survive later cleanups too
-        control = uniq("control")
+        control = unique("control")
         standalone_commit(bs, control, kept)
         broker.crash_and_restart()
         assert committed(bs, group, [kept, dropped]) == {(kept, 0): 3, (kept, 1): 3}
@@ -290,7 +275,7 @@ def test_standalone_offsets_expire_by_commit_time(broker):
     bs = broker.bootstrap
     (topic,) = create_topics(bs, 1)
     produce(bs, topic, 10)
-    group = uniq("standalone")
+    group = unique("standalone")
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])  # no group membership

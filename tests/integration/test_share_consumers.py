@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from broker.testing import BrokerProcess
+from tests.support import unique, until
 
 BROKER_CONFIG = {
     # short locks for the lock-timeout tests (Kafka's own floor is 15 s)
@@ -22,12 +22,8 @@ def broker(tmp_path_factory):
         yield b
 
 
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def create_topic(bootstrap: str, partitions: int) -> str:
-    name = uniq("t")
+    name = unique("t")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions)])[name].result(15)
     return name
@@ -42,7 +38,7 @@ def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
 
 
 def new_group(bootstrap: str, **configs: str) -> str:
-    group = uniq("g")
+    group = unique("g")
     set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", **configs)
     return group
 
@@ -74,15 +70,6 @@ def poll_records(c: ShareConsumer, timeout: float = 0.5) -> list:
 
 def key_of(m) -> tuple[int, int]:
     return m.partition(), m.offset()
-
-
-def until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # ------------------------------------------------------------------ implicit acknowledgement
