@@ -1,20 +1,26 @@
 """Config resources for DescribeConfigs / IncrementalAlterConfigs / ListConfigResources.
 
-One class per resource type, registered in ``RESOURCES``:
+One class per resource type, registered in the broker's :class:`ConfigResources`
+(one per broker, built with the other components):
 - TOPIC (2): topic overrides on top of broker defaults (validated by broker.log.config);
 - BROKER (4): the broker's settings; the topic-default synonyms (``log.retention.ms``,
   ``log.segment.bytes``, ...) can be altered at run time, as Kafka's cluster-wide
   dynamic defaults, and are persisted in ``meta/broker-configs.json``;
-- GROUP (32): registered by the group coordinator (share-group configs).
-Config sources follow Kafka's numbering.
+- GROUP (32): ``broker.group_configs.GroupConfigManager`` (share- and consumer-group configs).
+Config sources follow Kafka's numbering.  :class:`BrokerSettings` owns the static
+settings and the dynamic cluster-wide defaults together, and derives the topic-config
+defaults from them (Kafka's synonyms).
 """
 from __future__ import annotations
 
 import json
 import os
+from typing import Awaitable, Callable
 
+from broker.config import BrokerConfig
 from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.log.errors import LogError
+from broker.log.manager import atomic_write
 from protocol.errors import Errors
 
 # ConfigSource
@@ -81,31 +87,118 @@ def apply_ops(current: dict[str, str], ops, list_keys: set[str],
     return out
 
 
+_RETENTION_UNITS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
+_ROLL_UNITS = (("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
+_BROKER_CONFIGS_FILE = "broker-configs.json"
+
+
+def static_topic_defaults(config: BrokerConfig) -> dict[str, str]:
+    """Broker-level settings that are defaults of topic configs (Kafka's synonyms)."""
+    out: dict[str, str] = {}
+    for name, cdef in TOPIC_CONFIGS.items():
+        syn = getattr(cdef, "synonym", None)
+        if syn and config.has(syn):
+            out[name] = config.get(syn)
+    for target, units in (("retention.ms", _RETENTION_UNITS), ("segment.ms", _ROLL_UNITS)):
+        for key, factor in units:
+            if config.has(key):
+                out[target] = str(int(config.get(key)) * factor if int(config.get(key)) >= 0 else -1)
+                break
+    return out
+
+
+class BrokerSettings:
+    """The broker's static settings plus its dynamic cluster-wide defaults (``meta/broker-configs.json``).
+
+    ``run_blocking`` runs a blocking file operation off the event loop (the broker's
+    file worker); ``on_topic_defaults`` is told the new topic-config defaults after a
+    dynamic change (the log manager applies them to every log without an override).
+    """
+
+    def __init__(self, config: BrokerConfig, node_id: int, meta_dir: str,
+                 run_blocking: Callable[..., Awaitable] | None = None,
+                 on_topic_defaults: Callable[[dict[str, str]], None] | None = None):
+        self.config = config
+        self.node_id = node_id
+        self._path = os.path.join(meta_dir, _BROKER_CONFIGS_FILE)
+        self._run_blocking = run_blocking
+        self.on_topic_defaults = on_topic_defaults
+        try:
+            with open(self._path, "rb") as f:
+                self.dynamic: dict[str, str] = dict(json.loads(f.read()))
+        except FileNotFoundError:
+            self.dynamic = {}
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-config defaults from broker settings: dynamic ones over static ones."""
+        out = static_topic_defaults(self.config)
+        by_syn = {c.synonym: k for k, c in TOPIC_CONFIGS.items() if c.synonym}
+        for key, value in self.dynamic.items():
+            if key in by_syn:
+                out[by_syn[key]] = value
+        return out
+
+    def source(self, key: str) -> int:
+        return DYNAMIC_DEFAULT_BROKER if key in self.dynamic else STATIC_BROKER
+
+    async def set_dynamic(self, values: dict[str, str]) -> None:
+        data = json.dumps(values, sort_keys=True).encode()
+        if self._run_blocking is not None:
+            await self._run_blocking(atomic_write, self._path, data)
+        else:
+            atomic_write(self._path, data)
+        self.dynamic = dict(values)
+        if self.on_topic_defaults is not None:
+            self.on_topic_defaults(self.topic_defaults())
+
+
+class ConfigResources:
+    """The config resource types this broker serves, by resource type number."""
+
+    def __init__(self, *resources) -> None:
+        self._by_type: dict[int, object] = {}
+        for r in resources:
+            self.register(r)
+
+    def register(self, resource) -> None:
+        self._by_type[resource.resource_type] = resource
+
+    def get(self, resource_type: int):
+        return self._by_type.get(resource_type)
+
+    def types(self) -> list[int]:
+        return sorted(self._by_type)
+
+
 class TopicConfigs:
     resource_type = TOPIC
 
-    def names(self, b) -> list[str]:
-        return sorted(b.logs.topics)
+    def __init__(self, logs, settings: BrokerSettings):
+        self.logs = logs
+        self.settings = settings
 
-    def describe(self, b, name: str) -> list[ConfigEntry]:
-        info = b.logs.topic(name)
+    def names(self) -> list[str]:
+        return sorted(self.logs.topics)
+
+    def describe(self, name: str) -> list[ConfigEntry]:
+        info = self.logs.topic(name)
         if info is None:
             raise LogError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
-        defaults = b.topic_default_configs()
+        defaults = self.settings.topic_defaults()
         out = []
         for key, cdef in sorted(TOPIC_CONFIGS.items()):
             syn = []
             if key in info.configs:
                 syn.append((key, info.configs[key], DYNAMIC_TOPIC))
             if cdef.synonym and key in defaults:
-                syn.append((cdef.synonym, defaults[key], b.broker_config_source(cdef.synonym)))
+                syn.append((cdef.synonym, defaults[key], self.settings.source(cdef.synonym)))
             syn.append((cdef.synonym or key, _fmt(cdef.default), DEFAULT))
             value, source = (syn[0][1], syn[0][2])
             out.append(ConfigEntry(key, value, source, synonyms=syn, type_=_type_of(cdef)))
         return out
 
-    def alter(self, b, name: str, ops, validate_only: bool) -> None:
-        info = b.logs.topic(name)
+    async def alter(self, name: str, ops, validate_only: bool) -> None:
+        info = self.logs.topic(name)
         if info is None:
             raise LogError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
         for op in ops:
@@ -115,33 +208,38 @@ class TopicConfigs:
         new = apply_ops(info.configs, ops, lists, {k: _fmt(c.default) for k, c in TOPIC_CONFIGS.items()})
         validate_topic_configs(new)
         if not validate_only:
-            b.logs.set_topic_configs(name, new)
+            self.logs.set_topic_configs(name, new)
 
 
 class BrokerConfigs:
     resource_type = BROKER
 
-    def names(self, b) -> list[str]:
-        return [str(b.node_id)]
+    def __init__(self, settings: BrokerSettings):
+        self.settings = settings
 
-    def _check_name(self, b, name: str) -> None:
-        if name not in ("", str(b.node_id)):
-            raise LogError(Errors.INVALID_REQUEST, f"Unexpected broker id, expected {b.node_id} or empty string, "
+    def names(self) -> list[str]:
+        return [str(self.settings.node_id)]
+
+    def _check_name(self, name: str) -> None:
+        node_id = self.settings.node_id
+        if name not in ("", str(node_id)):
+            raise LogError(Errors.INVALID_REQUEST, f"Unexpected broker id, expected {node_id} or empty string, "
                                                    f"but received {name}")
 
-    def describe(self, b, name: str) -> list[ConfigEntry]:
-        self._check_name(b, name)
-        dynamic = b.dynamic_broker_configs
+    def describe(self, name: str) -> list[ConfigEntry]:
+        self._check_name(name)
+        config = self.settings.config
+        dynamic = self.settings.dynamic
         out = []
-        keys = set(k for k, _ in b.config.items()) | set(dynamic)
+        keys = set(k for k, _ in config.items()) | set(dynamic)
         keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym}
         defaults = {c.synonym: _fmt(c.default) for c in TOPIC_CONFIGS.values() if c.synonym}
         for key in sorted(keys):
             syn = []
             if key in dynamic:
                 syn.append((key, dynamic[key], DYNAMIC_DEFAULT_BROKER))
-            if b.config.has(key):
-                syn.append((key, b.config.get(key), STATIC_BROKER))
+            if config.has(key):
+                syn.append((key, config.get(key), STATIC_BROKER))
             if key in defaults:
                 syn.append((key, defaults[key], DEFAULT))
             if not syn:
@@ -151,40 +249,26 @@ class BrokerConfigs:
                                    read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn))
         return out
 
-    def alter(self, b, name: str, ops, validate_only: bool) -> None:
+    async def alter(self, name: str, ops, validate_only: bool) -> None:
         # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change
         # fails validation (ConfigAdminManager.validateBrokerConfigChange, KAFKA-13609).
-        self._check_name(b, name)
+        self._check_name(name)
+        config = self.settings.config
         static = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
         if static:
             raise LogError(Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
         by_topic_key = {c.synonym: k for k, c in TOPIC_CONFIGS.items() if c.synonym}
         lists = {syn for syn, k in by_topic_key.items() if TOPIC_CONFIGS[k].type == LIST}
-        defaults = {syn: b.config.get(syn) if b.config.has(syn) else _fmt(TOPIC_CONFIGS[k].default)
+        defaults = {syn: config.get(syn) if config.has(syn) else _fmt(TOPIC_CONFIGS[k].default)
                     for syn, k in by_topic_key.items()}
-        new = apply_ops(b.dynamic_broker_configs, ops, lists, defaults)
+        new = apply_ops(self.settings.dynamic, ops, lists, defaults)
         try:
             validate_topic_configs({by_topic_key[k]: v for k, v in new.items()})
         except ConfigError as e:
             raise LogError(Errors.INVALID_REQUEST, str(e)) from None
         if not validate_only:
-            b.set_dynamic_broker_configs(new)
+            await self.settings.set_dynamic(new)
 
 
 _DYNAMIC_BROKER_KEYS = {c.synonym for c in TOPIC_CONFIGS.values()
                         if c.synonym and c.synonym.startswith(("log.", "message.max", "compression."))}
-
-RESOURCES: dict[int, object] = {TOPIC: TopicConfigs(), BROKER: BrokerConfigs()}
-
-
-def register_resource(handler) -> None:
-    RESOURCES[handler.resource_type] = handler
-
-
-def load_dynamic_broker_configs(data_dir: str) -> dict[str, str]:
-    path = os.path.join(data_dir, "meta", "broker-configs.json")
-    try:
-        with open(path, "rb") as f:
-            return dict(json.loads(f.read()))
-    except FileNotFoundError:
-        return {}

@@ -2,7 +2,7 @@
 
 A handler is registered with::
 
-    @handler(ApiKey.SHARE_FETCH, versions=(1, 2))
+    @handler(ApiKey.SHARE_FETCH, versions=(1, 2), acl=(Acl(READ, GROUP), Acl(READ, TOPIC)))
     async def share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> ShareFetchResponse:
         ...
 
@@ -11,35 +11,56 @@ we advertise is exactly what we serve.  ``advertise`` widens the advertised rang
 below what is served where Kafka does so (Produce v0-2 are advertised, then
 rejected).  Handlers are thin: validate, call the owning component, build the
 response.  A handler may return ``None`` to send no response (Produce acks=0).
+
+``acl`` declares what Kafka's authorizer checks for the API (operation on resource
+type, as ``kafka.server.KafkaApis`` does); the request pipeline
+(``broker.pipeline``) hands it to the authorizer before the handler runs.  Handlers
+reach the broker's parts through ``ctx.components`` (``broker.components``).
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 from protocol.messages.registry import REQUESTS, RESPONSES, ApiKey
 
 HandlerFn = Callable[..., Awaitable[object]]
 
+# Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, \
+    IDEMPOTENT_WRITE = ("READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+                        "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID"
+
+
+class Acl(NamedTuple):
+    """One authorization an API needs: ``operation`` on resources of ``resource_type``."""
+
+    operation: str
+    resource_type: str
+
 
 class Handler:
     __slots__ = ("api_key", "min_version", "max_version", "fn", "request_cls", "response_cls",
-                 "advertised_min")
+                 "advertised_min", "acl")
 
-    def __init__(self, api_key: int, versions: tuple[int, int], fn: HandlerFn, advertised_min: int):
+    def __init__(self, api_key: int, versions: tuple[int, int], fn: HandlerFn, advertised_min: int,
+                 acl: tuple[Acl, ...] = ()):
         self.api_key = api_key
         self.min_version, self.max_version = versions
         self.fn = fn
         self.request_cls = REQUESTS[api_key]
         self.response_cls = RESPONSES[api_key]
         self.advertised_min = advertised_min
+        self.acl = acl
 
 
 HANDLERS: list[Handler | None] = [None] * 128
 
 
-def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | None = None):
+def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | None = None,
+            acl: tuple[Acl, ...] = ()):
     def register(fn: HandlerFn) -> HandlerFn:
         cls = REQUESTS[api_key]
         lo, hi = versions
@@ -48,7 +69,7 @@ def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | No
         if HANDLERS[api_key] is not None:
             raise ValueError(f"two handlers for {ApiKey(api_key).name}")
         HANDLERS[api_key] = Handler(int(api_key), versions, fn,
-                                    lo if advertise_from is None else advertise_from)
+                                    lo if advertise_from is None else advertise_from, tuple(acl))
         return fn
 
     return register
@@ -63,16 +84,23 @@ def load_handlers() -> list[Handler | None]:
     return HANDLERS
 
 
+def api_version_ranges() -> list[tuple[int, int, int]]:
+    """(api key, advertised min, max) for every registered handler: what ApiVersions advertises."""
+    return [(h.api_key, h.advertised_min, h.max_version) for h in HANDLERS if h is not None]
+
+
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
-    __slots__ = ("broker", "connection", "api_key", "api_version", "correlation_id", "client_id")
+    __slots__ = ("components", "connection", "api_key", "api_version", "correlation_id", "client_id",
+                 "principal")
 
-    def __init__(self, broker, connection, api_key: int, api_version: int, correlation_id: int,
-                 client_id: str | None):
-        self.broker = broker
+    def __init__(self, components, connection, api_key: int, api_version: int, correlation_id: int,
+                 client_id: str | None, principal: str = "User:ANONYMOUS"):
+        self.components = components
         self.connection = connection
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
+        self.principal = principal

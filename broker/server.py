@@ -1,9 +1,13 @@
 """The socket server: length-prefixed frames in, responses out in request order.
 
-Each connection is an ``asyncio.Protocol`` with one task that takes frames in
-arrival order and awaits each handler before the next, as Kafka mutes a channel
+Each connection is an ``asyncio.BufferedProtocol`` with one task that takes frames
+in arrival order and awaits each handler before the next, as Kafka mutes a channel
 while a request is in flight; reading pauses when too many frames queue up, and
 writing waits when the transport's buffer is full.
+
+Every request goes through one pipeline (:meth:`Connection._process`): decode ->
+authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
+handler; the stages are the components in ``broker.pipeline``.
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes
@@ -21,8 +25,10 @@ import asyncio
 import collections
 import logging
 import struct
+import time
 
-from broker.dispatch import HANDLERS, RequestContext
+from broker.dispatch import HANDLERS, RequestContext, api_version_ranges
+from broker.pipeline import ANONYMOUS
 from protocol.errors import Errors
 from protocol.messages.api_versions import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
@@ -35,19 +41,36 @@ _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
 MAX_QUEUED_FRAMES = 64
+SCRATCH_BYTES = 32 * 1024
 
 
 class ProtocolViolation(Exception):
     """The peer broke the framing or the protocol; the connection is closed."""
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: frames in (read once into their own buffer), responses out in order.
+
+    Reading uses ``asyncio.BufferedProtocol``: small frames arrive in a per-connection
+    scratch buffer and are copied once into a ``bytearray`` of their own; a frame that
+    is not complete in the scratch buffer gets its own ``bytearray`` at once and the
+    transport reads the rest of it straight into that buffer, so a large produce
+    batch is never copied in Python.  The decoded request's ``records`` are writable
+    memoryview slices of the frame, which lets the log rewrite the base offset in place.
+    """
+
     def __init__(self, server: "Server"):
         self.server = server
-        self.broker = server.broker
+        self.components = server.components
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._buf = bytearray()
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._sv = memoryview(self._scratch)
+        self._start = 0  # unparsed bytes are self._scratch[self._start:self._end]
+        self._end = 0
+        self._frame: bytearray | None = None  # a frame being read straight into its own buffer
+        self._fview: memoryview | None = None
+        self._fill = 0
         self._frames: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._drain: asyncio.Future | None = None
@@ -55,7 +78,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._close_hooks: list = []
         self.closed = False
-        self.auth = None  # set by SASL handlers
+        self.principal = ANONYMOUS
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -70,33 +93,61 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        pos = 0
-        n = len(buf)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._fview[self._fill:]
+        return self._sv[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._fill += nbytes
+            if self._fill == len(self._frame):
+                self._frames.append(self._frame)
+                self._frame = self._fview = None
+                self._frames_ready()
+            return
+        self._end += nbytes
+        sv, pos, end = self._sv, self._start, self._end
         max_bytes = self.server.max_request_bytes
-        while n - pos >= 4:
-            size = _SIZE.unpack_from(buf, pos)[0]
+        while end - pos >= 4:
+            size = _SIZE.unpack_from(sv, pos)[0]
             if size < 0 or size > max_bytes:
                 log.warning("closing %s: frame size %d outside 0..%d (socket.request.max.bytes)",
                             self.peer, size, max_bytes)
                 self.close()
                 return
-            end = pos + 4 + size
-            if end > n:
-                break
-            self._frames.append(bytes(buf[pos + 4:end]))
+            body = pos + 4
+            if end - body >= size:
+                self._frames.append(bytearray(sv[body:body + size]))
+                pos = body + size
+                continue
+            # Incomplete: give the frame its own buffer and let the transport fill it directly.
+            have = end - body
+            frame = self._frame = bytearray(size)
+            self._fview = memoryview(frame)
+            self._fview[:have] = sv[body:end]
+            self._fill = have
             pos = end
-        if pos:
-            del buf[:pos]
+            break
+        if pos == end:
+            self._start = self._end = 0
+        else:  # a partial size prefix (< 4 bytes): move it to the front
+            left = end - pos
+            self._scratch[:left] = sv[pos:end]
+            self._start, self._end = 0, left
         if self._frames:
-            if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
-                self._reading_paused = True
-                self.transport.pause_reading()
-            w = self._waiter
-            if w is not None and not w.done():
-                w.set_result(None)
+            self._frames_ready()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def _frames_ready(self) -> None:
+        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def pause_writing(self) -> None:
         if self._drain is None:
@@ -160,7 +211,8 @@ class Connection(asyncio.Protocol):
             log.exception("closing %s after an internal error", self.peer)
             self.close()
 
-    async def _process(self, frame: bytes) -> None:
+    async def _process(self, frame: bytearray) -> None:
+        """The request pipeline: decode -> authenticate -> authorize -> time and count -> handler."""
         if len(frame) < 8:
             raise ProtocolViolation(f"frame of {len(frame)} bytes is too short for a request header")
         api_key, version, correlation_id = _HEAD.unpack_from(frame, 0)
@@ -181,8 +233,22 @@ class Connection(asyncio.Protocol):
             req, end = cls.decode_from(m, pos, version)
         except (DecodeError, ValueError, IndexError, struct.error) as e:
             raise ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}") from None
-        ctx = RequestContext(self.broker, self, api_key, version, correlation_id, header.client_id)
-        resp = await h.fn(ctx, req)
+        server = self.server
+        if not server.authenticator.admits(self, api_key):
+            raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication")
+        ctx = RequestContext(self.components, self, api_key, version, correlation_id, header.client_id,
+                             self.principal)
+        if h.acl and not server.authorizer.authorize(ctx, h.acl):
+            raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
+        metrics = server.metrics
+        t0 = time.perf_counter()
+        try:
+            resp = await h.fn(ctx, req)
+        except BaseException:
+            metrics.failed(api_key)
+            raise
+        finally:
+            metrics.observe(api_key, time.perf_counter() - t0)
         if resp is None or self.closed:
             return
         self.send_response(ctx, resp, flexible)
@@ -203,8 +269,7 @@ class Connection(asyncio.Protocol):
             self.transport.write(b)
 
     def _send_unsupported_api_versions(self, correlation_id: int) -> None:
-        resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION,
-                                   api_keys=self.server.api_version_entries())
+        resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION, api_keys=api_version_entries())
         b = bytearray(8)
         _CORR.pack_into(b, 0, 0, correlation_id)
         resp.encode_into(b, 0)
@@ -212,24 +277,27 @@ class Connection(asyncio.Protocol):
         self.transport.write(b)
 
 
+def api_version_entries() -> list:
+    """The ApiVersions entries: exactly the registered handlers' ranges."""
+    return [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in api_version_ranges()]
+
+
 class Server:
-    def __init__(self, broker, host: str, port: int):
-        self.broker = broker
+    """The listener: accepts connections and runs each one's requests through the pipeline."""
+
+    def __init__(self, components, host: str, port: int):
+        self.components = components
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
-        cfg = broker.config
+        cfg = components.config
         self.max_request_bytes = cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024)
         self.max_connections = cfg.get_int("max.connections", 2147483647)
+        self.authenticator = components.authenticator
+        self.authorizer = components.authorizer
+        self.metrics = components.request_metrics
         self._server: asyncio.base_events.Server | None = None
-
-    def api_version_entries(self) -> list:
-        out = []
-        for h in HANDLERS:
-            if h is not None:
-                out.append(ApiVersionsResponse.ApiVersion(
-                    api_key=h.api_key, min_version=h.advertised_min, max_version=h.max_version))
-        return out
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

@@ -17,31 +17,41 @@ out, as Kafka 4.4 does.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from broker.share.config import ShareGroupConfig
 from broker.share.errors import ShareError
 from broker.share.partition import SharePartition
 from broker.share.session import ShareSessionCache
+from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.share")
 
 
 class ShareManager:
-    def __init__(self, broker):
-        self.b = broker
+    """Collaborators: the broker ``config``, the ``logs`` (partition logs by topic id), the
+    ``watchers`` long polls wait on, the ``persister`` (share coordinator), the
+    ``group_configs`` (per-group overrides), a ``scheduler`` (the event loop) and ``now_ms``.
+    The builder connects its event methods (:meth:`group_config_changed`,
+    :meth:`topic_deleted`, :meth:`member_removed`) to their sources."""
+
+    def __init__(self, config, *, logs, watchers, persister, group_configs, scheduler,
+                 now_ms: Callable[[], int]):
+        self.logs = logs
+        self.watchers = watchers
+        self.persister = persister
+        self.group_configs = group_configs
+        self.scheduler = scheduler
+        self.now_ms = now_ms
         self.partitions: dict[tuple[str, bytes, int], SharePartition] = {}
         self.configs: dict[str, ShareGroupConfig] = {}
-        cfg = broker.config
         # KIP-932: sessions inactive for 120 s are evicted (Kafka has no setting for it; this name is ours).
-        self.idle_ms = cfg.get_int("sharebroker.share.session.idle.timeout.ms", 120_000)
-        self.sessions = ShareSessionCache(cfg.get_int("group.share.max.share.sessions", 2000),
-                                          now_ms=broker.now_ms, idle_timeout_ms=self.idle_ms,
+        self.idle_ms = config.get_int("sharebroker.share.session.idle.timeout.ms", 120_000)
+        self.sessions = ShareSessionCache(config.get_int("group.share.max.share.sessions", 2000),
+                                          now_ms=now_ms, idle_timeout_ms=self.idle_ms,
                                           on_close=self._session_closed)
-        self._sweep = broker.loop.call_later(self.idle_ms / 2000.0, self._evict_idle)
+        self._sweep = scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
-        broker.group_configs.add_listener(self._group_config_changed)
-        broker.add_topic_delete_listener(self._topic_deleted)
-        broker.share_groups.add_member_removed_listener(self._member_removed)
 
     # ------------------------------------------------------------------ configs
     def group_config(self, group_id: str) -> ShareGroupConfig:
@@ -52,7 +62,7 @@ class ShareManager:
         return c
 
     def _apply(self, group_id: str, c: ShareGroupConfig) -> None:
-        gc = self.b.group_configs
+        gc = self.group_configs
         try:
             c.update(record_lock_duration_ms=gc.get_int(group_id, "share.record.lock.duration.ms"),
                      delivery_count_limit=gc.get_int(group_id, "share.delivery.count.limit"),
@@ -63,34 +73,32 @@ class ShareManager:
         except ShareError as e:
             log.warning("group %s: share configs not applied: %s", group_id, e)
 
-    def _group_config_changed(self, group_id: str) -> None:
+    def group_config_changed(self, group_id: str) -> None:
         c = self.configs.get(group_id)
         if c is not None:
             self._apply(group_id, c)
             for (g, tid, p), sp in self.partitions.items():
                 if g == group_id:
-                    self.b.watchers.notify(("share", g, tid, p))
+                    self.watchers.notify(("share", g, tid, p))
 
     # ------------------------------------------------------------------ partitions
     def topic_log(self, topic_id: bytes, partition: int):
-        info = self.b.logs.topic_by_id(topic_id)
+        info = self.logs.topic_by_id(topic_id)
         if info is None or not 0 <= partition < info.partitions:
             return None, None
         return info.name, info.logs[partition]
 
     async def partition(self, group_id: str, topic_id: bytes, partition: int) -> SharePartition:
         """The initialized share partition; raises ShareError (e.g. UNKNOWN_TOPIC_OR_PARTITION)."""
-        from protocol.errors import Errors
-
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
         if sp is None:
             name, plog = self.topic_log(topic_id, partition)
             if plog is None:
                 raise ShareError(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-            watchers = self.b.watchers
-            sp = SharePartition(group_id, topic_id, partition, log=plog, persister=self.b.share_coordinator,
-                                config=self.group_config(group_id), scheduler=self.b.loop, now_ms=self.b.now_ms,
+            watchers = self.watchers
+            sp = SharePartition(group_id, topic_id, partition, log=plog, persister=self.persister,
+                                config=self.group_config(group_id), scheduler=self.scheduler, now_ms=self.now_ms,
                                 on_state_change=lambda: watchers.notify(("share",) + key))
             self.partitions[key] = sp
         if sp.status != "ACTIVE":
@@ -127,15 +135,15 @@ class ShareManager:
     def _session_closed(self, session) -> None:
         if session is None:
             return
-        self.b.loop.create_task(self.release(session.group_id, session.member_id, list(session.partitions)))
+        self.scheduler.create_task(self.release(session.group_id, session.member_id, list(session.partitions)))
 
-    def _member_removed(self, group_id: str, member_id: str) -> None:
+    def member_removed(self, group_id: str, member_id: str) -> None:
         """A member left the group or timed out: close its session, release what it holds."""
         self.sessions.close(group_id, member_id)
         keys = [(tid, p) for (g, tid, p) in self.partitions if g == group_id]
-        self.b.loop.create_task(self.release(group_id, member_id, keys))
+        self.scheduler.create_task(self.release(group_id, member_id, keys))
 
-    def _topic_deleted(self, name: str, topic_id: bytes) -> None:
+    def topic_deleted(self, name: str, topic_id: bytes) -> None:
         for key in [k for k in self.partitions if k[1] == topic_id]:
             self.partitions.pop(key).close()
 
@@ -151,7 +159,7 @@ class ShareManager:
         for session in self.sessions.evict_idle():
             log.info("share session %s/%s evicted after %d ms idle", session.group_id, session.member_id,
                      self.idle_ms)
-        self._sweep = self.b.loop.call_later(self.idle_ms / 2000.0, self._evict_idle)
+        self._sweep = self.scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
 
     async def close(self) -> None:
         self._sweep.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from broker.dispatch import handler
+from broker.server import api_version_entries
 from protocol.errors import Errors
 from protocol.messages.api_versions import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
@@ -32,7 +33,7 @@ FEATURES_EPOCH = 1
 
 @handler(ApiKey.API_VERSIONS, versions=(0, 4))
 async def api_versions(ctx, req):
-    resp = ApiVersionsResponse(api_keys=ctx.broker.server.api_version_entries())
+    resp = ApiVersionsResponse(api_keys=api_version_entries())
     if ctx.api_version >= 3:
         for value in (req.client_software_name, req.client_software_version):
             if not _SOFTWARE.match(value or ""):

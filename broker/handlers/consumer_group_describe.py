@@ -11,4 +11,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.CONSUMER_GROUP_DESCRIBE, versions=(0, 1))
 async def consumer_group_describe(ctx, req):
-    return ctx.broker.groups.consumer_group_describe(req, ctx.api_version)
+    return ctx.components.groups.consumer_group_describe(req, ctx.api_version)

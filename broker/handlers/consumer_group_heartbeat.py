@@ -13,5 +13,5 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, versions=(0, 1))
 async def consumer_group_heartbeat(ctx, req):
-    return await ctx.broker.groups.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
+    return await ctx.components.groups.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
                                                             client_host(ctx))

@@ -26,11 +26,11 @@ MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
 
 @handler(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     counts = Counter(t.name for t in req.topics)
     new_total = 0
     for t in req.topics:
-        info = b.logs.topic(t.name)
+        info = c.logs.topic(t.name)
         if info is not None and counts[t.name] == 1:
             new_total += max(t.count - info.partitions, 0)
     if new_total > MAX_NEW_PARTITIONS_PER_REQUEST:
@@ -42,12 +42,12 @@ async def create_partitions(ctx, req):
         if counts[t.name] > 1:
             out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST, error_message="Duplicate topic in request."))
             continue
-        info = b.logs.topic(t.name)
+        info = c.logs.topic(t.name)
         if info is None:
             out.append(_R(name=t.name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
                           error_message=f"The topic '{t.name}' does not exist."))
             continue
-        if b.is_internal(t.name):
+        if c.topics.is_internal(t.name):
             out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST,
                           error_message=f"Cannot add partitions to internal topic {t.name}"))
             continue
@@ -62,15 +62,15 @@ async def create_partitions(ctx, req):
                               error_message=f"Attempted to add {t.count - info.partitions} additional partitions "
                                             f"but only {len(t.assignments)} assignments were specified."))
                 continue
-            if any(a.broker_ids != [b.node_id] for a in t.assignments):
+            if any(a.broker_ids != [c.node.node_id] for a in t.assignments):
                 out.append(_R(name=t.name, error_code=Errors.INVALID_REPLICA_ASSIGNMENT,
-                              error_message=f"Assignments may only name broker {b.node_id}."))
+                              error_message=f"Assignments may only name broker {c.node.node_id}."))
                 continue
         if req.validate_only:
             out.append(_R(name=t.name))
             continue
         try:
-            b.logs.add_partitions(t.name, t.count)
+            c.logs.add_partitions(t.name, t.count)
             out.append(_R(name=t.name))
         except LogError as e:
             out.append(_R(name=t.name, error_code=e.code, error_message=str(e)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.configs import TopicConfigs
+from broker.configs import TOPIC
 from broker.dispatch import handler
 from broker.log.config import ConfigError, validate_topic_configs
 from broker.log.errors import LogError
@@ -36,9 +36,9 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 
 @handler(ApiKey.CREATE_TOPICS, versions=(2, 7))
 async def create_topics(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     counts = Counter(t.name for t in req.topics)
-    default = b.config.get_int("num.partitions", 1)
+    default = c.config.get_int("num.partitions", 1)
     total = sum(len(t.assignments) if t.assignments else default if t.num_partitions == -1
                 else max(t.num_partitions, 0) for t in req.topics)
     if total > MAX_PARTITIONS_PER_REQUEST:
@@ -51,18 +51,18 @@ async def create_topics(ctx, req):
             out.append(_fail(t.name, Errors.INVALID_REQUEST, "Create topics request from client contains "
                                                              "multiple topics with the same name"))
             continue
-        out.append(_create(b, t, req.validate_only, ctx.api_version))
+        out.append(_create(c, t, req.validate_only, ctx.api_version))
     return CreateTopicsResponse(topics=out)
 
 
-def _create(b, t, validate_only: bool, version: int) -> _R:
+def _create(c, t, validate_only: bool, version: int) -> _R:
     try:
         validate_topic_name(t.name)
     except (LogError, ValueError) as e:
         return _fail(t.name, Errors.INVALID_TOPIC_EXCEPTION, str(e))
-    if b.logs.topic(t.name) is not None:
+    if c.logs.topic(t.name) is not None:
         return _fail(t.name, Errors.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
-    other = b.topic_collision(t.name)
+    other = c.topics.collision(t.name)
     if other is not None:
         return _fail(t.name, Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{t.name}' collides with existing topic: {other}")
     partitions = t.num_partitions
@@ -75,19 +75,19 @@ def _create(b, t, validate_only: bool, version: int) -> _R:
             return _fail(t.name, Errors.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive "
                                                                     "0-based integer sequence")
         for a in t.assignments:
-            if a.broker_ids != [b.node_id]:
+            if a.broker_ids != [c.node.node_id]:
                 return _fail(t.name, Errors.INVALID_REPLICA_ASSIGNMENT,
-                             f"Replica assignment {a.broker_ids} names brokers other than {b.node_id}")
+                             f"Replica assignment {a.broker_ids} names brokers other than {c.node.node_id}")
         partitions = len(indexes)
     else:
         if partitions == -1:
-            partitions = b.config.get_int("num.partitions", 1)
+            partitions = c.config.get_int("num.partitions", 1)
         if partitions < 1:
             return _fail(t.name, Errors.INVALID_PARTITIONS, "Number of partitions was set to an invalid "
                                                             "non-positive value.")
         rf = t.replication_factor
         if rf == -1:
-            rf = b.config.get_int("default.replication.factor", 1)
+            rf = c.config.get_int("default.replication.factor", 1)
         if rf < 1:
             return _fail(t.name, Errors.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, "
                                                                     "or -1 to use the default value.")
@@ -96,10 +96,10 @@ def _create(b, t, validate_only: bool, version: int) -> _R:
                                                                     f"time(s): The target replication factor of {rf} cannot be reached because only 1 "
                                                                     f"broker(s) are registered.")
     configs = {}
-    for c in t.configs:
-        if c.value is None:
-            return _fail(t.name, Errors.INVALID_CONFIG, f"Null value not supported for topic configs: {c.name}")
-        configs[c.name] = c.value
+    for entry in t.configs:
+        if entry.value is None:
+            return _fail(t.name, Errors.INVALID_CONFIG, f"Null value not supported for topic configs: {entry.name}")
+        configs[entry.name] = entry.value
     try:
         validate_topic_configs(configs)
     except ConfigError as e:
@@ -107,13 +107,13 @@ def _create(b, t, validate_only: bool, version: int) -> _R:
     topic_id = bytes(16)
     if not validate_only:
         try:
-            info = b.create_topic(t.name, partitions, configs)
+            info = c.topics.create(t.name, partitions, configs)
         except LogError as e:
             return _fail(t.name, e.code, str(e))
         except ConfigError as e:
             return _fail(t.name, Errors.INVALID_CONFIG, str(e))
         topic_id = info.topic_id.bytes
-        entries = TopicConfigs().describe(b, t.name)
+        entries = c.configs.get(TOPIC).describe(t.name)
     else:
         entries = []
     return _R(name=t.name, topic_id=topic_id, num_partitions=partitions, replication_factor=1,

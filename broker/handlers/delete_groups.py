@@ -10,4 +10,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.DELETE_GROUPS, versions=(0, 3))
 async def delete_groups(ctx, req):
-    return await ctx.broker.groups.delete_groups(req, ctx.api_version)
+    return await ctx.components.groups.delete_groups(req, ctx.api_version)

@@ -17,12 +17,12 @@ _P = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 @handler(ApiKey.DELETE_RECORDS, versions=(0, 2))
 async def delete_records(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            log = b.logs.get_log(t.name, p.partition_index)
+            log = c.logs.get_log(t.name, p.partition_index)
             if log is None:
                 parts.append(_P(partition_index=p.partition_index, low_watermark=-1,
                                 error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
@@ -37,7 +37,7 @@ async def delete_records(ctx, req):
             except LogError as e:
                 parts.append(_P(partition_index=p.partition_index, low_watermark=-1, error_code=e.code))
                 continue
-            b.on_append(t.name, p.partition_index)
+            c.topics.appended(t.name, p.partition_index)
             parts.append(_P(partition_index=p.partition_index, low_watermark=low))
         out.append(_T(name=t.name, partitions=parts))
     return DeleteRecordsResponse(topics=out)

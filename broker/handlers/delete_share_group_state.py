@@ -9,4 +9,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.DELETE_SHARE_GROUP_STATE, versions=(0, 0))
 async def delete_share_group_state(ctx, req):
-    return await ctx.broker.share_coordinator.delete_state(req)
+    return await ctx.components.share_state.delete_state(req)

@@ -19,7 +19,7 @@ _R = DeleteTopicsResponse.DeletableTopicResult
 
 @handler(ApiKey.DELETE_TOPICS, versions=(1, 6))
 async def delete_topics(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in req.topics]
     else:
@@ -30,20 +30,20 @@ async def delete_topics(ctx, req):
             out.append(_R(name=name, topic_id=tid, error_code=Errors.INVALID_REQUEST,
                           error_message="Topic name and topic id cannot both be set"))
             continue
-        info = b.logs.topic(name) if name is not None else b.logs.topic_by_id(tid)
+        info = c.logs.topic(name) if name is not None else c.logs.topic_by_id(tid)
         if info is None:
             code = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
             out.append(_R(name=name, topic_id=tid, error_code=code))
             continue
-        if not b.config.get_bool("delete.topic.enable", True):
+        if not c.config.get_bool("delete.topic.enable", True):
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=Errors.TOPIC_DELETION_DISABLED))
             continue
-        if b.is_internal(info.name):
+        if c.topics.is_internal(info.name):
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=Errors.INVALID_TOPIC_EXCEPTION,
                           error_message=f"Internal topic {info.name} cannot be deleted"))
             continue
         try:
-            b.delete_topic(info.name)
+            c.topics.delete(info.name)
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes))
         except LogError as e:
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=e.code, error_message=str(e)))

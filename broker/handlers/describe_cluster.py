@@ -13,13 +13,13 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.DESCRIBE_CLUSTER, versions=(0, 2))
 async def describe_cluster(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     if ctx.api_version >= 1 and req.endpoint_type not in (1, 2):
         return DescribeClusterResponse(error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
-                                       endpoint_type=req.endpoint_type, cluster_id=b.cluster_id)
+                                       endpoint_type=req.endpoint_type, cluster_id=c.node.cluster_id)
     return DescribeClusterResponse(
         endpoint_type=req.endpoint_type if ctx.api_version >= 1 else 1,
-        cluster_id=b.cluster_id, controller_id=b.node_id,
+        cluster_id=c.node.cluster_id, controller_id=c.node.node_id,
         cluster_authorized_operations=CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else UNSET,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=b.node_id, host=b.advertised_host, port=b.advertised_port)])
+            broker_id=c.node.node_id, host=c.node.host, port=c.node.port)])

@@ -6,7 +6,6 @@ UNKNOWN_TOPIC_OR_PARTITION.
 """
 from __future__ import annotations
 
-from broker.configs import RESOURCES
 from broker.dispatch import handler
 from broker.log.config import ConfigError
 from broker.log.errors import LogError
@@ -21,16 +20,16 @@ _S = DescribeConfigsResponse.DescribeConfigsSynonym
 
 @handler(ApiKey.DESCRIBE_CONFIGS, versions=(1, 4))
 async def describe_configs(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     out = []
     for r in req.resources:
-        res = RESOURCES.get(r.resource_type)
+        res = c.configs.get(r.resource_type)
         if res is None:
             out.append(_R(error_code=Errors.INVALID_REQUEST, error_message=f"Unsupported resource type {r.resource_type}",
                           resource_type=r.resource_type, resource_name=r.resource_name))
             continue
         try:
-            entries = res.describe(b, r.resource_name)
+            entries = res.describe(r.resource_name)
         except (LogError, KafkaError) as e:
             out.append(_R(error_code=e.code, error_message=str(e), resource_type=r.resource_type,
                           resource_name=r.resource_name))

@@ -12,4 +12,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.DESCRIBE_GROUPS, versions=(0, 6))
 async def describe_groups(ctx, req):
-    return ctx.broker.groups.describe_groups(req, ctx.api_version)
+    return ctx.components.groups.describe_groups(req, ctx.api_version)

@@ -44,32 +44,32 @@ class _Want:
 
 @handler(ApiKey.FETCH, versions=(4, 18))
 async def fetch(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     version = ctx.api_version
     by_id = version >= 13
     err, session, full = (Errors.NONE, None, True)
     if version >= 7:
-        err, session, full = b.fetch_sessions.resolve(req.session_id, req.session_epoch)
+        err, session, full = c.fetch_sessions.resolve(req.session_id, req.session_epoch)
         if err:
             return FetchResponse(error_code=err, session_id=req.session_id)
         if full and req.session_epoch == 0:
-            session = b.fetch_sessions.open(by_id)
-    wants = _collect(b, req, session, full, by_id)
+            session = c.fetch_sessions.open(by_id)
+    wants = _collect(c, req, session, full, by_id)
     read_committed = req.isolation_level == 1
     deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
     while True:
-        results, total, errored = _read(b, wants, req.max_bytes, read_committed)
+        results, total, errored = _read(c, wants, req.max_bytes, read_committed)
         if total >= req.min_bytes or errored or req.max_wait_ms <= 0 or not wants:
             break
         keys = [("log", w.name, w.partition) for w in wants if w.name is not None]
-        if not await b.watchers.wait(keys, deadline):
-            results, total, errored = _read(b, wants, req.max_bytes, read_committed)
+        if not await c.watchers.wait(keys, deadline):
+            results, total, errored = _read(c, wants, req.max_bytes, read_committed)
             break
     return _response(wants, results, session, full, by_id)
 
 
-def _collect(b, req, session, full: bool, by_id: bool) -> list[_Want]:
-    logs = b.logs
+def _collect(c, req, session, full: bool, by_id: bool) -> list[_Want]:
+    logs = c.logs
     if session is None or full:
         wants = []
         for t in req.topics:
@@ -103,11 +103,11 @@ def _collect(b, req, session, full: bool, by_id: bool) -> list[_Want]:
     return wants
 
 
-def _read(b, wants: list[_Want], max_bytes: int, read_committed: bool):
+def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
     results = []
     total = 0
     errored = False
-    logs = b.logs
+    logs = c.logs
     for w in wants:
         log = logs.get_log(w.name, w.partition) if w.name is not None else None
         if log is None:

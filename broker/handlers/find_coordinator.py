@@ -26,18 +26,18 @@ def _check(key: str, key_type: int) -> int:
 
 @handler(ApiKey.FIND_COORDINATOR, versions=(0, 6))
 async def find_coordinator(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     if ctx.api_version < 4:
         err = _check(req.key, req.key_type)
         if err:
             return FindCoordinatorResponse(error_code=err, node_id=-1, host="", port=-1)
-        return FindCoordinatorResponse(node_id=b.node_id, host=b.advertised_host, port=b.advertised_port)
+        return FindCoordinatorResponse(node_id=c.node.node_id, host=c.node.host, port=c.node.port)
     out = []
     for key in req.coordinator_keys:
         err = _check(key, req.key_type)
         if err:
             out.append(FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=err))
         else:
-            out.append(FindCoordinatorResponse.Coordinator(key=key, node_id=b.node_id,
-                                                           host=b.advertised_host, port=b.advertised_port))
+            out.append(FindCoordinatorResponse.Coordinator(key=key, node_id=c.node.node_id,
+                                                           host=c.node.host, port=c.node.port))
     return FindCoordinatorResponse(coordinators=out)

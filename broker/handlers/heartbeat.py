@@ -11,4 +11,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.HEARTBEAT, versions=(0, 4))
 async def heartbeat(ctx, req):
-    return await ctx.broker.groups.heartbeat(req, ctx.api_version)
+    return await ctx.components.groups.heartbeat(req, ctx.api_version)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.configs import RESOURCES
 from broker.dispatch import handler
 from broker.log.config import ConfigError
 from broker.log.errors import LogError
@@ -21,14 +20,14 @@ _R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 
 @handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 1))
 async def incremental_alter_configs(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     out = []
     for r in req.resources:
         def result(code=0, message=None):
             return _R(error_code=code, error_message=message, resource_type=r.resource_type,
                       resource_name=r.resource_name)
 
-        res = RESOURCES.get(r.resource_type)
+        res = c.configs.get(r.resource_type)
         if res is None:
             out.append(result(Errors.INVALID_REQUEST, f"Unexpected resource type {r.resource_type}"))
             continue
@@ -37,7 +36,7 @@ async def incremental_alter_configs(ctx, req):
             out.append(result(Errors.INVALID_REQUEST, f"Error due to duplicate config keys : {','.join(dupes)}"))
             continue
         try:
-            await _maybe_await(res.alter(b, r.resource_name, r.configs, req.validate_only))
+            await _maybe_await(res.alter(r.resource_name, r.configs, req.validate_only))
             out.append(result())
         except (LogError, KafkaError) as e:
             out.append(result(e.code, str(e)))

@@ -19,4 +19,4 @@ async def init_producer_id(ctx, req):
     if req.transactional_id is not None:
         return InitProducerIdResponse(error_code=Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       producer_id=-1, producer_epoch=-1)
-    return InitProducerIdResponse(producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
+    return InitProducerIdResponse(producer_id=ctx.components.producer_ids.next_id(), producer_epoch=0)

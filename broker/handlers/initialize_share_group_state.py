@@ -9,4 +9,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.INITIALIZE_SHARE_GROUP_STATE, versions=(0, 0))
 async def initialize_share_group_state(ctx, req):
-    return await ctx.broker.share_coordinator.initialize_state(req)
+    return await ctx.components.share_state.initialize_state(req)

@@ -19,7 +19,7 @@ def client_host(ctx) -> str:
 
 @handler(ApiKey.JOIN_GROUP, versions=(0, 9))
 async def join_group(ctx, req):
-    resp = await ctx.broker.groups.join_group(req, ctx.api_version, ctx.client_id or "", client_host(ctx))
+    resp = await ctx.components.groups.join_group(req, ctx.api_version, ctx.client_id or "", client_host(ctx))
     if ctx.api_version < 7 and resp.protocol_name is None:
         resp.protocol_name = ""
     if resp.leader is None:

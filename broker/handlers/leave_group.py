@@ -11,4 +11,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.LEAVE_GROUP, versions=(0, 5))
 async def leave_group(ctx, req):
-    return await ctx.broker.groups.leave_group(req, ctx.api_version)
+    return await ctx.components.groups.leave_group(req, ctx.api_version)

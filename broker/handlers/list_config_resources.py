@@ -2,7 +2,6 @@
 resource types (empty = all we know: TOPIC, BROKER, GROUP) and lists their names."""
 from __future__ import annotations
 
-from broker.configs import RESOURCES
 from broker.dispatch import handler
 from protocol.errors import Errors
 from protocol.messages.list_config_resources import ListConfigResourcesResponse
@@ -13,16 +12,16 @@ CLIENT_METRICS = 16
 
 @handler(ApiKey.LIST_CONFIG_RESOURCES, versions=(0, 1))
 async def list_config_resources(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     if ctx.api_version == 0:
         return ListConfigResourcesResponse(config_resources=[])
-    types = list(req.resource_types) or sorted(RESOURCES)
+    types = list(req.resource_types) or c.configs.types()
     out = []
     for t in types:
         if t == CLIENT_METRICS:
             continue
-        res = RESOURCES.get(t)
+        res = c.configs.get(t)
         if res is None:
             return ListConfigResourcesResponse(error_code=Errors.UNSUPPORTED_VERSION)
-        out += [ListConfigResourcesResponse.ConfigResource(resource_name=n, resource_type=t) for n in res.names(b)]
+        out += [ListConfigResourcesResponse.ConfigResource(resource_name=n, resource_type=t) for n in res.names()]
     return ListConfigResourcesResponse(config_resources=out)

@@ -10,4 +10,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.LIST_GROUPS, versions=(0, 5))
 async def list_groups(ctx, req):
-    return ctx.broker.groups.list_groups(req, ctx.api_version)
+    return ctx.components.groups.list_groups(req, ctx.api_version)

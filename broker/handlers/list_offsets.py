@@ -19,7 +19,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 @handler(ApiKey.LIST_OFFSETS, versions=(1, 11))
 async def list_offsets(ctx, req):
-    logs = ctx.broker.logs
+    logs = ctx.components.logs
     out = []
     for t in req.topics:
         parts = []

@@ -25,26 +25,26 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 9, 10, 11, 12, 7, 8))
 UNSET = -2147483648
 
 
-def topic_entry(b, info, version: int, with_ops: bool) -> _T:
-    node = b.node_id
+def topic_entry(c, info, version: int, with_ops: bool) -> _T:
+    node = c.node.node_id
     parts = [_P(partition_index=i, leader_id=node, leader_epoch=0, replica_nodes=[node], isr_nodes=[node])
              for i in range(info.partitions)]
-    return _T(name=info.name, topic_id=info.topic_id.bytes, is_internal=b.is_internal(info.name),
+    return _T(name=info.name, topic_id=info.topic_id.bytes, is_internal=c.topics.is_internal(info.name),
               partitions=parts, topic_authorized_operations=TOPIC_OPERATIONS if with_ops else UNSET)
 
 
 @handler(ApiKey.METADATA, versions=(0, 13))
 async def metadata(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     v = ctx.api_version
-    logs = b.logs
+    logs = c.logs
     with_ops = v >= 8 and req.include_topic_authorized_operations
     topics = []
     if req.topics is None or (v == 0 and not req.topics):
-        topics = [topic_entry(b, info, v, with_ops) for info in list(logs.topics.values())]
+        topics = [topic_entry(c, info, v, with_ops) for info in list(logs.topics.values())]
     else:
         allow_create = (req.allow_auto_topic_creation if v >= 4 else True) and \
-            b.config.get_bool("auto.create.topics.enable", True)
+            c.config.get_bool("auto.create.topics.enable", True)
         for t in req.topics:
             if t.name is None:
                 info = logs.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
@@ -57,16 +57,16 @@ async def metadata(ctx, req):
                     code = Errors.UNKNOWN_TOPIC_OR_PARTITION
                     if allow_create:
                         try:
-                            info = b.create_topic(t.name, b.config.get_int("num.partitions", 1), {})
+                            info = c.topics.create(t.name, c.config.get_int("num.partitions", 1), {})
                         except LogError as e:
                             code = e.code
                     if info is None:
                         topics.append(_T(error_code=code, name=t.name))
                         continue
-            topics.append(topic_entry(b, info, v, with_ops))
+            topics.append(topic_entry(c, info, v, with_ops))
     return MetadataResponse(
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host=b.advertised_host,
-                                                         port=b.advertised_port)],
-        cluster_id=b.cluster_id, controller_id=b.node_id, topics=topics,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=c.node.node_id, host=c.node.host,
+                                                         port=c.node.port)],
+        cluster_id=c.node.cluster_id, controller_id=c.node.node_id, topics=topics,
         cluster_authorized_operations=CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations
         else UNSET)

@@ -14,4 +14,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.OFFSET_COMMIT, versions=(2, 10))
 async def offset_commit(ctx, req):
-    return await ctx.broker.groups.offset_commit(req, ctx.api_version)
+    return await ctx.components.groups.offset_commit(req, ctx.api_version)

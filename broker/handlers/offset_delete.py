@@ -12,4 +12,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.OFFSET_DELETE, versions=(0, 0))
 async def offset_delete(ctx, req):
-    return await ctx.broker.groups.offset_delete(req, ctx.api_version)
+    return await ctx.components.groups.offset_delete(req, ctx.api_version)

@@ -12,4 +12,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.OFFSET_FETCH, versions=(1, 10))
 async def offset_fetch(ctx, req):
-    return await ctx.broker.groups.offset_fetch(req, ctx.api_version)
+    return await ctx.components.groups.offset_fetch(req, ctx.api_version)

@@ -29,41 +29,41 @@ def _error(index: int, code: int, message: str | None = None) -> _PartResp:
 
 @handler(ApiKey.PRODUCE, versions=(3, 13), advertise_from=0)
 async def produce(ctx, req):
-    b = ctx.broker
+    c = ctx.components
     by_id = ctx.api_version >= 13
     acks = req.acks
     out = []
     for td in req.topic_data:
-        topic = b.logs.topic_by_id(td.topic_id) if by_id else b.logs.topic(td.name)
+        topic = c.logs.topic_by_id(td.topic_id) if by_id else c.logs.topic(td.name)
         parts = []
         for pd in td.partition_data:
             if acks not in (0, 1, -1):
                 parts.append(_error(pd.index, Errors.INVALID_REQUIRED_ACKS))
             elif topic is None or not 0 <= pd.index < topic.partitions:
                 parts.append(_error(pd.index, Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION))
-            elif b.is_internal(topic.name):
+            elif c.topics.is_internal(topic.name):
                 parts.append(_error(pd.index, Errors.INVALID_TOPIC_EXCEPTION,
                                     f"cannot append to internal topic {topic.name}"))
             elif req.transactional_id is not None:
                 parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                     "transactions are not supported yet"))
             else:
-                parts.append(_append(b, topic, pd))
+                parts.append(_append(c, topic, pd))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     if acks == 0:
         return None
     return ProduceResponse(responses=out)
 
 
-def _append(b, topic, pd) -> _PartResp:
-    log = b.logs.get_log(topic.name, pd.index)
+def _append(c, topic, pd) -> _PartResp:
+    log = c.logs.get_log(topic.name, pd.index)
     records = pd.records
     if records is None:
         return _error(pd.index, Errors.INVALID_RECORD, "null records")
     cfg = log.config
     try:
         infos = validate_records(records, max_message_bytes=cfg.max_message_bytes,
-                                 timestamp_type=1 if cfg.log_append_time else 0, now_ms=b.now_ms(),
+                                 timestamp_type=1 if cfg.log_append_time else 0, now_ms=c.now_ms(),
                                  timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                  timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
         res = log.append(records, infos)
@@ -72,6 +72,6 @@ def _append(b, topic, pd) -> _PartResp:
     except LogError as e:
         return _error(pd.index, e.code, str(e))
     if not res.duplicate:
-        b.on_append(topic.name, pd.index)
+        c.topics.appended(topic.name, pd.index)
     return _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
                      log_start_offset=res.log_start_offset)

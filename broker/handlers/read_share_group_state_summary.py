@@ -9,4 +9,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, versions=(0, 1))
 async def read_share_group_state_summary(ctx, req):
-    return await ctx.broker.share_coordinator.read_state_summary(req)
+    return await ctx.components.share_state.read_state_summary(req)

@@ -28,8 +28,8 @@ _L = ShareAcknowledgeResponse.LeaderIdAndEpoch
 
 @handler(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2))
 async def share_acknowledge(ctx, req):
-    b = ctx.broker
-    mgr = b.shares
+    c = ctx.components
+    mgr = c.shares
     group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
     if not group or not member:
         return ShareAcknowledgeResponse(error_code=Errors.INVALID_REQUEST,
@@ -56,7 +56,7 @@ async def share_acknowledge(ctx, req):
         if t is None:
             t = topics[tid] = _T(topic_id=tid, partitions=[])
         t.partitions.append(_P(partition_index=p, error_code=code,
-                               current_leader=_L(leader_id=b.node_id, leader_epoch=0)))
+                               current_leader=_L(leader_id=c.node.node_id, leader_epoch=0)))
     if epoch == -1:
         mgr.sessions.close(group, member)
         await mgr.release(group, member, list(session.partitions))

@@ -65,17 +65,17 @@ def merge_topics(topics) -> dict[tuple[bytes, int], list]:
     return out
 
 
-def partition_response(b, part: _Part) -> _P:
+def partition_response(c, part: _Part) -> _P:
     return _P(partition_index=part.p, error_code=part.error,
               acknowledge_error_code=part.ack_error or 0,
-              current_leader=_L(leader_id=b.node_id, leader_epoch=0),
+              current_leader=_L(leader_id=c.node.node_id, leader_epoch=0),
               records=part.records, acquired_records=part.acquired)
 
 
 @handler(ApiKey.SHARE_FETCH, versions=(1, 2))
 async def share_fetch(ctx, req):
-    b = ctx.broker
-    mgr = b.shares
+    c = ctx.components
+    mgr = c.shares
     group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
     if not group or not member:
         return ShareFetchResponse(error_code=Errors.INVALID_REQUEST,
@@ -118,7 +118,7 @@ async def share_fetch(ctx, req):
     if epoch == -1:
         mgr.sessions.close(group, member)
         await mgr.release(group, member, list(session.partitions))
-        return _response(b, parts.values(), config)
+        return _response(c, parts.values(), config)
 
     order = list(session.partitions)
     if order:
@@ -131,16 +131,16 @@ async def share_fetch(ctx, req):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000.0
     while True:
-        count = await _acquire(b, mgr, group, member, fetch_parts, req)
+        count = await _acquire(c, mgr, group, member, fetch_parts, req)
         if count or req.max_wait_ms <= 0 or not fetch_parts:
             break
         keys = [("share", group, p.tid, p.p) for p in fetch_parts]
         for p in fetch_parts:
-            info = b.logs.topic_by_id(p.tid)
+            info = c.logs.topic_by_id(p.tid)
             if info is not None:
                 keys.append(("log", info.name, p.p))
-        if not await b.watchers.wait(keys, deadline):
-            await _acquire(b, mgr, group, member, fetch_parts, req)
+        if not await c.watchers.wait(keys, deadline):
+            await _acquire(c, mgr, group, member, fetch_parts, req)
             break
     full = epoch == 0
     shown = [p for p in parts.values() if full or p.touched or p.acquired or p.error]
@@ -148,10 +148,10 @@ async def share_fetch(ctx, req):
         log.debug("ShareFetch %s/%s epoch %d acquired %s", group, member, epoch,
                   [(p.p, [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired]) for p in shown
                    if p.acquired])
-    return _response(b, shown, config)
+    return _response(c, shown, config)
 
 
-async def _acquire(b, mgr, group: str, member: str, fetch_parts: list[_Part], req) -> int:
+async def _acquire(c, mgr, group: str, member: str, fetch_parts: list[_Part], req) -> int:
     records_left = req.max_records if req.max_records > 0 else 500
     bytes_left = req.max_bytes
     total = 0
@@ -197,12 +197,12 @@ async def _acquire(b, mgr, group: str, member: str, fetch_parts: list[_Part], re
     return total
 
 
-def _response(b, parts, config) -> ShareFetchResponse:
+def _response(c, parts, config) -> ShareFetchResponse:
     topics: dict[bytes, _T] = {}
     for part in parts:
         t = topics.get(part.tid)
         if t is None:
             t = topics[part.tid] = _T(topic_id=part.tid, partitions=[])
-        t.partitions.append(partition_response(b, part))
+        t.partitions.append(partition_response(c, part))
     return ShareFetchResponse(acquisition_lock_timeout_ms=config.record_lock_duration_ms,
                               responses=list(topics.values()))

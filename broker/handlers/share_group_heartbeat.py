@@ -12,4 +12,4 @@ from protocol.messages.registry import ApiKey
 @handler(ApiKey.SHARE_GROUP_HEARTBEAT, versions=(1, 1))
 async def share_group_heartbeat(ctx, req):
     host = ctx.connection.peer.rsplit(":", 1)[0] if ctx.connection is not None else ""
-    return await ctx.broker.share_groups.heartbeat(req, ctx.client_id, "/" + host)
+    return await ctx.components.share_groups.heartbeat(req, ctx.client_id, "/" + host)

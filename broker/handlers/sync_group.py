@@ -12,4 +12,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.SYNC_GROUP, versions=(0, 5))
 async def sync_group(ctx, req):
-    return await ctx.broker.groups.sync_group(req, ctx.api_version)
+    return await ctx.components.groups.sync_group(req, ctx.api_version)

@@ -9,4 +9,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.WRITE_SHARE_GROUP_STATE, versions=(0, 1))
 async def write_share_group_state(ctx, req):
-    return await ctx.broker.share_coordinator.write_state(req)
+    return await ctx.components.share_state.write_state(req)

@@ -30,7 +30,11 @@ import json
 import os
 from typing import Callable
 
+from broker.configs import ConfigEntry, apply_ops
 from broker.log.config import ConfigError
+from broker.log.manager import atomic_write
+from broker.share.config import parse_auto_offset_reset
+from protocol.errors import Errors, KafkaError
 
 GROUP = 32
 SOURCE_GROUP, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 8, 4, 5
@@ -95,8 +99,6 @@ def _parse_bool(key: str, value: str) -> str:
 
 
 def _parse_auto_offset_reset(value: str) -> str:
-    from broker.share.config import parse_auto_offset_reset
-
     try:
         parse_auto_offset_reset(value)
     except ValueError as e:
@@ -109,8 +111,9 @@ class GroupConfigManager:
 
     resource_type = GROUP
 
-    def __init__(self, broker_config, meta_dir: str | None):
+    def __init__(self, broker_config, meta_dir: str | None, run_blocking=None):
         self.broker_config = broker_config
+        self._run_blocking = run_blocking  # runs a blocking file write off the event loop
         self._path = os.path.join(meta_dir, "group-configs.json") if meta_dir else None
         self._overrides: dict[str, dict[str, str]] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -186,15 +189,11 @@ class GroupConfigManager:
                     raise ConfigError(f"{h} must be less than {s}")
 
     # --------------------------------------------------------------- config resource
-    def names(self, b) -> list[str]:
+    def names(self) -> list[str]:
         return sorted(set(self._overrides) | set(self._known_groups()))
 
-    def describe(self, b, group_id: str):
-        from broker.configs import ConfigEntry
-
+    def describe(self, group_id: str):
         if not group_id:
-            from protocol.errors import Errors, KafkaError
-
             raise KafkaError(Errors.INVALID_REQUEST, "Group id must not be empty")
         o = self._overrides.get(group_id, {})
         out = []
@@ -216,9 +215,7 @@ class GroupConfigManager:
             out.append(ConfigEntry(key, syn[0][1], syn[0][2], synonyms=syn, type_=t))
         return out
 
-    def alter(self, b, group_id: str, ops, validate_only: bool) -> None:
-        from broker.configs import apply_ops
-
+    async def alter(self, group_id: str, ops, validate_only: bool) -> None:
         new = apply_ops(self._overrides.get(group_id, {}), ops, set())
         self.validate(group_id, new)
         if validate_only:
@@ -227,18 +224,20 @@ class GroupConfigManager:
             self._overrides[group_id] = new
         else:
             self._overrides.pop(group_id, None)
-        self._persist()
+        await self._persist()
         for fn in self._listeners:
             fn(group_id)
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
         """Drop a deleted group's overrides (Kafka removes them with the group)."""
         if self._overrides.pop(group_id, None) is not None:
-            self._persist()
+            await self._persist()
 
-    def _persist(self) -> None:
+    async def _persist(self) -> None:
         if self._path is None:
             return
-        from broker.log.manager import atomic_write
-
-        atomic_write(self._path, json.dumps(self._overrides, sort_keys=True).encode())
+        data = json.dumps(self._overrides, sort_keys=True).encode()
+        if self._run_blocking is not None:
+            await self._run_blocking(atomic_write, self._path, data)
+        else:
+            atomic_write(self._path, data)

@@ -1,0 +1,170 @@
+"""The broker's parts, declared in one typed place, and the start-up that builds them.
+
+:class:`Components` is what handlers see as ``ctx.components``: one attribute per
+part, each the single owner of its state.
+
+| attribute        | type                                   | owns                                             |
+|------------------|----------------------------------------|--------------------------------------------------|
+| ``config``       | ``broker.config.BrokerConfig``         | static settings (Kafka names)                    |
+| ``node``         | :class:`Node`                          | node id, cluster id, advertised address          |
+| ``files``        | ``broker.files.FileWorker``            | the thread that runs blocking file work          |
+| ``logs``         | ``broker.log.manager.LogManager``      | topics' partition logs on disk                   |
+| ``topics``       | ``broker.topics.Topics``               | topic create/delete rules, append/delete events  |
+| ``watchers``     | ``broker.delayed.Watchers``            | long polls waiting on keys                       |
+| ``fetch_sessions`` | ``broker.fetch_sessions.FetchSessionCache`` | KIP-227 fetch sessions                    |
+| ``producer_ids`` | ``broker.producer_ids.ProducerIdManager`` | producer id blocks                            |
+| ``settings``     | ``broker.configs.BrokerSettings``      | dynamic broker defaults                          |
+| ``configs``      | ``broker.configs.ConfigResources``     | TOPIC / BROKER / GROUP config resources          |
+| ``group_configs``| ``broker.group_configs.GroupConfigManager`` | per-group overrides                         |
+| ``share_state``  | ``coordinator.share.ShareCoordinator`` | durable share state (``__share_group_state``)    |
+| ``groups``       | ``coordinator.group.GroupCoordinator`` | every group (classic, consumer, share), offsets  |
+| ``shares``       | ``broker.share_manager.ShareManager``  | share partitions (in-flight records), share sessions |
+| ``authenticator``, ``authorizer``, ``request_metrics`` | ``broker.pipeline`` | the request pipeline's stages |
+
+Each part is constructed with the narrow collaborators it uses (never the broker
+or this object), so it can be built alone in a unit test.  :func:`build` creates
+them in dependency order, replays the coordinators from the internal topics and
+returns; ``close()`` shuts them down in reverse order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from broker.cluster_view import ClusterView
+from broker.config import BrokerConfig
+from broker.configs import BrokerConfigs, BrokerSettings, ConfigResources, TopicConfigs
+from broker.delayed import Watchers
+from broker.fetch_sessions import FetchSessionCache
+from broker.files import FileWorker
+from broker.group_configs import GroupConfigManager, validate_broker_share_configs
+from broker.internal_topics import PartitionRecordLog
+from broker.log.manager import LogManager
+from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
+from broker.producer_ids import ProducerIdManager
+from broker.share_manager import ShareManager
+from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
+from coordinator.group import GroupCoordinator
+from coordinator.share import ShareCoordinator
+from coordinator.runtime import Record
+from coordinator.share_groups import SHARE_RECORD_TYPES, ShareGroupCoordinator
+from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest
+
+log = logging.getLogger("sharebroker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class Node:
+    """This broker as clients see it (Metadata, FindCoordinator, DescribeCluster)."""
+
+    node_id: int
+    cluster_id: str
+    host: str  # advertised
+    port: int  # advertised; a port-0 listener learns it when it binds
+
+
+@dataclass(eq=False)
+class Components:
+    config: BrokerConfig
+    node: Node
+    files: FileWorker
+    logs: LogManager
+    topics: Topics
+    watchers: Watchers
+    fetch_sessions: FetchSessionCache
+    producer_ids: ProducerIdManager
+    settings: BrokerSettings
+    configs: ConfigResources
+    group_configs: GroupConfigManager
+    share_state: ShareCoordinator
+    groups: GroupCoordinator
+    share_groups: ShareGroupCoordinator
+    shares: ShareManager
+    authenticator: Authenticator = field(default_factory=NoAuthentication)
+    authorizer: Authorizer = field(default_factory=AllowAll)
+    request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    now_ms: Callable[[], int] = now_ms
+
+    async def close(self) -> None:
+        """Shut the parts down in the reverse order of :func:`build`; the logs last."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("shares", self.shares.close), ("groups", self.groups.close),
+            ("share groups", self.share_groups.close), ("share state", self.share_state.shutdown)]
+        for name, fn in steps:
+            try:
+                r = fn()
+                if isinstance(r, Awaitable):
+                    await r
+            except Exception:
+                log.exception("closing %s failed", name)
+        self.logs.close()
+        self.files.close()
+
+
+async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManager, files: FileWorker,
+                settings: BrokerSettings) -> Components:
+    """Build every part on an opened data directory and replay the coordinators' logs."""
+    loop = asyncio.get_running_loop()
+    meta = os.path.join(data_dir, "meta")
+    watchers = Watchers()
+    topics = Topics(logs, watchers)
+    topics.ensure_internal()
+    validate_broker_share_configs(config)
+    group_configs = GroupConfigManager(config, meta, run_blocking=files.run)
+    configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs)
+
+    def partition_exists(topic_id: bytes, partition: int) -> bool:
+        info = logs.topic_by_id(topic_id)
+        return info is not None and 0 <= partition < info.partitions
+
+    share_state = ShareCoordinator(PartitionRecordLog(logs.get_log(SHARE_GROUP_STATE, 0)), config, now_ms,
+                                   partition_exists=partition_exists)
+    await share_state.load()
+    share_state.start_periodic_jobs()
+    topics.on_delete(lambda name, topic_id: loop.create_task(share_state.on_topics_deleted([topic_id])))
+
+    offsets_log = PartitionRecordLog(logs.get_log(CONSUMER_OFFSETS, 0))
+    cluster = ClusterView(logs)
+    share_groups = ShareGroupCoordinator(offsets_log, cluster, group_configs, share_state, loop, config,
+                                         foreign_group_type=lambda gid: None)
+    groups = GroupCoordinator(offsets_log, cluster, config, loop, now_ms=now_ms, group_configs=group_configs)
+    for record_type in SHARE_RECORD_TYPES:  # one replay of __consumer_offsets feeds both
+        groups.register_record_type(record_type, lambda k, v, t=record_type: share_groups.replay(Record(t, k, -1, v)))
+    await groups.load()
+    share_groups.after_load()
+    share_groups.foreign_group_type = groups.group_type
+
+    shares = ShareManager(config, logs=logs, watchers=watchers, persister=share_state, group_configs=group_configs,
+                          scheduler=loop, now_ms=now_ms)
+    group_configs.add_listener(shares.group_config_changed)
+    topics.on_delete(shares.topic_deleted)
+    share_groups.add_member_removed_listener(shares.member_removed)
+
+    async def delete_share_group(group_id: str) -> None:
+        """DeleteGroups on a share group: its records, durable share state, live partitions, configs."""
+        initialized = await share_groups.delete_group(group_id)
+        if initialized:
+            await share_state.delete_state(DeleteShareGroupStateRequest(group_id=group_id, topics=[
+                DeleteShareGroupStateRequest.DeleteStateData(
+                    topic_id=tid, partitions=[DeleteShareGroupStateRequest.PartitionData(partition=p)
+                                              for p in sorted(ps)])
+                for tid, (_name, ps) in initialized.items()]))
+        await shares.drop_group(group_id)
+        await group_configs.delete_group(group_id)
+
+    groups.attach_foreign_groups(lambda: share_groups.groups, delete_share_group)
+    group_configs.set_group_lister(lambda: sorted(set(share_groups.groups) | set(groups.groups)))
+    return Components(config=config, node=node, files=files, logs=logs, topics=topics, watchers=watchers,
+                      fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
+                                                                      1000)),
+                      producer_ids=ProducerIdManager(meta), settings=settings, configs=configs,
+                      group_configs=group_configs, share_state=share_state, groups=groups,
+                      share_groups=share_groups, shares=shares)

@@ -1,0 +1,78 @@
+"""Topics as the rest of the broker sees them: create, delete, append events.
+
+:class:`Topics` sits on the :class:`~broker.log.manager.LogManager` (which owns the
+files) and owns what happens around a topic's life: the name-collision rule, the
+internal topics, and the listeners told about appends and deletions (long polls
+waiting for data, share partitions following the log, the share coordinator
+dropping a deleted topic's state).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from broker.delayed import Watchers
+from broker.log.errors import LogError
+from protocol.errors import Errors
+
+CONSUMER_OFFSETS = "__consumer_offsets"
+SHARE_GROUP_STATE = "__share_group_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE})
+
+
+def log_key(topic: str, partition: int) -> tuple:
+    """The watcher key a long poll waits on for new data in a partition."""
+    return ("log", topic, partition)
+
+
+class Topics:
+    def __init__(self, logs, watchers: Watchers):
+        self.logs = logs
+        self.watchers = watchers
+        self._append_listeners: list[Callable[[str, int], None]] = []
+        self._delete_listeners: list[Callable[[str, bytes], None]] = []
+
+    @staticmethod
+    def is_internal(name: str) -> bool:
+        return name in INTERNAL_TOPICS
+
+    def ensure_internal(self) -> None:
+        """Create the internal topics (one partition each, never deleted by retention)."""
+        for name in sorted(INTERNAL_TOPICS):
+            if self.logs.topic(name) is None:
+                self.logs.create_topic(name, 1, {"cleanup.policy": "delete", "retention.ms": "-1"})
+
+    def collision(self, name: str) -> str | None:
+        """An existing topic that differs from ``name`` only by '.' versus '_' (Kafka refuses those)."""
+        norm = name.replace(".", "_")
+        for other in self.logs.topics:
+            if other != name and other.replace(".", "_") == norm:
+                return other
+        return None
+
+    def create(self, name: str, partitions: int, configs: dict):
+        other = self.collision(name)
+        if other is not None:
+            raise LogError(Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
+        return self.logs.create_topic(name, partitions, configs)
+
+    def delete(self, name: str) -> None:
+        info = self.logs.topic(name)
+        self.logs.delete_topic(name)
+        for fn in self._delete_listeners:
+            fn(name, info.topic_id.bytes)
+        for p in range(info.partitions):
+            self.watchers.notify(log_key(name, p))
+
+    def on_delete(self, fn: Callable[[str, bytes], None]) -> None:
+        """``fn(name, topic_id)`` runs after a topic is deleted."""
+        self._delete_listeners.append(fn)
+
+    def on_append(self, fn: Callable[[str, int], None]) -> None:
+        """``fn(topic, partition)`` runs after every append (share partitions use it)."""
+        self._append_listeners.append(fn)
+
+    def appended(self, topic: str, partition: int) -> None:
+        """Records were appended, or the log start moved: wake long polls and tell listeners."""
+        self.watchers.notify(log_key(topic, partition))
+        for fn in self._append_listeners:
+            fn(topic, partition)
