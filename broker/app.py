@@ -12,11 +12,14 @@ import asyncio
 import logging
 import os
 
+from broker import config_keys, version
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
 from broker.dispatch import load_handlers
 from broker.files import FileWorker
+from broker.group_configs import validate_broker_share_configs
+from broker.log.config import ConfigError
 from broker.log.errors import DataDirLockedError
 from broker.log.manager import LogManager
 from broker.server import Server
@@ -37,13 +40,15 @@ def parse_listener(value: str) -> tuple[str, int]:
 class Broker:
     def __init__(self, config: BrokerConfig | None = None):
         self.config = config or BrokerConfig()
-        self.host, self.port = parse_listener(self.config.get("listeners"))
+        self.host, self.port = "", 0  # from ``listeners``, once the configuration is checked
         self.components: Components | None = None
         self.server: Server | None = None
         self._maintenance: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         config = self.config
+        check_config(config)  # before the data directory is touched
+        self.host, self.port = parse_listener(config.get("listeners"))
         _raise_open_file_limit()
         load_handlers()
         node_id = config.get_int("node.id", 1)
@@ -59,6 +64,8 @@ class Broker:
             raise StartupError(str(e)) from None
         except ValueError as e:
             raise StartupError(f"bad configuration: {e}") from None
+        except OSError as e:
+            raise StartupError(f"cannot use the data directory {data_dir} (log.dirs): {e}") from None
         settings.on_topic_defaults = logs.set_default_configs
         node = Node(node_id, logs.cluster_id, adv_host, adv_port)
         try:
@@ -77,7 +84,7 @@ class Broker:
             node.port = self.port
         self._schedule_maintenance()
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
-                 _version(), node_id, node.cluster_id, self.host, self.port)
+                 version(), node_id, node.cluster_id, self.host, self.port)
 
     def _schedule_maintenance(self) -> None:
         interval = self.config.get_int("log.retention.check.interval.ms", 300000) / 1000.0
@@ -102,6 +109,17 @@ class Broker:
             await self.components.close()
 
 
+def check_config(config: BrokerConfig) -> None:
+    """Refuse invalid settings (the key named, Kafka's words); warn about unknown ones."""
+    try:
+        unknown = config_keys.validate(config)
+        validate_broker_share_configs(config)
+    except ConfigError as e:
+        raise StartupError(f"invalid configuration: {e}") from None
+    for key in unknown:
+        log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+
+
 def _raise_open_file_limit() -> None:
     """Each partition keeps a few files open: use the hard limit, as Kafka's docs advise."""
     try:
@@ -112,12 +130,3 @@ def _raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("sharebroker")
-    except Exception:
-        return "dev"

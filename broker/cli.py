@@ -7,13 +7,19 @@ import logging
 import signal
 import sys
 
+from broker import version
 from broker.config import BrokerConfig
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    if int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -33,13 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", default=None, metavar="FILE", help="Kafka-style .properties file")
     ap.add_argument("--set", dest="overrides", type=parse_set, action="append", default=[], metavar="KEY=VALUE",
                     help="override one property (Kafka names), repeatable")
-    ap.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                    help="logging level: " + ", ".join(LOG_LEVELS) + " (default INFO)")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return ap
+
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = BrokerConfig.load(args.config, dict(args.overrides))

@@ -2,8 +2,11 @@
 
 Values come, in increasing priority, from built-in defaults, a Kafka-style
 ``.properties`` file (``--config``) and ``--set key=value`` overrides.  Components
-read what they need with typed getters and their own defaults, so a key nobody
-reads is harmless (as in Kafka, unknown keys are logged, not fatal).
+read what they need with typed getters and their own defaults.  What was set
+explicitly is kept apart from the built-in defaults: ``has()`` is true only for an
+explicit setting, so DescribeConfigs reports a default as DEFAULT_CONFIG, as Kafka
+does.  ``broker.config_keys`` validates the explicit settings at start-up (an unknown
+key is logged, not fatal, as in Kafka).
 """
 from __future__ import annotations
 
@@ -54,9 +57,8 @@ class BrokerConfig:
     """Kafka-named settings with typed access."""
 
     def __init__(self, values: dict[str, str] | None = None):
-        self._values: dict[str, str] = dict(DEFAULTS)
-        if values:
-            self._values.update({k: str(v) for k, v in values.items()})
+        self._explicit: dict[str, str] = {k: str(v) for k, v in (values or {}).items()}
+        self._values: dict[str, str] = {**DEFAULTS, **self._explicit}
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, str] | None = None) -> "BrokerConfig":
@@ -68,10 +70,11 @@ class BrokerConfig:
         return cls(values)
 
     def set(self, key: str, value) -> None:
-        self._values[key] = str(value)
+        self._explicit[key] = self._values[key] = str(value)
 
     def has(self, key: str) -> bool:
-        return key in self._values
+        """True when ``key`` was set explicitly (a file, ``--set``, a flag), not by a built-in default."""
+        return key in self._explicit
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self._values.get(key, default)
@@ -89,4 +92,11 @@ class BrokerConfig:
         return default if v is None or v == "" else v.strip().lower() == "true"
 
     def items(self):
+        """Every setting in effect: explicit ones and built-in defaults."""
         return self._values.items()
+
+    def explicit_items(self):
+        return self._explicit.items()
+
+    def is_builtin_default(self, key: str) -> bool:
+        return key in DEFAULTS and key not in self._explicit

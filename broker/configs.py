@@ -242,6 +242,8 @@ class BrokerConfigs:
                 syn.append((key, config.get(key), STATIC_BROKER))
             if key in defaults:
                 syn.append((key, defaults[key], DEFAULT))
+            elif config.is_builtin_default(key):
+                syn.append((key, config.get(key), DEFAULT))
             if not syn:
                 continue
             sensitive = "password" in key or "secret" in key

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import mmap
 import struct
 import time
 
@@ -42,6 +43,11 @@ _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
 MAX_QUEUED_FRAMES = 64
 SCRATCH_BYTES = 32 * 1024
+SMALL_FRAME_BYTES = 64 * 1024  # larger incomplete frames are read into an anonymous mapping
+METERED_READ = 256 * 1024  # one read into such a frame takes at most this much
+# queued.max.request.bytes is -1 (no bound) in Kafka, where queued.max.requests bounds the count;
+# here -1 means this bound, so connections announcing large frames cannot exhaust memory.
+DEFAULT_REQUEST_MEMORY = 256 * 1024 * 1024
 
 
 class ProtocolViolation(Exception):
@@ -76,8 +82,14 @@ class Connection(asyncio.BufferedProtocol):
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self._reading_paused = False
+        self._paused_frames = False  # too many frames queued
+        self._paused_memory = False  # the request memory (queued.max.request.bytes) is used up
+        self._frame_metered = False  # the frame being read is metered by bytes received
+        self._held = 0  # request-memory bytes this connection holds
         self._close_hooks: list = []
         self.closed = False
+        self.busy = False  # a request is being handled
+        self.last_active = server.clock()
         self.principal = ANONYMOUS
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -85,30 +97,45 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if len(self.server.connections) >= self.server.max_connections:
-            log.warning("refusing connection from %s: max.connections reached", self.peer)
+        self.host = peer[0] if peer else "?"
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            log.warning("refusing connection from %s: %s", self.peer, refusal)
             transport.abort()
             self.closed = True
             return
-        self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
+            if self._frame_metered:  # at most METERED_READ past the memory bound per connection
+                return self._fview[self._fill:self._fill + METERED_READ]
             return self._fview[self._fill:]
         return self._sv[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self.server.clock()
         if self._frame is not None:
+            if self._frame_metered:
+                self.server.memory.take(nbytes)
+                self._held += nbytes
             self._fill += nbytes
             if self._fill == len(self._frame):
                 self._frames.append(self._frame)
                 self._frame = self._fview = None
                 self._frames_ready()
+            elif self._frame_metered and self.server.memory.exhausted():
+                self._wait_for_memory()
             return
         self._end += nbytes
+        self._parse()
+
+    def _parse(self) -> None:
+        """Cut complete frames out of the scratch buffer; start the frame that is not complete."""
         sv, pos, end = self._sv, self._start, self._end
-        max_bytes = self.server.max_request_bytes
+        server = self.server
+        max_bytes = server.max_request_bytes
+        memory = server.memory
         while end - pos >= 4:
             size = _SIZE.unpack_from(sv, pos)[0]
             if size < 0 or size > max_bytes:
@@ -116,14 +143,32 @@ class Connection(asyncio.BufferedProtocol):
                             self.peer, size, max_bytes)
                 self.close()
                 return
+            if memory.exhausted():
+                self._wait_for_memory()
+                break
             body = pos + 4
             if end - body >= size:
+                memory.take(size)
+                self._held += size
                 self._frames.append(bytearray(sv[body:body + size]))
                 pos = body + size
                 continue
             # Incomplete: give the frame its own buffer and let the transport fill it directly.
+            # A large frame lives in an anonymous mapping whose pages are committed only as
+            # bytes arrive, and is metered by the bytes received, so a client announcing a
+            # large frame and sending little costs little.
             have = end - body
-            frame = self._frame = bytearray(size)
+            if size <= SMALL_FRAME_BYTES:
+                frame = bytearray(size)
+                memory.take(size)
+                self._held += size
+                self._frame_metered = False
+            else:
+                frame = mmap.mmap(-1, size)
+                memory.take(have)
+                self._held += have
+                self._frame_metered = True
+            self._frame = frame
             self._fview = memoryview(frame)
             self._fview[:have] = sv[body:end]
             self._fill = have
@@ -131,7 +176,7 @@ class Connection(asyncio.BufferedProtocol):
             break
         if pos == end:
             self._start = self._end = 0
-        else:  # a partial size prefix (< 4 bytes): move it to the front
+        else:  # a partial size prefix, or a frame waiting for memory: move it to the front
             left = end - pos
             self._scratch[:left] = sv[pos:end]
             self._start, self._end = 0, left
@@ -142,12 +187,42 @@ class Connection(asyncio.BufferedProtocol):
         return False
 
     def _frames_ready(self) -> None:
-        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._paused_frames:
+            self._paused_frames = True
+            self._update_reading()
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
+
+    def _update_reading(self) -> None:
+        """Pause reading while too many frames are queued or the request memory is used up."""
+        if self.closed:
+            return
+        paused = self._paused_frames or self._paused_memory
+        if paused != self._reading_paused:
+            self._reading_paused = paused
+            if paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _wait_for_memory(self) -> None:
+        if not self._paused_memory:
+            self._paused_memory = True
+            self._update_reading()
+            self.server.memory.wait(self)
+
+    def memory_available(self) -> None:
+        """Called by the request memory when bytes were given back."""
+        self._paused_memory = False
+        self._update_reading()
+        if self._frame is None and not self.closed:
+            self._parse()  # a frame that waited in the scratch buffer
+
+    def _release(self, nbytes: int) -> None:
+        if nbytes:
+            self._held -= nbytes
+            self.server.memory.give(nbytes)
 
     def pause_writing(self) -> None:
         if self._drain is None:
@@ -160,7 +235,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
+        self._frames.clear()
+        self._frame = self._fview = None
+        self._release(self._held)
         if self._task is not None:
             self._task.cancel()
         self.resume_writing()
@@ -196,10 +274,18 @@ class Connection(asyncio.BufferedProtocol):
                     self._waiter = None
                     continue
                 frame = frames.popleft()
-                if self._reading_paused and len(frames) < MAX_QUEUED_FRAMES // 2:
-                    self._reading_paused = False
-                    self.transport.resume_reading()
-                await self._process(frame)
+                if self._paused_frames and len(frames) < MAX_QUEUED_FRAMES // 2:
+                    self._paused_frames = False
+                    self._update_reading()
+                self.busy = True
+                try:
+                    await self._process(frame)
+                finally:
+                    self.busy = False
+                    # a large frame was metered by the bytes received, which are its size now
+                    self._release(len(frame))
+                    del frame
+                self.last_active = self.server.clock()
                 if self._drain is not None:
                     await self._drain
         except asyncio.CancelledError:
@@ -263,6 +349,7 @@ class Connection(asyncio.BufferedProtocol):
         resp.encode_into(b, ctx.api_version, sp)
         size = len(b) - 4 + sum(len(c) for _, c in sp)
         _SIZE.pack_into(b, 0, size)
+        self.last_active = self.server.clock()
         if sp:
             self.transport.writelines(frame_parts(b, sp))
         else:
@@ -275,6 +362,36 @@ class Connection(asyncio.BufferedProtocol):
         resp.encode_into(b, 0)
         _SIZE.pack_into(b, 0, len(b) - 4)
         self.transport.write(b)
+
+
+class RequestMemory:
+    """Bytes held by requests that are buffered but not yet handled, across all connections.
+
+    ``queued.max.request.bytes`` semantics, as Kafka's non-strict memory pool: a request
+    may take memory while any is left (so one request may go past the bound), and a
+    connection that finds none left stops reading until some is given back.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.used = 0
+        self._waiting: collections.deque = collections.deque()
+
+    def exhausted(self) -> bool:
+        return self.used >= self.capacity
+
+    def take(self, nbytes: int) -> None:
+        self.used += nbytes
+
+    def give(self, nbytes: int) -> None:
+        self.used -= nbytes
+        while self._waiting and not self.exhausted():
+            conn = self._waiting.popleft()
+            if not conn.closed:
+                conn.memory_available()
+
+    def wait(self, conn) -> None:
+        self._waiting.append(conn)
 
 
 def api_version_entries() -> list:
@@ -294,10 +411,49 @@ class Server:
         cfg = components.config
         self.max_request_bytes = cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024)
         self.max_connections = cfg.get_int("max.connections", 2147483647)
+        self.max_per_ip = cfg.get_int("max.connections.per.ip", 2147483647)
+        self.max_per_ip_overrides = parse_per_ip_overrides(cfg.get("max.connections.per.ip.overrides", ""))
+        self.idle_ms = cfg.get_int("connections.max.idle.ms", 600000)
+        queued = cfg.get_int("queued.max.request.bytes", -1)
+        self.memory = RequestMemory(queued if queued > 0 else max(DEFAULT_REQUEST_MEMORY, self.max_request_bytes))
         self.authenticator = components.authenticator
         self.authorizer = components.authorizer
         self.metrics = components.request_metrics
+        self.per_ip: collections.Counter = collections.Counter()
+        self.clock = time.monotonic
         self._server: asyncio.base_events.Server | None = None
+        self._idle_sweep: asyncio.TimerHandle | None = None
+
+    def admit(self, conn: Connection) -> str | None:
+        """Register a new connection, or say why it is refused (max.connections, per IP)."""
+        if len(self.connections) >= self.max_connections:
+            return "max.connections reached"
+        limit = self.max_per_ip_overrides.get(conn.host, self.max_per_ip)
+        if self.per_ip[conn.host] >= limit:
+            return f"address already has the configured maximum of {limit} connections (max.connections.per.ip)"
+        self.connections.add(conn)
+        self.per_ip[conn.host] += 1
+        return None
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.per_ip[conn.host] -= 1
+            if self.per_ip[conn.host] <= 0:
+                del self.per_ip[conn.host]
+
+    def _sweep_idle(self) -> None:
+        """Close connections with no traffic for connections.max.idle.ms (none with a request in hand)."""
+        deadline = self.clock() - self.idle_ms / 1000.0
+        for conn in [c for c in self.connections if not c.busy and c.last_active < deadline]:
+            log.info("closing %s: idle for more than %d ms (connections.max.idle.ms)", conn.peer, self.idle_ms)
+            conn.close()
+        self._schedule_idle_sweep()
+
+    def _schedule_idle_sweep(self) -> None:
+        if self.idle_ms >= 0:
+            interval = min(max(self.idle_ms / 4000.0, 0.05), 30.0)
+            self._idle_sweep = asyncio.get_running_loop().call_later(interval, self._sweep_idle)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -305,11 +461,25 @@ class Server:
                                                 reuse_address=True, backlog=1024)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self._schedule_idle_sweep()
 
     async def close(self) -> None:
+        if self._idle_sweep is not None:
+            self._idle_sweep.cancel()
         if self._server is not None:
             self._server.close()
         for c in list(self.connections):
             c.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def parse_per_ip_overrides(value: str | None) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma-separated."""
+    out: dict[str, int] = {}
+    for item in (value or "").split(","):
+        item = item.strip()
+        if item:
+            host, _, count = item.rpartition(":")
+            out[host.strip()] = int(count)
+    return out

@@ -1,0 +1,162 @@
+"""Every broker setting we know, with Kafka's type and valid range: checked once at start-up.
+
+``validate(config)`` runs before the data directory is touched.  An invalid value of a
+known key is refused with Kafka's own words (``Invalid value abc for configuration
+num.partitions: Not a number of type INT``); an unknown key is returned so start-up
+can log Kafka's warning (``The configuration 'foo.bar' was supplied but isn't a known
+config.``) and go on, as Kafka does.
+
+Three kinds of key are known:
+- the keys this broker reads (``BROKER_KEYS`` below, plus the broker-level synonyms of
+  topic configs, checked with the topic config's own definition);
+- Kafka settings that a one-node broker accepts and has no use for (``ACCEPTED_KEYS``:
+  replication, controller quorum, thread counts...), so a Kafka ``server.properties``
+  starts here without a warning;
+- the ``sharebroker.`` settings of our own.
+Component-level relations between keys (min <= default <= max of the share-group
+bounds) are checked by the components that own them.
+"""
+from __future__ import annotations
+
+import re
+
+from broker.log.config import (BOOLEAN, DOUBLE, INT, LIST, LONG, STRING, TOPIC_CONFIGS, ConfigDef,
+                               ConfigError)
+
+INT_MAX = (1 << 31) - 1
+
+# Kafka's own messages for values that do not parse (org.apache.kafka.common.config.ConfigDef.parseType).
+_TYPE_MESSAGES = {INT: "Not a number of type INT", LONG: "Not a number of type LONG",
+                  BOOLEAN: "Expected value to be either true or false", DOUBLE: "Not a number of type DOUBLE"}
+
+
+def _k(name: str, type_: int, minimum=None, maximum=None, choices=None) -> tuple[str, ConfigDef]:
+    return name, ConfigDef(name, type_, None, minimum=minimum, maximum=maximum, choices=choices)
+
+
+BROKER_KEYS: dict[str, ConfigDef] = dict([
+    _k("node.id", INT, minimum=0),
+    _k("listeners", LIST),
+    _k("advertised.listeners", LIST),
+    _k("log.dirs", LIST),
+    _k("log.dir", STRING),
+    _k("num.partitions", INT, minimum=1),
+    _k("default.replication.factor", INT, minimum=1),
+    _k("auto.create.topics.enable", BOOLEAN),
+    _k("delete.topic.enable", BOOLEAN),
+    _k("socket.request.max.bytes", INT, minimum=1),
+    _k("max.connections", INT, minimum=0),
+    _k("max.connections.per.ip", INT, minimum=0),
+    _k("max.connections.per.ip.overrides", STRING),
+    _k("connections.max.idle.ms", LONG),
+    _k("queued.max.request.bytes", LONG),
+    _k("log.retention.check.interval.ms", LONG, minimum=1),
+    _k("log.retention.minutes", INT),
+    _k("log.retention.hours", INT),
+    _k("log.roll.hours", INT, minimum=1),
+    _k("max.incremental.fetch.session.cache.slots", INT, minimum=0),
+    _k("producer.id.expiration.ms", INT, minimum=1),
+    _k("producer.id.expiration.check.interval.ms", INT, minimum=1),
+    # classic and consumer groups, offsets
+    _k("group.initial.rebalance.delay.ms", INT, minimum=0),
+    _k("group.min.session.timeout.ms", INT, minimum=0),
+    _k("group.max.session.timeout.ms", INT, minimum=0),
+    _k("group.max.size", INT, minimum=1),
+    _k("group.consumer.session.timeout.ms", INT, minimum=1),
+    _k("group.consumer.min.session.timeout.ms", INT, minimum=1),
+    _k("group.consumer.max.session.timeout.ms", INT, minimum=1),
+    _k("group.consumer.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.consumer.min.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.consumer.max.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.consumer.max.size", INT, minimum=1),
+    _k("group.consumer.assignors", LIST),
+    _k("group.consumer.lag.offset.reset", STRING, choices=("latest", "earliest")),
+    _k("offsets.retention.minutes", INT, minimum=1),
+    _k("offsets.retention.check.interval.ms", LONG, minimum=1),
+    _k("offset.metadata.max.bytes", INT, minimum=0),
+    # share groups and the share coordinator
+    _k("group.share.session.timeout.ms", INT, minimum=1),
+    _k("group.share.min.session.timeout.ms", INT, minimum=1),
+    _k("group.share.max.session.timeout.ms", INT, minimum=1),
+    _k("group.share.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.share.min.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.share.max.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.share.record.lock.duration.ms", INT, minimum=1000),
+    _k("group.share.min.record.lock.duration.ms", INT, minimum=1000),
+    _k("group.share.max.record.lock.duration.ms", INT, minimum=1000),
+    _k("group.share.delivery.count.limit", INT, minimum=2, maximum=10),
+    _k("group.share.min.delivery.count.limit", INT, minimum=2, maximum=10),
+    _k("group.share.max.delivery.count.limit", INT, minimum=2, maximum=10),
+    _k("group.share.partition.max.record.locks", INT, minimum=1),
+    _k("group.share.min.partition.max.record.locks", INT, minimum=1),
+    _k("group.share.max.partition.max.record.locks", INT, minimum=1),
+    _k("group.share.renew.acknowledge.enable", BOOLEAN),
+    _k("group.share.max.size", INT, minimum=1, maximum=1000),
+    _k("group.share.max.share.sessions", INT, minimum=1),
+    _k("share.coordinator.snapshot.update.records.per.snapshot", INT, minimum=0, maximum=500),
+    _k("share.coordinator.cold.partition.snapshot.interval.ms", INT, minimum=1),
+    # ours (documented in the README)
+    _k("offsets.retention.ms", LONG, minimum=1),
+    _k("sharebroker.share.session.idle.timeout.ms", LONG, minimum=1),
+])
+
+# Kafka settings that have no meaning on one node; accepted so a Kafka server.properties works.
+ACCEPTED_KEYS = frozenset({
+    "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "num.network.threads", "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
+    "offsets.topic.replication.factor", "offsets.topic.num.partitions", "offsets.topic.segment.bytes",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+    "share.coordinator.state.topic.num.partitions", "log.cleaner.enable", "log.cleaner.threads",
+    "group.coordinator.rebalance.protocols", "unstable.api.versions.enable", "unstable.feature.versions.enable",
+    "metadata.log.dir", "broker.id", "broker.rack", "replica.lag.time.max.ms", "auto.leader.rebalance.enable",
+    "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+    "share.coordinator.threads", "group.coordinator.threads", "background.threads",
+})
+
+_LISTENER = re.compile(r"^(?:[A-Za-z0-9_]+://)?(\[[0-9A-Fa-f:.]*\]|[^:/\s\[\]]*):(-?\d+)$")
+_SYNONYMS = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}
+
+
+def _listener_check(key: str, value: str) -> None:
+    for item in (v.strip() for v in value.split(",")):
+        m = _LISTENER.match(item)
+        if m is None:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: Unable to parse {item} "
+                              f"to a broker endpoint")
+        port = int(m.group(2))
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: port {port} is outside 0-65535")
+
+
+def check(key: str, value: str) -> bool:
+    """Validate one setting; raise ConfigError if it is known and invalid; False if unknown."""
+    cdef = BROKER_KEYS.get(key)
+    if cdef is None:
+        syn = _SYNONYMS.get(key)
+        if syn is not None:  # a topic-config default: the topic config's rules, the broker key's name
+            cdef = ConfigDef(key, syn.type, None, syn.minimum, syn.maximum, syn.choices)
+        elif key in ACCEPTED_KEYS or key.startswith(("sharebroker.", "listener.name.", "ssl.", "sasl.")):
+            return True
+        else:
+            return False
+    if cdef.type in _TYPE_MESSAGES:
+        try:
+            cdef.parse(value, check_range=False)
+        except ConfigError:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: {_TYPE_MESSAGES[cdef.type]}") from None
+    cdef.parse(value)
+    if key in ("listeners", "advertised.listeners"):
+        _listener_check(key, value)
+    return True
+
+
+def validate(config) -> list[str]:
+    """Check every explicitly set key of ``config``; return the unknown ones (raise ConfigError)."""
+    unknown = []
+    for key, value in config.explicit_items():
+        if not check(key, value):
+            unknown.append(key)
+    return unknown
