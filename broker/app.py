@@ -23,6 +23,7 @@ from broker.log.config import ConfigError
 from broker.log.errors import DataDirLockedError
 from broker.log.manager import LogManager
 from broker.server import Server
+from broker.topics import FILES_PER_PARTITION, open_file_limit
 
 log = logging.getLogger("sharebroker")
 
@@ -121,7 +122,7 @@ def check_config(config: BrokerConfig) -> None:
 
 
 def _raise_open_file_limit() -> None:
-    """Each partition keeps a few files open: use the hard limit, as Kafka's docs advise."""
+    """Each partition keeps a few files open: use the hard limit, as Kafka's docs advise, and say what it is."""
     try:
         import resource
 
@@ -130,3 +131,7 @@ def _raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
+    limit = open_file_limit()
+    if limit is not None:
+        log.info("open-file limit %d: room for about %d partitions (%d files each)", limit,
+                 limit // FILES_PER_PARTITION, FILES_PER_PARTITION)

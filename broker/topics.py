@@ -8,11 +8,14 @@ dropping a deleted topic's state).
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from broker.delayed import Watchers
-from broker.log.errors import LogError
+from broker.log.errors import KAFKA_STORAGE_ERROR, LogError
 from protocol.errors import Errors
+
+log = logging.getLogger("sharebroker")
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
@@ -53,7 +56,18 @@ class Topics:
         other = self.collision(name)
         if other is not None:
             raise LogError(Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
-        return self.logs.create_topic(name, partitions, configs)
+        try:
+            return self.logs.create_topic(name, partitions, configs)
+        except LogError as e:
+            _warn_storage(e)
+            raise
+
+    def add_partitions(self, name: str, count: int) -> None:
+        try:
+            self.logs.add_partitions(name, count)
+        except LogError as e:
+            _warn_storage(e)
+            raise
 
     def delete(self, name: str) -> None:
         info = self.logs.topic(name)
@@ -76,3 +90,25 @@ class Topics:
         self.watchers.notify(log_key(topic, partition))
         for fn in self._append_listeners:
             fn(topic, partition)
+
+
+def _warn_storage(e: LogError) -> None:
+    """A partition could not be opened: say so in the broker log, naming the open-file limit when it is that."""
+    if e.code != KAFKA_STORAGE_ERROR:
+        return
+    hint = ""
+    if "Too many open files" in str(e):
+        hint = (f" (the open-file limit, {open_file_limit()}, is reached: each partition keeps about "
+                f"{FILES_PER_PARTITION} files open; raise it with `ulimit -n`)")
+    log.warning("%s%s", e, hint)
+
+
+FILES_PER_PARTITION = 3
+
+
+def open_file_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

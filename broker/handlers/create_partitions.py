@@ -70,7 +70,7 @@ async def create_partitions(ctx, req):
             out.append(_R(name=t.name))
             continue
         try:
-            c.logs.add_partitions(t.name, t.count)
+            c.topics.add_partitions(t.name, t.count)
             out.append(_R(name=t.name))
         except LogError as e:
             out.append(_R(name=t.name, error_code=e.code, error_message=str(e)))
