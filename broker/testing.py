@@ -6,8 +6,16 @@
 
 The broker runs as a subprocess on 127.0.0.1 with a free port; ``kill9()`` and
 ``start()`` restart it on the same data directory and port, for crash tests.
+
 Installed as a pytest plugin (entry point ``pytest11``), so any project that
-installs sharebroker gets the ``sharebroker`` fixture.
+installs sharebroker gets two fixtures:
+
+- ``sharebroker``: a fresh, started ``BrokerProcess`` per test (``.bootstrap`` is the
+  ``host:port`` to give clients).  Broker settings come from the
+  ``@pytest.mark.sharebroker(settings)`` marker, e.g.
+  ``@pytest.mark.sharebroker({"group.share.record.lock.duration.ms": 1000})``.
+- ``sharebroker_factory``: ``sharebroker_factory(settings=None)`` starts another broker
+  with those settings (each with its own data directory); all are stopped at teardown.
 """
 from __future__ import annotations
 
@@ -107,12 +115,33 @@ class BrokerProcess:
 
 try:
     import pytest
-except ImportError:  # pytest is only needed for the fixture
+except ImportError:  # pytest is only needed for the fixtures
     pytest = None
 
 if pytest is not None:
+    def pytest_configure(config):
+        config.addinivalue_line("markers", "sharebroker(settings): broker settings for the sharebroker fixture")
+
     @pytest.fixture
-    def sharebroker(tmp_path):
-        """A fresh broker on a free port with its own data directory."""
-        with BrokerProcess(tmp_path / "broker-data") as b:
-            yield b
+    def sharebroker_factory(tmp_path):
+        """Start brokers with given settings: ``sharebroker_factory({"num.partitions": 3})``."""
+        started: list[BrokerProcess] = []
+
+        def start(settings: dict | None = None) -> BrokerProcess:
+            b = BrokerProcess(tmp_path / f"sharebroker-{len(started)}",
+                              config={k: str(v) for k, v in (settings or {}).items()})
+            started.append(b)
+            return b.start()
+
+        yield start
+        for b in started:
+            b.close()
+
+    @pytest.fixture
+    def sharebroker(request, sharebroker_factory):
+        """A fresh broker on a free port with its own data directory (settings from the marker)."""
+        marker = request.node.get_closest_marker("sharebroker")
+        settings = dict(marker.args[0]) if marker is not None and marker.args else {}
+        if marker is not None:
+            settings.update(marker.kwargs.get("settings", {}))
+        yield sharebroker_factory(settings)
