@@ -63,6 +63,13 @@ _INT_KEYS: dict[str, tuple] = {
     "consumer.heartbeat.interval.ms": ("group.consumer.heartbeat.interval.ms", 5000,
                                        "group.consumer.min.heartbeat.interval.ms", 5000,
                                        "group.consumer.max.heartbeat.interval.ms", 15000),
+    # KIP-1263 (Kafka 4.3): least time between two target assignments of a group.
+    "consumer.assignment.interval.ms": ("group.consumer.assignment.interval.ms", 1000,
+                                        "group.consumer.min.assignment.interval.ms", 0,
+                                        "group.consumer.max.assignment.interval.ms", 15000),
+    "share.assignment.interval.ms": ("group.share.assignment.interval.ms", 1000,
+                                     "group.share.min.assignment.interval.ms", 0,
+                                     "group.share.max.assignment.interval.ms", 15000),
 }
 _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker default key, default, type)
     "share.auto.offset.reset": (None, "latest", STRING),
@@ -70,6 +77,9 @@ _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker defaul
     "share.renew.acknowledge.enable": ("group.share.renew.acknowledge.enable", "true", BOOLEAN),
     "errors.deadletterqueue.topic.name": (None, "", STRING),
     "errors.deadletterqueue.copy.record.enable": (None, "false", BOOLEAN),
+    # KIP-1263: whether the assignor runs off the coordinator thread (always inline here: one loop).
+    "consumer.assignor.offload.enable": ("group.consumer.assignor.offload.enable", "true", BOOLEAN),
+    "share.assignor.offload.enable": ("group.share.assignor.offload.enable", "true", BOOLEAN),
 }
 KEYS = sorted(list(_INT_KEYS) + list(_OTHER_KEYS))
 # Broker settings whose floor we lower to 1000 ms (Kafka's own floors are higher).
@@ -174,7 +184,8 @@ class GroupConfigManager:
                 if value.strip().lower() not in ("read_uncommitted", "read_committed"):
                     raise ConfigError(f"Invalid value {value} for configuration {key}: "
                                       f"String must be one of: read_committed, read_uncommitted")
-            elif key in ("share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable"):
+            elif key in ("share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable",
+                         "consumer.assignor.offload.enable", "share.assignor.offload.enable"):
                 _parse_bool(key, value)
             elif key == "errors.deadletterqueue.topic.name":
                 pass

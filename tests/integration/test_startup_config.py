@@ -82,3 +82,27 @@ def test_defaults_are_described_as_defaults(sharebroker):
     brk = ConfigResource(ResourceType.BROKER, "1")
     bconf = admin.describe_configs([brk])[brk].result(20)
     assert bconf["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_group_configs_of_kafka_4_4_are_described_and_bounded(sharebroker):
+    """KIP-1263's assignment intervals and KIP-1240's share keys are group configs, with broker bounds."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    admin = AdminClient({"bootstrap.servers": sharebroker.bootstrap})
+    group = unique("cfg")
+    res = ConfigResource(ResourceType.GROUP, group)
+    described = admin.describe_configs([res])[res].result(20)
+    for key, default in (("share.assignment.interval.ms", "1000"), ("consumer.assignment.interval.ms", "1000"),
+                         ("share.delivery.count.limit", "5"), ("share.partition.max.record.locks", "2000"),
+                         ("share.renew.acknowledge.enable", "true"), ("share.assignor.offload.enable", "true")):
+        assert described[key].value == default and described[key].source == ConfigSource.DEFAULT_CONFIG.value, key
+
+    def alter(value):
+        r = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.assignment.interval.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        return admin.incremental_alter_configs([r])[r].exception(20)
+
+    assert alter("500") is None
+    assert admin.describe_configs([res])[res].result(20)["share.assignment.interval.ms"].value == "500"
+    err = alter("20000")  # above group.share.max.assignment.interval.ms (15000)
+    assert err is not None and "group.share.max.assignment.interval.ms" in str(err)
