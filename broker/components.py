@@ -16,9 +16,9 @@ part, each the single owner of its state.
 | ``settings``     | ``broker.configs.BrokerSettings``      | dynamic broker defaults                          |
 | ``configs``      | ``broker.configs.ConfigResources``     | TOPIC / BROKER / GROUP config resources          |
 | ``group_configs``| ``broker.group_configs.GroupConfigManager`` | per-group overrides                         |
-| ``share_state``  | ``coordinator.share.ShareCoordinator`` | durable share state (``__share_group_state``)    |
+| ``share_state``  | ``coordinator.share_state.ShareCoordinator`` | durable share state (``__share_group_state``)    |
 | ``groups``       | ``coordinator.group.GroupCoordinator`` | every group (classic, consumer, share), offsets  |
-| ``shares``       | ``broker.share_manager.ShareManager``  | share partitions (in-flight records), share sessions |
+| ``shares``       | ``broker.share.manager.SharePartitionManager`` | share partitions (in-flight records), share sessions |
 | ``authenticator``, ``authorizer``, ``request_metrics`` | ``broker.pipeline`` | the request pipeline's stages |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
@@ -46,13 +46,10 @@ from broker.internal_topics import PartitionRecordLog
 from broker.log.manager import LogManager
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
 from broker.producer_ids import ProducerIdManager
-from broker.share_manager import ShareManager
+from broker.share.manager import SharePartitionManager
 from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
 from coordinator.group import GroupCoordinator
-from coordinator.share import ShareCoordinator
-from coordinator.runtime import Record
-from coordinator.share_groups import SHARE_RECORD_TYPES, ShareGroupCoordinator
-from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest
+from coordinator.share_state import ShareCoordinator
 
 log = logging.getLogger("sharebroker")
 
@@ -86,8 +83,7 @@ class Components:
     group_configs: GroupConfigManager
     share_state: ShareCoordinator
     groups: GroupCoordinator
-    share_groups: ShareGroupCoordinator
-    shares: ShareManager
+    shares: SharePartitionManager
     authenticator: Authenticator = field(default_factory=NoAuthentication)
     authorizer: Authorizer = field(default_factory=AllowAll)
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
@@ -96,8 +92,7 @@ class Components:
     async def close(self) -> None:
         """Shut the parts down in the reverse order of :func:`build`; the logs last."""
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("shares", self.shares.close), ("groups", self.groups.close),
-            ("share groups", self.share_groups.close), ("share state", self.share_state.shutdown)]
+            ("shares", self.shares.close), ("groups", self.groups.close), ("share state", self.share_state.shutdown)]
         for name, fn in steps:
             try:
                 r = fn()
@@ -132,39 +127,25 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     topics.on_delete(lambda name, topic_id: loop.create_task(share_state.on_topics_deleted([topic_id])))
 
     offsets_log = PartitionRecordLog(logs.get_log(CONSUMER_OFFSETS, 0))
-    cluster = ClusterView(logs)
-    share_groups = ShareGroupCoordinator(offsets_log, cluster, group_configs, share_state, loop, config,
-                                         foreign_group_type=lambda gid: None)
-    groups = GroupCoordinator(offsets_log, cluster, config, loop, now_ms=now_ms, group_configs=group_configs)
-    for record_type in SHARE_RECORD_TYPES:  # one replay of __consumer_offsets feeds both
-        groups.register_record_type(record_type, lambda k, v, t=record_type: share_groups.replay(Record(t, k, -1, v)))
-    await groups.load()
-    share_groups.after_load()
-    share_groups.foreign_group_type = groups.group_type
+    groups = GroupCoordinator(offsets_log, ClusterView(logs), config, loop, now_ms=now_ms,
+                              group_configs=group_configs, share_state=share_state)
+    await groups.load()  # one replay of __consumer_offsets: classic, consumer and share groups, offsets
 
-    shares = ShareManager(config, logs=logs, watchers=watchers, persister=share_state, group_configs=group_configs,
-                          scheduler=loop, now_ms=now_ms)
+    shares = SharePartitionManager(config, logs=logs, watchers=watchers, persister=share_state,
+                                   group_configs=group_configs, scheduler=loop, now_ms=now_ms)
     group_configs.add_listener(shares.group_config_changed)
     topics.on_delete(shares.topic_deleted)
-    share_groups.add_member_removed_listener(shares.member_removed)
+    groups.on_share_member_removed(shares.member_removed)
 
-    async def delete_share_group(group_id: str) -> None:
-        """DeleteGroups on a share group: its records, durable share state, live partitions, configs."""
-        initialized = await share_groups.delete_group(group_id)
-        if initialized:
-            await share_state.delete_state(DeleteShareGroupStateRequest(group_id=group_id, topics=[
-                DeleteShareGroupStateRequest.DeleteStateData(
-                    topic_id=tid, partitions=[DeleteShareGroupStateRequest.PartitionData(partition=p)
-                                              for p in sorted(ps)])
-                for tid, (_name, ps) in initialized.items()]))
+    async def share_group_deleted(group_id: str) -> None:
+        """After DeleteGroups removed a share group's records and durable state: its live partitions, configs."""
         await shares.drop_group(group_id)
         await group_configs.delete_group(group_id)
 
-    groups.attach_foreign_groups(lambda: share_groups.groups, delete_share_group)
-    group_configs.set_group_lister(lambda: sorted(set(share_groups.groups) | set(groups.groups)))
+    groups.on_group_deleted(share_group_deleted)
+    group_configs.set_group_lister(lambda: sorted(groups.groups))
     return Components(config=config, node=node, files=files, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
                       producer_ids=ProducerIdManager(meta), settings=settings, configs=configs,
-                      group_configs=group_configs, share_state=share_state, groups=groups,
-                      share_groups=share_groups, shares=shares)
+                      group_configs=group_configs, share_state=share_state, groups=groups, shares=shares)

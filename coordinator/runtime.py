@@ -1,11 +1,13 @@
-"""What the coordinators share: coordinator record framing and the record log they append to.
+"""What the coordinators share: record framing, the record log, and one commit discipline.
 
 A coordinator record is a Kafka record whose key is ``int16 record type`` followed
 by the key struct, and whose value is ``int16 value version`` followed by the value
 struct, or ``None`` (a tombstone).  Coordinators never change their state directly:
 an operation returns ``(response, records)``; the records are appended to the
 coordinator's internal topic (``__consumer_offsets`` or ``__share_group_state``)
-and then applied through the same ``replay`` used at start-up.
+and then applied through the same ``replay`` used at start-up
+(:class:`CoordinatorRuntime`, used by the group coordinator and the share-state
+coordinator alike).
 
 :class:`RecordLog` is the durable append interface; :class:`MemoryRecordLog` is an
 in-memory implementation for unit tests, and the broker provides one backed by a
@@ -13,10 +15,13 @@ partition log (``broker.internal_topics``).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import struct
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 _I16 = struct.Struct(">h")
+_log = logging.getLogger(__name__)
 
 
 class Record:
@@ -98,3 +103,108 @@ class MemoryRecordLog:
     def truncate_before(self, offset: int) -> None:
         self.start_offset = max(self.start_offset, offset)
         self.records = [r for r in self.records if r[0] >= offset]
+
+
+def record(key, value, value_version: int | None = None) -> Record:
+    """A record to write: ``value`` None is a tombstone; version None means the value's highest."""
+    return Record(type(key).API_KEY, key, value_version, value)
+
+
+R = TypeVar("R")
+Operation = Callable[[], "tuple[R, list[Record]]"]
+
+
+class CoordinatorRuntime:
+    """One coordinator's commit discipline (Kafka's ``CoordinatorRuntime``, one shard, one thread).
+
+    A write operation is a synchronous function that reads the committed state and
+    returns ``(response, records)`` without changing anything.  :meth:`write` runs it,
+    appends its records to the coordinator's :class:`RecordLog` as one batch, replays
+    them, in order and with their offsets, through the same ``replay(offset, record)``
+    that :meth:`load` runs at start-up, and only then returns the response.
+
+    Writers are serialised per coordinator in FIFO order (an ``asyncio.Lock`` hands
+    itself over in arrival order): each operation computes on the state its
+    predecessor committed, and nothing is visible before it is durable.  The lock is
+    held for the computation and the append only; an operation never waits inside it
+    for anything else (a classic JoinGroup parks its response future outside).
+
+    If the append raises, nothing was replayed and the exception reaches the caller,
+    which answers with the error code its API uses (COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR, ...).  An operation that raises (e.g. a ``KafkaError`` from
+    validation) writes nothing.
+
+    ``replay=False`` writes records for durability only: the caller already changed
+    its live in-memory state (classic groups, Kafka's ``replayRecords=false``), and the
+    records are replayed at the next start-up only.
+
+    Timer-triggered writes go through :meth:`schedule`, which runs the write as a
+    task, logs any exception (none escapes a timer) and is awaited by :meth:`drain`.
+    """
+
+    def __init__(self, log: RecordLog, registry: dict, replay: Callable[[int, Record], None], *,
+                 name: str = "coordinator", on_committed: Callable[[list[Record]], None] | None = None):
+        self.log = log
+        self.name = name
+        self._registry = registry
+        self._replay = replay
+        self._on_committed = on_committed
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    async def load(self, yield_every: int = 4096) -> None:
+        """Replay the whole log once through ``replay`` (start-up)."""
+        async with self._lock:
+            for n, (offset, key, value) in enumerate(self.log.replay(), 1):
+                rec = decode_record(self._registry, key, value)
+                if rec is not None:
+                    self._replay(offset, rec)
+                if n % yield_every == 0:
+                    await asyncio.sleep(0)  # let the loop breathe during a long replay
+
+    async def write(self, op: Callable[[], tuple[R, list[Record]]], *, replay: bool = True,
+                    on_error: Callable[[R, Exception], R] | None = None) -> R:
+        """Compute ``(response, records)`` on committed state, append, replay, return the response.
+
+        When the append fails: ``on_error(response, exc)`` answers instead, if given;
+        otherwise the exception propagates.  Either way nothing was replayed.
+        """
+        async with self._lock:
+            response, records = op()
+            if records:
+                try:
+                    last = await self.log.append([encode_record(r.key, r.value, r.value_version) for r in records])
+                except Exception as exc:
+                    if on_error is None:
+                        raise
+                    _log.warning("%s: appending %d records failed: %r", self.name, len(records), exc)
+                    return on_error(response, exc)
+                if replay:
+                    for offset, r in enumerate(records, last - len(records) + 1):
+                        self._replay(offset, r)
+                if self._on_committed is not None:
+                    self._on_committed(records)
+            return response
+
+    def schedule(self, op: Callable[[], tuple[object, list[Record]]], what: str = "timer write") -> None:
+        """Run a write in the background (timers); failures are logged, never raised."""
+        self.spawn(self.write(op), what)
+
+    def spawn(self, coro, what: str = "background work") -> None:
+        """Run coordinator work as a task that :meth:`drain` awaits; exceptions are logged."""
+        async def run() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("%s: %s failed", self.name, what)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait until background writes (and what they started) are done."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,4 +1,4 @@
-"""DeleteShareGroupState v0-0: served by the share coordinator (coordinator/share), the same entry
+"""DeleteShareGroupState v0-0: served by the share coordinator (coordinator/share_state), the same entry
 point the share-partition leader calls in process, so tools and tests can drive
 durable share state exactly as another broker would."""
 from __future__ import annotations

@@ -7,6 +7,9 @@ invalid partition gets INVALID_REQUEST.  Acknowledgements are persisted through
 the share coordinator before the answer says they succeeded.  v2 adds
 IsRenewAck (RENEW, type 4, extends the locks when the group allows renewals) and
 AcquisitionLockTimeoutMs.
+This handler checks GroupId/MemberId and the batches and builds the response; the
+session and the acknowledgements are the share-partition manager's
+(``SharePartitionManager.acknowledge``, broker/share/manager.py).
 """
 from __future__ import annotations
 
@@ -28,37 +31,28 @@ _L = ShareAcknowledgeResponse.LeaderIdAndEpoch
 
 @handler(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2))
 async def share_acknowledge(ctx, req):
-    c = ctx.components
-    mgr = c.shares
-    group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+    group, member = req.group_id, req.member_id
     if not group or not member:
         return ShareAcknowledgeResponse(error_code=Errors.INVALID_REQUEST,
                                         error_message="GroupId and MemberId must be set")
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("ShareAcknowledge v%d %s/%s epoch %d acks %s", ctx.api_version, group, member, epoch,
+        log.debug("ShareAcknowledge v%d %s/%s epoch %d acks %s", ctx.api_version, group, member,
+                  req.share_session_epoch,
                   [(p.partition_index, [(a.first_offset, a.last_offset, list(a.acknowledge_types))
                                         for a in p.acknowledgement_batches]) for t in req.topics for p in t.partitions])
+    acks = merge_topics(req.topics)
+    invalid = {key: code for key, batches in acks.items()
+               if (code := validate_ack_batches(batches, ctx.api_version, req.is_renew_ack))}
     try:
-        session = mgr.sessions.acknowledge_context(group, member, epoch)
+        result = await ctx.components.shares.acknowledge(req, acks, invalid)
     except ShareError as e:
         return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
-    config = mgr.group_config(group)
+    leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
     topics: dict[bytes, _T] = {}
-    for (tid, p), batches in merge_topics(req.topics).items():
-        code = validate_ack_batches(batches, ctx.api_version, req.is_renew_ack)
-        if not code:
-            try:
-                sp = await mgr.partition(group, tid, p)
-                code = await sp.acknowledge(member, batches)
-            except ShareError as e:
-                code = e.code
+    for tid, p, code in result.partitions:
         t = topics.get(tid)
         if t is None:
             t = topics[tid] = _T(topic_id=tid, partitions=[])
-        t.partitions.append(_P(partition_index=p, error_code=code,
-                               current_leader=_L(leader_id=c.node.node_id, leader_epoch=0)))
-    if epoch == -1:
-        mgr.sessions.close(group, member)
-        await mgr.release(group, member, list(session.partitions))
-    return ShareAcknowledgeResponse(acquisition_lock_timeout_ms=config.record_lock_duration_ms,
+        t.partitions.append(_P(partition_index=p, error_code=code, current_leader=leader))
+    return ShareAcknowledgeResponse(acquisition_lock_timeout_ms=result.acquisition_lock_timeout_ms,
                                     responses=list(topics.values()))

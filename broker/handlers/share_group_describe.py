@@ -11,4 +11,4 @@ from protocol.messages.registry import ApiKey
 
 @handler(ApiKey.SHARE_GROUP_DESCRIBE, versions=(1, 1))
 async def share_group_describe(ctx, req):
-    return ctx.components.share_groups.describe(req.group_ids)
+    return ctx.components.groups.share_group_describe(req, ctx.api_version)

@@ -1,9 +1,16 @@
-"""Share-partition manager: the broker side of ShareFetch / ShareAcknowledge.
+"""Share-partition manager: the work of ShareFetch / ShareAcknowledge, as Kafka's SharePartitionManager.
 
 Owns the ``SharePartition`` of every (group, topic id, partition) that has been
 fetched, the share-session cache, and one live ``ShareGroupConfig`` per group kept
 in step with the group's dynamic configs.  The share coordinator is the persister
 (called in process with the same request objects the wire uses).
+
+:meth:`SharePartitionManager.fetch` (Kafka's fetchMessages) applies the session
+epoch, the piggy-backed acknowledgements, then acquires records from the session's
+partitions and long-polls when there are none; :meth:`acknowledge` is ShareAcknowledge;
+both release the member's records on the final epoch (Kafka's releaseSession).  The
+handlers only check what is request-shaped (GroupId/MemberId, acknowledgement
+batches) and turn the per-partition results into the response.
 
 Wake-ups for waiting ShareFetches go through the broker's watchers: a share
 partition's state change (release, lock expiry, acknowledgement freeing lock
@@ -16,19 +23,52 @@ out, as Kafka 4.4 does.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
+from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
 from broker.share.errors import ShareError
 from broker.share.partition import SharePartition
-from broker.share.session import ShareSessionCache
+from broker.share.session import FINAL_EPOCH, ShareSession, ShareSessionCache
 from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.share")
 
+PartitionKey = tuple[bytes, int]  # (topic id, partition)
+# Log reads in bounded steps: unlike Kafka's file slices, a read here copies bytes, and MaxBytes
+# (50 MB from librdkafka) would read far more than MaxRecords can acquire.
+READ_STEP = 1 << 20
+DEFAULT_MAX_RECORDS = 500  # MaxRecords <= 0 in a ShareFetch
 
-class ShareManager:
+
+class PartitionResult:
+    """One partition of a ShareFetch answer: error, acknowledgement result, records and acquired ranges."""
+
+    __slots__ = ("topic_id", "partition", "acks", "error", "ack_error", "records", "acquired", "touched")
+
+    def __init__(self, topic_id: bytes, partition: int):
+        self.topic_id, self.partition = topic_id, partition
+        self.acks: list | None = None
+        self.error = Errors.NONE
+        self.ack_error: int | None = None
+        self.records: list = []                          # record batch bytes
+        self.acquired: list[tuple[int, int, int]] = []   # (first offset, last offset, delivery count)
+        self.touched = False                             # answered even in an incremental fetch
+
+
+class FetchResult(NamedTuple):
+    acquisition_lock_timeout_ms: int
+    partitions: list[PartitionResult]
+
+
+class AcknowledgeResult(NamedTuple):
+    acquisition_lock_timeout_ms: int
+    partitions: list[tuple[bytes, int, int]]  # (topic id, partition, error code)
+
+
+class SharePartitionManager:
     """Collaborators: the broker ``config``, the ``logs`` (partition logs by topic id), the
     ``watchers`` long polls wait on, the ``persister`` (share coordinator), the
     ``group_configs`` (per-group overrides), a ``scheduler`` (the event loop) and ``now_ms``.
@@ -119,6 +159,143 @@ class ShareManager:
                     await sp.release_member(member_id)
                 except Exception:
                     log.exception("releasing records of %s in %s failed", member_id, sp)
+
+    # ------------------------------------------------------------------ ShareFetch / ShareAcknowledge
+    async def fetch(self, req: Any, acks: dict[PartitionKey, list], invalid: set[PartitionKey],
+                    connection: Any) -> FetchResult:
+        """ShareFetch for ``req`` (GroupId/MemberId set): ``acks`` maps every requested partition to its
+        acknowledgement batches (repeated topics merged), ``invalid`` holds the partitions whose batches
+        failed validation. Raises ShareError for a request-level error (the session epoch rules)."""
+        group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+        parts: dict[PartitionKey, PartitionResult] = {}
+        has_acks = False
+        for key, batches in acks.items():
+            part = parts[key] = PartitionResult(*key)
+            if batches:
+                has_acks = True
+                if key in invalid:
+                    part.error = Errors.INVALID_REQUEST
+                    part.touched = True
+                else:
+                    part.acks = batches
+        forgotten = [(f.topic_id, p) for f in req.forgotten_topics_data for p in f.partitions]
+        session = self.sessions.fetch_context(group, member, epoch, partitions=list(acks), forgotten=forgotten,
+                                              has_acks=has_acks, connection_id=id(connection))
+        self.track_connection(connection)
+        config = self.group_config(group)
+
+        for part in parts.values():
+            if part.acks is not None:
+                part.touched = True
+                part.ack_error = await self._acknowledge(group, member, part.topic_id, part.partition, part.acks)
+
+        if epoch == FINAL_EPOCH:
+            await self.release_session(group, member, session)
+            return FetchResult(config.record_lock_duration_ms, list(parts.values()))
+
+        order = list(session.partitions)
+        if order:  # rotate so that no partition starves
+            shift = session.epoch % len(order)
+            order = order[shift:] + order[:shift]
+        for key in order:
+            if key not in parts:
+                parts[key] = PartitionResult(*key)
+        await self._fetch_records(group, member, [parts[k] for k in order if parts[k].error == Errors.NONE], req)
+        full = epoch == 0
+        shown = [p for p in parts.values() if full or p.touched or p.acquired or p.error]
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("ShareFetch %s/%s epoch %d acquired %s", group, member, epoch,
+                      [(p.partition, p.acquired) for p in shown if p.acquired])
+        return FetchResult(config.record_lock_duration_ms, shown)
+
+    async def acknowledge(self, req: Any, acks: dict[PartitionKey, list],
+                          invalid: dict[PartitionKey, int]) -> AcknowledgeResult:
+        """ShareAcknowledge for ``req``: ``acks`` maps each partition to its batches, ``invalid`` gives the
+        validation error of the partitions whose batches are malformed. Raises ShareError for a
+        request-level error (session epoch)."""
+        group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+        session = self.sessions.acknowledge_context(group, member, epoch)
+        config = self.group_config(group)
+        out = []
+        for (tid, p), batches in acks.items():
+            code = invalid.get((tid, p)) or await self._acknowledge(group, member, tid, p, batches)
+            out.append((tid, p, code))
+        if epoch == FINAL_EPOCH:
+            await self.release_session(group, member, session)
+        return AcknowledgeResult(config.record_lock_duration_ms, out)
+
+    async def release_session(self, group_id: str, member_id: str, session: ShareSession) -> None:
+        """The final epoch: close the member's share session and release the records it holds."""
+        self.sessions.close(group_id, member_id)
+        await self.release(group_id, member_id, list(session.partitions))
+
+    async def _acknowledge(self, group: str, member: str, topic_id: bytes, partition: int, batches: list) -> int:
+        try:
+            sp = await self.partition(group, topic_id, partition)
+            return await sp.acknowledge(member, batches)
+        except ShareError as e:
+            return e.code
+
+    async def _fetch_records(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> None:
+        """Acquire into ``parts``; with nothing acquired wait up to MaxWaitMs for a wake-up, then try again."""
+        deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
+        while True:
+            count = await self._acquire(group, member, parts, req)
+            if count or req.max_wait_ms <= 0 or not parts:
+                return
+            keys: list = [("share", group, p.topic_id, p.partition) for p in parts]
+            for p in parts:
+                info = self.logs.topic_by_id(p.topic_id)
+                if info is not None:
+                    keys.append(("log", info.name, p.partition))
+            if not await self.watchers.wait(keys, deadline):
+                await self._acquire(group, member, parts, req)
+                return
+
+    async def _acquire(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> int:
+        """One pass over ``parts`` within MaxRecords (the whole request), BatchSize, ShareAcquireMode
+        and MaxBytes; returns the number of records acquired."""
+        records_left = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+        bytes_left = req.max_bytes
+        total = 0
+        for part in parts:
+            if records_left <= 0 or bytes_left <= 0:
+                break
+            try:
+                sp = await self.partition(group, part.topic_id, part.partition)
+            except ShareError as e:
+                part.error = e.code
+                continue
+            _name, plog = self.topic_log(part.topic_id, part.partition)
+            if plog is None:
+                part.error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            upper = plog.last_stable_offset if sp.config.read_committed else plog.high_watermark
+            while records_left > 0 and bytes_left > 0:
+                offset = sp.next_fetch_offset()
+                if offset >= upper and offset >= sp.end_offset:
+                    break
+                try:
+                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, READ_STEP),
+                                        max_offset=upper, min_one=total == 0)
+                except LogError:
+                    break
+                if not batches:
+                    break
+                res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
+                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset)
+                if not res.count:
+                    break
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset,
+                              sp.start_offset, sp.end_offset, [(x.base_offset, x.last_offset) for x in batches],
+                              res.acquired)
+                part.records.extend(ref.data for ref in res.batches)
+                part.acquired.extend(res.acquired)
+                records_left -= res.count
+                bytes_left -= sum(len(ref.data) for ref in res.batches)
+                total += res.count
+        return total
 
     # ------------------------------------------------------------------ events
     def track_connection(self, connection) -> None:

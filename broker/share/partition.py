@@ -1,12 +1,14 @@
-"""Share-partition leader: in-flight record state of one (group, topic-partition).
+"""Share-partition leader: the state transitions of one (group, topic-partition).
 
-Pure logic on one event loop; no sockets. The ShareFetch / ShareAcknowledge
-handlers drive it (see broker/share/README.md for the call sequence):
+Pure logic on one event loop; no sockets. The share-partition manager
+(broker/share/manager.py) drives it for ShareFetch / ShareAcknowledge (see
+broker/share/README.md). The in-flight data structures are in inflight.py, the
+persister requests in persister.py; this module decides every transition:
 
     sp = SharePartition(group, topic_id, partition, log=..., persister=..., config=...,
                         scheduler=loop, now_ms=...)
     await sp.initialize()                      # ReadShareGroupState, SPSO reset
-    offset = sp.next_fetch_offset()            # where the handler reads the log
+    offset = sp.next_fetch_offset()            # where the manager reads the log
     res = sp.acquire(member, log.read(offset, ...), max_records=..., batch_size=...,
                      acquire_mode=..., fetch_offset=offset)
     code = await sp.acknowledge(member, ack_batches)
@@ -16,7 +18,8 @@ Implemented, following Kafka 4.4's SharePartition:
 - states AVAILABLE(0) ACQUIRED(1) ACKNOWLEDGED(2) ARCHIVED(4) as persisted in
   StateBatch.DeliveryState; in-flight batches keyed by first offset in a sorted
   list (bisect), exploded into per-offset state only when needed (partial ack,
-  subset acquire, throttling, record_limit);
+  subset acquire, throttling); a record_limit acquire splits a batch into the
+  acquired run and the rest instead;
 - acquire: redeliveries first, lowest offsets first, whole log batches, BatchSize
   splitting (batch_optimized) or exact MaxRecords (record_limit), the
   partition.max.record.locks window (SPSO..SPEO), delivery count bumped, the
@@ -63,16 +66,18 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from protocol.errors import Errors
-from protocol.messages.read_share_group_state import ReadShareGroupStateRequest
 from protocol.messages.write_share_group_state import WriteShareGroupStateRequest
 
 from broker.share.config import BY_DURATION, EARLIEST, ShareGroupConfig
 from broker.share.errors import ShareError
+from broker.share.inflight import (  # noqa: F401  (the states are part of this module's API)
+    ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, AcquisitionLock, InFlightBatch, InFlightState,
+    coalesce, terminal, unsettled,
+)
+from broker.share.persister import FENCING_ERRORS, PersisterAdapter
 
 log = logging.getLogger(__name__)
 
-# Record states, as persisted in StateBatch.DeliveryState.
-AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = 0, 1, 2, 3, 4
 # AcknowledgementBatch.AcknowledgeTypes.
 ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_RENEW = 0, 1, 2, 3, 4
 _ACK_TARGET = (ARCHIVED, ACKNOWLEDGED, AVAILABLE, ARCHIVED)
@@ -83,28 +88,6 @@ EMPTY, INITIALIZING, ACTIVE, FAILED, FENCED = "EMPTY", "INITIALIZING", "ACTIVE",
 
 _INCREASE, _NO_OP, _DECREASE = 1, 0, -1
 _ACK, _RELEASE, _EXPIRY = "ack", "release", "expiry"
-_FENCING = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.GROUP_ID_NOT_FOUND,
-                      Errors.UNKNOWN_TOPIC_OR_PARTITION})
-
-
-def _terminal(state: int) -> bool:
-    return state == ACKNOWLEDGED or state == ARCHIVED
-
-
-def _unsettled(st: "InFlightState") -> bool:
-    return st.rollback is not None or not _terminal(st.state)
-
-
-def persister_error(code: int) -> int:
-    """The error a share-partition reports for a persister error code (Kafka's mapping)."""
-    if code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE,
-                Errors.COORDINATOR_LOAD_IN_PROGRESS):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.GROUP_ID_NOT_FOUND, Errors.UNKNOWN_TOPIC_OR_PARTITION):
-        return code
-    if code in (Errors.FENCED_LEADER_EPOCH, Errors.FENCED_STATE_EPOCH):
-        return Errors.NOT_LEADER_OR_FOLLOWER
-    return Errors.UNKNOWN_SERVER_ERROR
 
 
 def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: bool = False) -> int:
@@ -130,58 +113,6 @@ def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: boo
     return Errors.NONE
 
 
-class _Lock:
-    """One acquisition lock: a timer shared by the `refs` states that point at it."""
-
-    __slots__ = ("member_id", "first", "last", "deadline_ms", "handle", "refs", "expired")
-
-    def __init__(self, member_id: str, first: int, last: int, deadline_ms: int):
-        self.member_id, self.first, self.last, self.deadline_ms = member_id, first, last, deadline_ms
-        self.handle: Any = None
-        self.refs = 0
-        self.expired = False
-
-
-class InFlightState:
-    """State of a batch or of one offset. `rollback` is set while a transition awaits the persister."""
-
-    __slots__ = ("state", "delivery_count", "member_id", "lock", "rollback")
-
-    def __init__(self, state: int, delivery_count: int, member_id: str = "",
-                 lock: _Lock | None = None, rollback: tuple | None = None):
-        self.state, self.delivery_count, self.member_id = state, delivery_count, member_id
-        self.lock, self.rollback = lock, rollback
-
-    def __repr__(self) -> str:
-        t = "*" if self.rollback else ""
-        return f"({self.state}{t} dc={self.delivery_count} {self.member_id!r})"
-
-
-class InFlightBatch:
-    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after a split."""
-
-    __slots__ = ("first", "last", "state", "offsets")
-
-    def __init__(self, first: int, last: int, state: InFlightState | None):
-        self.first, self.last, self.state = first, last, state
-        self.offsets: list[InFlightState] | None = None
-
-    def states(self, lo: int, hi: int) -> Iterator[tuple[int, int, InFlightState]]:
-        """(first, last, state) runs covering lo..hi clipped to this batch."""
-        lo, hi = max(lo, self.first), min(hi, self.last)
-        if lo > hi:
-            return
-        if self.offsets is None:
-            yield lo, hi, self.state
-        else:
-            base, offs = self.first, self.offsets
-            for off in range(lo, hi + 1):
-                yield off, off, offs[off - base]
-
-    def __repr__(self) -> str:
-        return f"Batch({self.first}-{self.last} {self.state if self.offsets is None else self.offsets})"
-
-
 class AcquireResult(NamedTuple):
     acquired: list[tuple[int, int, int]]   # (first_offset, last_offset, delivery_count), ascending
     batches: list[Any]                     # the fetched batch refs overlapping `acquired`
@@ -194,10 +125,10 @@ _EMPTY = AcquireResult([], [], 0)
 class SharePartition:
     """Leader state of one share partition. All methods run on the owning event loop."""
 
-    __slots__ = ("group_id", "topic_id", "partition", "leader_epoch", "config", "state_epoch",
+    __slots__ = ("group_id", "topic_id", "partition", "config", "state_epoch",
                  "start_offset", "_end", "_firsts", "_batches", "_find_next", "_dcc",
                  "_pending_terminal", "_status", "_error", "_init_task", "_tasks", "_log",
-                 "_persister", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
+                 "_store", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
                  "_retry_backoff_ms")
 
     def __init__(self, group_id: str, topic_id: bytes, partition: int, *, log: Any, persister: Any,
@@ -207,7 +138,6 @@ class SharePartition:
         """`scheduler.call_later(delay_s, callback) -> handle` runs the lock timers and `now_ms()`
         is the same clock in ms (the event loop's); `wall_ms()` is epoch ms for by_duration."""
         self.group_id, self.topic_id, self.partition = group_id, topic_id, partition
-        self.leader_epoch = leader_epoch
         self.config = config
         self.state_epoch = 0
         self.start_offset = 0          # SPSO
@@ -221,13 +151,18 @@ class SharePartition:
         self._error = Errors.NONE
         self._init_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._log, self._persister = log, persister
+        self._log = log
+        self._store = PersisterAdapter(persister, group_id, topic_id, partition, leader_epoch)
         self._scheduler, self._now_ms = scheduler, now_ms
         self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         self._on_state_change = on_state_change
         self._retry_backoff_ms = retry_backoff_ms
 
     # ------------------------------------------------------------------ introspection
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._store.leader_epoch
 
     @property
     def status(self) -> str:
@@ -292,13 +227,7 @@ class SharePartition:
         self._notify()
 
     async def _load_state(self) -> None:
-        R = ReadShareGroupStateRequest
-        req = R(group_id=self.group_id, topics=[R.ReadStateData(
-            topic_id=self.topic_id,
-            partitions=[R.PartitionData(partition=self.partition, leader_epoch=self.leader_epoch)])])
-        part = self._single_result(await self._persister.read_state(req))
-        if part.error_code:
-            raise ShareError(persister_error(part.error_code), part.error_message)
+        part = await self._store.read()
         if self._status != INITIALIZING:
             raise ShareError(self._error or Errors.NOT_LEADER_OR_FOLLOWER)
         self.state_epoch = part.state_epoch
@@ -306,17 +235,9 @@ class SharePartition:
         self._load(self._reset_offset() if start < 0 else start, part.state_batches)
         if start < 0:
             # Persist the SPSO chosen by share.auto.offset.reset (KIP-932 example, first row).
-            code = await self._write(self._write_request([]))
+            code = await self._store.write(self._write_request([]))
             if code:
                 raise ShareError(code, "writing the initial share-partition start offset failed")
-
-    def _single_result(self, resp: Any) -> Any:
-        results = resp.results
-        if (len(results) != 1 or results[0].topic_id != self.topic_id
-                or len(results[0].partitions) != 1
-                or results[0].partitions[0].partition != self.partition):
-            raise ShareError(Errors.UNKNOWN_SERVER_ERROR, "unexpected share state response")
-        return results[0].partitions[0]
 
     def _reset_offset(self) -> int:
         strategy, duration_ms = self.config.reset_strategy
@@ -341,7 +262,7 @@ class SharePartition:
             state = sb.delivery_state
             state = AVAILABLE if state == ACQUIRED else ARCHIVED if state == ARCHIVING else state
             self._insert(InFlightBatch(first, last, InFlightState(state, sb.delivery_count)))
-            if _terminal(state):
+            if terminal(state):
                 self._dcc += last - first + 1
             self._end = last + 1
         self._find_next = bool(self._batches)
@@ -448,12 +369,26 @@ class SharePartition:
                 if st.state != AVAILABLE or st.rollback is not None:
                     continue
                 whole = b.first >= first_base and b.last <= last_acquire
-                if whole and not throttle and not (record_limit and b.last - b.first + 1 > remaining):
-                    self._take(st, member_id, self._new_lock(member_id, b.first, b.last))
+                if record_limit and not throttle and (not whole or b.last - b.first + 1 > remaining):
+                    # Cut out the run to acquire (at most `remaining` records) instead of keeping a
+                    # state per offset of the whole batch: the rest stays AVAILABLE as its own batch.
+                    run_lo = max(b.first, lo)
+                    run_hi = min(b.last, last_acquire, run_lo + remaining - 1)
+                    if run_lo > run_hi:
+                        continue
+                    if run_lo > b.first:
+                        b = self._split(i - 1, run_lo)
+                        i += 1
+                    if run_hi < b.last:
+                        self._split(i - 1, run_hi + 1)
+                        i += 1
+                    whole = True
+                if whole and not throttle:
+                    st.take(member_id, self._new_lock(member_id, b.first, b.last))
                     out.append((b.first, b.last, st.delivery_count))
                     count += b.last - b.first + 1
                     continue
-                self._explode(b)
+                b.explode()
             n = self._acquire_offsets(member_id, b, lo, last_acquire, record_limit, remaining,
                                       limit, throttle_at, out)
             count += n
@@ -495,7 +430,7 @@ class SharePartition:
                 lock = self._new_lock(member, off, off)
             else:
                 lock.last = off
-            self._take(st, member, lock)
+            st.take(member, lock)
             if prev == off - 1 and out[-1][2] == dc + 1:
                 out[-1] = (out[-1][0], off, dc + 1)
             else:
@@ -515,15 +450,11 @@ class SharePartition:
             self.start_offset = first  # nothing in flight: skip the hole before `first`
         self._end = max(self._end, last + 1)
         if record_limit and last - first + 1 > remaining:
-            # The cache keeps the whole log batch; only MaxRecords offsets of it are acquired.
-            b = InFlightBatch(first, last, None)
-            lock = self._new_lock(member, first, first + remaining - 1)
-            b.offsets = [InFlightState(AVAILABLE, 0) for _ in range(last - first + 1)]
-            for st in b.offsets[:remaining]:
-                self._take(st, member, lock)
-            self._insert(b)
+            # Only MaxRecords offsets of the log batch are acquired; the cache keeps the rest of
+            # it as an AVAILABLE batch of its own (Kafka keeps one batch with a state per offset).
+            self._add_acquired(member, first, first + remaining - 1, out)
+            self._insert(InFlightBatch(first + remaining, last, InFlightState(AVAILABLE, 0)))
             self._find_next = True
-            out.append((first, first + remaining - 1, 1))
             return remaining
         cur = first
         if not record_limit and 0 < batch_size < last - first + 1:
@@ -539,7 +470,7 @@ class SharePartition:
 
     def _add_acquired(self, member: str, first: int, last: int, out: list) -> None:
         st = InFlightState(AVAILABLE, 0)
-        self._take(st, member, self._new_lock(member, first, last))
+        st.take(member, self._new_lock(member, first, last))
         self._insert(InFlightBatch(first, last, st))
         out.append((first, last, 1))
 
@@ -582,7 +513,7 @@ class SharePartition:
                 if st.state != from_state or st.rollback is not None:
                     continue
                 if b.first < lo or b.last > hi:
-                    self._explode(b)
+                    b.explode()
             for s_lo, s_hi, st in b.states(lo, hi):
                 if st.state == from_state and st.rollback is None:
                     self._force_archive(st)
@@ -647,7 +578,7 @@ class SharePartition:
                         if code:
                             return code
                         continue
-                    self._explode(b)
+                    b.explode()
                 for off, _, st in b.states(lo, last):
                     if st.state != ACQUIRED or st.rollback is not None or st.member_id != member:
                         return Errors.INVALID_RECORD_STATE
@@ -679,7 +610,7 @@ class SharePartition:
         for b, lo, hi in runs:
             lock = self._new_lock(member, lo, hi)
             for _, _, st in b.states(lo, hi):
-                self._drop_lock(st)
+                st.drop_lock()
                 st.lock = lock
                 lock.refs += 1
 
@@ -701,7 +632,7 @@ class SharePartition:
             return Errors.NONE
         return await asyncio.shield(self._start_write(changes, _RELEASE))
 
-    def _on_lock_expired(self, lock: _Lock) -> None:
+    def _on_lock_expired(self, lock: AcquisitionLock) -> None:
         lock.handle = None
         if lock.refs <= 0 or self._status != ACTIVE:
             return
@@ -714,7 +645,7 @@ class SharePartition:
         if changes:
             self._start_write(changes, _EXPIRY)
 
-    def _lock_states(self, lock: _Lock) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
+    def _lock_states(self, lock: AcquisitionLock) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
         i = max(self._floor(lock.first), 0)
         while i < len(self._batches) and self._batches[i].first <= lock.last:
             b = self._batches[i]
@@ -726,47 +657,30 @@ class SharePartition:
     # ------------------------------------------------------------------ persist, then commit
 
     def _start_write(self, changes: list[tuple[InFlightBatch, int, int]], kind: str) -> asyncio.Task:
-        runs = _coalesce(changes)
+        runs = coalesce(changes)
         start = self.start_offset
-        delta = sum(hi - max(lo, start) + 1 for lo, hi, s, _ in runs if _terminal(s) and hi >= start)
+        delta = sum(hi - max(lo, start) + 1 for lo, hi, s, _ in runs if terminal(s) and hi >= start)
         self._pending_terminal += delta
         req = self._write_request(runs)
         return self._spawn(self._write_and_apply(req, changes, kind, delta))
 
     async def _write_and_apply(self, req: Any, changes: list, kind: str, delta: int) -> int:
         try:
-            code = await self._write(req)
+            code = await self._store.write(req)
         finally:
             self._pending_terminal -= delta
         self._apply(changes, code == Errors.NONE, kind)
-        if code in _FENCING and self._status == ACTIVE:
+        if code in FENCING_ERRORS and self._status == ACTIVE:
             self._status, self._error = FENCED, code
         return code
 
     def _write_request(self, runs: list[tuple[int, int, int, int]]) -> WriteShareGroupStateRequest:
-        W = WriteShareGroupStateRequest
-        return W(group_id=self.group_id, topics=[W.WriteStateData(topic_id=self.topic_id, partitions=[
-            W.PartitionData(partition=self.partition, state_epoch=self.state_epoch,
-                            leader_epoch=self.leader_epoch, start_offset=self.start_offset,
-                            delivery_complete_count=self._dcc + self._pending_terminal,
-                            state_batches=[W.StateBatch(first_offset=f, last_offset=l,
-                                                        delivery_state=s, delivery_count=d)
-                                           for f, l, s, d in runs])])])
-
-    async def _write(self, req: Any) -> int:
-        try:
-            resp = await self._persister.write_state(req)
-            code = self._single_result(resp).error_code
-        except ShareError as e:
-            return e.code
-        except Exception:
-            log.exception("share state write failed for %s", self)
-            return Errors.UNKNOWN_SERVER_ERROR
-        return persister_error(code) if code else Errors.NONE
+        return self._store.write_request(state_epoch=self.state_epoch, start_offset=self.start_offset,
+                                         delivery_complete_count=self._dcc + self._pending_terminal, runs=runs)
 
     def _apply(self, changes: list[tuple[InFlightBatch, int, int]], ok: bool, kind: str) -> None:
         """Commit (`ok`) or roll back the transitions started for `changes`."""
-        expired: dict[int, _Lock] = {}
+        expired: dict[int, AcquisitionLock] = {}
         start = self.start_offset
         for b, lo, hi in changes:
             for s_lo, s_hi, st in b.states(lo, hi):
@@ -777,7 +691,7 @@ class SharePartition:
                 if not ok:
                     st.state, st.delivery_count, st.member_id = prev
                 if st.state != ACQUIRED:
-                    self._drop_lock(st)
+                    st.drop_lock()
                     if st.state == AVAILABLE:
                         self._find_next = True
                     elif ok and s_hi >= start:
@@ -815,17 +729,17 @@ class SharePartition:
         for b in self._batches:
             if b.first >= lso:
                 break
-            if b.offsets is None and b.last >= lso and _unsettled(b.state):
-                self._explode(b)
+            if b.offsets is None and b.last >= lso and unsettled(b.state):
+                b.explode()
             for _, _, st in b.states(b.first, lso - 1):
-                if _unsettled(st):
+                if unsettled(st):
                     self._force_archive(st)
         self.start_offset = lso
         self._end = max(self._end, lso)
         self._find_next = True
         self._dcc = sum(s_hi - max(s_lo, lso) + 1 for b in self._batches
                         for s_lo, s_hi, st in b.states(lso, b.last)
-                        if _terminal(st.state) and st.rollback is None)
+                        if terminal(st.state) and st.rollback is None)
         self._advance_start()
         self._trim()
 
@@ -842,7 +756,7 @@ class SharePartition:
             pos = max(pos, b.first)  # a hole between batches holds no record
             if b.offsets is None:
                 st = b.state
-                if st.rollback is not None or not _terminal(st.state):
+                if st.rollback is not None or not terminal(st.state):
                     blocked = True
                     break
                 removed += b.last - pos + 1
@@ -850,7 +764,7 @@ class SharePartition:
             else:
                 offs, k0 = b.offsets, pos - b.first
                 k = k0
-                while k < len(offs) and offs[k].rollback is None and _terminal(offs[k].state):
+                while k < len(offs) and offs[k].rollback is None and terminal(offs[k].state):
                     k += 1
                 removed += k - k0
                 pos = b.first + k
@@ -870,7 +784,7 @@ class SharePartition:
         start, k = self.start_offset, 0
         while k < len(self._batches) and self._batches[k].last < start:
             b = self._batches[k]
-            if any(_unsettled(st) for _, _, st in b.states(b.first, b.last)):
+            if any(unsettled(st) for _, _, st in b.states(b.first, b.last)):
                 break
             k += 1
         if k:
@@ -887,20 +801,12 @@ class SharePartition:
         self._firsts.insert(i, b.first)
         self._batches.insert(i, b)
 
-    def _explode(self, b: InFlightBatch) -> None:
-        st, n = b.state, b.last - b.first + 1
-        if st.lock is not None:
-            st.lock.refs += n - 1
-        b.offsets = [InFlightState(st.state, st.delivery_count, st.member_id, st.lock, st.rollback)
-                     for _ in range(n)]
-        b.state = None
-
-    @staticmethod
-    def _take(st: InFlightState, member: str, lock: _Lock) -> None:
-        st.state, st.member_id = ACQUIRED, member
-        st.delivery_count += 1
-        st.lock = lock
-        lock.refs += 1
+    def _split(self, i: int, at: int) -> InFlightBatch:
+        """Split the i-th batch (one state, not in transition) before `at`; returns the second part."""
+        rest = self._batches[i].split(at)
+        self._firsts.insert(i + 1, at)
+        self._batches.insert(i + 1, rest)
+        return rest
 
     def _begin(self, st: InFlightState, target: int, op: int, member: str) -> bool:
         """Start a persisted transition; False when it is not allowed."""
@@ -909,7 +815,7 @@ class SharePartition:
             return False
         if target == AVAILABLE and op != _DECREASE and st.delivery_count >= self.config.delivery_count_limit:
             target = ARCHIVED
-        if cur == target or _terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
+        if cur == target or terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
             return False
         st.rollback = (cur, st.delivery_count, st.member_id)
         st.state, st.member_id = target, member
@@ -919,23 +825,13 @@ class SharePartition:
 
     def _force_archive(self, st: InFlightState) -> None:
         st.state, st.member_id = ARCHIVED, ""
-        self._drop_lock(st)
+        st.drop_lock()
         if st.rollback is not None:  # a transition in flight must not bring it back
             st.rollback = (ARCHIVED, st.delivery_count, "")
 
-    @staticmethod
-    def _drop_lock(st: InFlightState) -> None:
-        lock = st.lock
-        if lock is not None:
-            st.lock = None
-            lock.refs -= 1
-            if lock.refs <= 0 and lock.handle is not None:
-                lock.handle.cancel()
-                lock.handle = None
-
-    def _new_lock(self, member: str, first: int, last: int) -> _Lock:
+    def _new_lock(self, member: str, first: int, last: int) -> AcquisitionLock:
         duration = self.config.record_lock_duration_ms
-        lock = _Lock(member, first, last, self._now_ms() + duration)
+        lock = AcquisitionLock(member, first, last, self._now_ms() + duration)
         lock.handle = self._scheduler.call_later(duration / 1000.0, partial(self._on_lock_expired, lock))
         return lock
 
@@ -967,19 +863,6 @@ class SharePartition:
     def __repr__(self) -> str:
         return (f"SharePartition({self.group_id!r}, {self.topic_id.hex()}-{self.partition}, "
                 f"{self._status}, spso={self.start_offset}, end={self._end})")
-
-
-def _coalesce(changes: list[tuple[InFlightBatch, int, int]]) -> list[tuple[int, int, int, int]]:
-    """(first, last, state, delivery_count) runs of the changed records, adjacent equal runs merged."""
-    runs: list[tuple[int, int, int, int]] = []
-    for b, lo, hi in sorted(changes, key=lambda c: c[1]):
-        for s_lo, s_hi, st in b.states(lo, hi):
-            if runs and runs[-1][1] == s_lo - 1 and runs[-1][2] == st.state \
-                    and runs[-1][3] == st.delivery_count:
-                runs[-1] = (runs[-1][0], s_hi, st.state, st.delivery_count)
-            else:
-                runs.append((s_lo, s_hi, st.state, st.delivery_count))
-    return runs
 
 
 def _last_of_batch_with(batches: Sequence[Any], offset: int) -> int:

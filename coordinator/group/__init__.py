@@ -1,9 +1,10 @@
-"""Group coordinator: classic and KIP-848 consumer groups, committed offsets (KIP-211 expiration).
+"""Group coordinator: classic, KIP-848 consumer and KIP-932 share groups, committed offsets (KIP-211).
 
 See README.md in this package for what is and is not implemented.
 """
 from .cluster import Cluster, Scheduler
 from .config import GroupConfig
 from .coordinator import GroupCoordinator
+from .share import ShareGroup
 
-__all__ = ["Cluster", "GroupConfig", "GroupCoordinator", "Scheduler"]
+__all__ = ["Cluster", "GroupConfig", "GroupCoordinator", "Scheduler", "ShareGroup"]

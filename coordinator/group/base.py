@@ -1,11 +1,10 @@
 """What every group in the coordinator's single namespace offers, whatever its type.
 
-Classic groups, consumer (KIP-848) groups and, later, share groups live in one
+Classic groups, consumer (KIP-848) groups and share (KIP-932) groups live in one
 ``dict[group_id, Group]`` owned by :class:`~coordinator.group.coordinator.GroupCoordinator`.
-Cross-type operations (ListGroups, DeleteGroups, OffsetCommit/Fetch, offset
-expiration) only use this interface, so a share group type plugs in by
-subclassing :class:`Group` and registering its record replayers with
-``GroupCoordinator.register_record_type``.
+Cross-type operations (ListGroups, DescribeGroups, DeleteGroups, OffsetCommit/Fetch,
+offset expiration) only use this interface; consumer and share groups share more
+(:class:`~coordinator.group.modern.ModernGroup`).
 """
 from __future__ import annotations
 

@@ -6,7 +6,10 @@ the broker, a fake clock in tests).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Protocol
+
+_log = logging.getLogger(__name__)
 
 
 class Cluster(Protocol):
@@ -40,7 +43,9 @@ class Scheduler(Protocol):
 
 
 class Timers:
-    """Named one-shot timers: scheduling a key again replaces its previous timer."""
+    """Named one-shot timers: scheduling a key again replaces its previous timer.
+
+    A callback's exception is logged, never raised into the event loop."""
 
     def __init__(self, scheduler: Scheduler):
         self._scheduler = scheduler
@@ -51,7 +56,10 @@ class Timers:
 
         def fire() -> None:
             self._handles.pop(key, None)
-            callback()
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - nothing escapes a timer callback
+                _log.exception("group coordinator timer %r failed", key)
 
         self._handles[key] = self._scheduler.call_later(max(0, delay_ms) / 1000.0, fire)
 

@@ -5,6 +5,9 @@ Classic groups: ``group.min.session.timeout.ms`` (6000), ``group.max.session.tim
 KIP-848 groups: ``group.consumer.session.timeout.ms`` (45000),
 ``group.consumer.heartbeat.interval.ms`` (5000), ``group.consumer.max.size`` (unbounded),
 ``group.consumer.assignors`` (``uniform,range,lag``; the first is the default).
+Share groups: ``group.share.session.timeout.ms`` (45000), ``group.share.heartbeat.interval.ms``
+(5000), ``group.share.max.size`` (200); per-group ``share.*`` overrides come from the
+coordinator's ``group_configs``.
 Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
 (600000), ``offset.metadata.max.bytes`` (4096).
 
@@ -37,6 +40,9 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
     lag_offset_reset: str = "latest"
+    share_session_timeout_ms: int = 45000
+    share_heartbeat_interval_ms: int = 5000
+    share_max_size: int = 200
 
     @classmethod
     def from_broker_config(cls, config) -> "GroupConfig":
@@ -67,4 +73,7 @@ class GroupConfig:
                                                    d.offsets_retention_check_interval_ms),
             offset_metadata_max_bytes=gi("offset.metadata.max.bytes", d.offset_metadata_max_bytes),
             lag_offset_reset=(config.get("group.consumer.lag.offset.reset", None) or "latest").lower(),
+            share_session_timeout_ms=gi("group.share.session.timeout.ms", d.share_session_timeout_ms),
+            share_heartbeat_interval_ms=gi("group.share.heartbeat.interval.ms", d.share_heartbeat_interval_ms),
+            share_max_size=gi("group.share.max.size", d.share_max_size),
         )

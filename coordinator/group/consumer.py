@@ -21,8 +21,11 @@ As Kafka 4.4 (``ConsumerGroup`` and the consumer half of ``GroupMetadataManager`
   assignment, a new member id with the same instance id takes it over, an
   unreleased instance id gets UNRELEASED_INSTANCE_ID), v1 client-generated
   member ids (v0: the coordinator generates one);
-* every change is a ConsumerGroup* record, applied through the same replay used
-  at load time.
+* every change is a ConsumerGroup* record: an operation computes its records on
+  a draft of the group (:meth:`ConsumerGroup.copy`) and the coordinator's runtime
+  replays them on the committed group, through the same replay used at load time,
+  once they are durable.  The group epoch, target assignment and metadata hash
+  machinery is shared with share groups (:mod:`coordinator.group.modern`).
 
 Lag-aware assignor: lag = log end offset - committed offset; a partition the
 group never committed counts 0 under reset policy "latest" and log end - log
@@ -40,18 +43,17 @@ racks are passed to assignors but never matter on one broker.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 
 from coordinator.assignors import get_assignor
-from coordinator.assignors.base import MemberSpec, PartitionAssignorError, TopicSpec
+from coordinator.assignors.base import PartitionAssignorError, TopicSpec
 from protocol.errors import Errors, KafkaError
 from protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 
 from . import records as R
-from .base import Group
 from .classic import new_uuid_string
+from .modern import ModernGroup, metadata_hash, new_target_assignment
 from .reconcile import STABLE as M_STABLE, UNREVOKED_PARTITIONS, FencedMember, reconcile
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -99,19 +101,21 @@ class ConsumerMember:
         return self.state == M_STABLE and self.member_epoch == epoch
 
 
-class ConsumerGroup(Group):
+class ConsumerGroup(ModernGroup):
     GROUP_TYPE = "consumer"
 
     def __init__(self, group_id: str, regex_resolver):
-        self.group_id = group_id
-        self.group_epoch = 0
-        self.metadata_hash = 0
-        self.assignment_epoch = 0
+        super().__init__(group_id)
         self.members: dict[str, ConsumerMember] = {}
         self.static_members: dict[str, str] = {}
-        self.target: dict[str, dict[bytes, set[int]]] = {}
         self.partition_epochs: dict[tuple[bytes, int], int] = {}
         self._resolve = regex_resolver
+
+    def copy(self) -> "ConsumerGroup":
+        g = super().copy()
+        g.static_members = dict(self.static_members)
+        g.partition_epochs = dict(self.partition_epochs)
+        return g
 
     # ------------------------------------------------------------ Group interface
     def state_name(self) -> str:
@@ -126,9 +130,6 @@ class ConsumerGroup(Group):
     def protocol_type_name(self) -> str:
         return "consumer"
 
-    def is_empty(self) -> bool:
-        return not self.members
-
     def tombstones(self) -> list:
         gid = self.group_id
         recs = [R.consumer_current_assignment_tombstone(gid, m) for m in self.members]
@@ -139,20 +140,11 @@ class ConsumerGroup(Group):
         recs.append(R.consumer_group_epoch_tombstone(gid))
         return recs
 
-    def subscribed_topic_names(self, members=None) -> set[str]:
-        names: set[str] = set()
-        for m in (self.members.values() if members is None else members):
-            names.update(self.member_topic_names(m))
-        return names
-
     def member_topic_names(self, m: ConsumerMember) -> set[str]:
         names = set(m.subscribed_topic_names)
         if m.subscribed_topic_regex:
             names.update(self._resolve(m.subscribed_topic_regex))
         return names
-
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
 
     def offset_expiration_base(self):
         return lambda om: om.commit_ts
@@ -198,6 +190,21 @@ class ConsumerGroup(Group):
                     self.partition_epochs[(tid, p)] = m.member_epoch
 
     # ------------------------------------------------------------ replay
+    def replay(self, rec) -> None:
+        """Apply one ConsumerGroup* record to this group (creation and deletion are the coordinator's)."""
+        t, value = rec.record_type, rec.value
+        if t == 3:
+            if value is not None:
+                self.replay_group_epoch(value)
+        elif t == 5:
+            self.replay_member_metadata(rec.key.member_id, value)
+        elif t == 6:
+            self.replay_target_epoch(value)
+        elif t == 7:
+            self.replay_target_member(rec.key.member_id, value)
+        elif t == 8:
+            self.replay_current_assignment(rec.key.member_id, value)
+
     def replay_member_metadata(self, member_id: str, value) -> None:
         if value is None:
             m = self.members.pop(member_id, None)
@@ -238,22 +245,6 @@ class ConsumerGroup(Group):
         m.pending_revocation = {tp.topic_id: set(tp.partitions) for tp in value.partitions_pending_revocation}
         self._add_epochs(m)
 
-    def replay_target_member(self, member_id: str, value) -> None:
-        if value is None:
-            self.target.pop(member_id, None)
-        else:
-            self.target[member_id] = {tp.topic_id: set(tp.partitions) for tp in value.topic_partitions}
-
-
-def metadata_hash(cluster, names: set[str]) -> int:
-    h = hashlib.blake2b(digest_size=8)
-    for name in sorted(names):
-        tid = cluster.topic_id(name)
-        if tid is None:
-            continue
-        h.update(f"{name}\0{tid.hex()}\0{cluster.partition_count(name)}\n".encode())
-    return int.from_bytes(h.digest(), "big", signed=True)
-
 
 def _response_assignment(assignment: dict[bytes, set[int]]):
     cls = ConsumerGroupHeartbeatResponse
@@ -269,9 +260,11 @@ def _error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatRespo
 class ConsumerGroupManager:
     """ConsumerGroupHeartbeat / ConsumerGroupDescribe over the coordinator's namespace.
 
-    ``heartbeat`` applies each record as it produces it (``coordinator.apply``),
-    so later steps see the new state, and returns ``(response, records)`` for
-    the coordinator to persist before answering.
+    ``heartbeat`` runs as a runtime write operation: it works on a draft of the
+    group, applies each record to the draft as it produces it, so later steps see
+    the new state, and returns ``(response, records)``; the runtime appends the
+    records and replays them on the committed group before answering.  Nothing
+    is written when it fails.
     """
 
     def __init__(self, coordinator):
@@ -301,13 +294,15 @@ class ConsumerGroupManager:
         return int(self.c.group_config(group_id).get("consumer.heartbeat.interval.ms",
                                                      self.cfg.consumer_heartbeat_interval_ms))
 
-    def _emit(self, records: list, rec) -> None:
+    @staticmethod
+    def _emit(group: ConsumerGroup, records: list, rec) -> None:
         records.append(rec)
-        self.c.apply([rec])
+        group.replay(rec)
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.schedule(("cg-session", group_id, member_id), self.session_timeout_ms(group_id),
-                             lambda: self.c.spawn_records(self.fence_by_id(group_id, member_id, None)))
+                             lambda: self.c.schedule_records(lambda: self.fence_by_id(group_id, member_id, None),
+                                                             "consumer session timeout"))
 
     def cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(("cg-session", group_id, member_id))
@@ -390,23 +385,20 @@ class ConsumerGroupManager:
                 return self._leave(req, records), records
             return self._heartbeat(req, client_id, client_host, records), records
         except KafkaError as e:
-            return _error(e.code, e.message), records
+            return _error(e.code, e.message), []
 
     def _heartbeat(self, req, client_id: str, client_host: str, records: list) -> ConsumerGroupHeartbeatResponse:
         gid, epoch, owned = req.group_id, req.member_epoch, req.topic_partitions
         existing = self.c.lookup(gid)
         if existing is not None and not isinstance(existing, ConsumerGroup):
             if existing.GROUP_TYPE == "classic" and existing.is_empty() and epoch == 0:
-                for rec in existing.tombstones():
-                    self._emit(records, rec)
+                records.extend(existing.tombstones())  # replaced by a consumer group (offsets are kept)
                 existing = None
             else:
                 raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
         if existing is None and epoch != 0:
             raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
-        group = existing if existing is not None else self.new_group(gid)
-        if existing is None:
-            self.c.groups[gid] = group
+        group = existing.copy() if existing is not None else self.new_group(gid)
         member_id = req.member_id or new_uuid_string()
         if member_id not in group.members and len(group.members) >= self.cfg.consumer_max_size:
             raise KafkaError(Errors.GROUP_MAX_SIZE_REACHED,
@@ -461,13 +453,13 @@ class ConsumerGroupManager:
 
         bump = group.group_epoch == 0
         if is_new or updated.metadata_tuple() != member.metadata_tuple():
-            self._emit(records, R.consumer_member_metadata(gid, updated))
+            self._emit(group, records, R.consumer_member_metadata(gid, updated))
             if (sorted(updated.subscribed_topic_names) != sorted(member.subscribed_topic_names)
                     or updated.subscribed_topic_regex != member.subscribed_topic_regex):
                 bump = True
         new_hash = metadata_hash(self.c.cluster, group.subscribed_topic_names())
         if bump or new_hash != group.metadata_hash:
-            self._emit(records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
+            self._emit(group, records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
         if group.group_epoch > group.assignment_epoch:
             self._update_target_assignment(group, records)
 
@@ -497,7 +489,7 @@ class ConsumerGroupManager:
                     R.consumer_member_metadata(gid, new),
                     R.consumer_target_member(gid, new_id, target),
                     R.consumer_current_assignment(gid, new)):
-            self._emit(records, rec)
+            self._emit(group, records, rec)
         self.cancel_member_timers(gid, old.member_id)
         return group.members[new_id]
 
@@ -521,12 +513,13 @@ class ConsumerGroupManager:
         updated = member.copy()
         updated.member_epoch, updated.previous_member_epoch, updated.state = epoch, previous, state
         updated.assigned, updated.pending_revocation = assigned, revoking
-        self._emit(records, R.consumer_current_assignment(group.group_id, updated))
+        self._emit(group, records, R.consumer_current_assignment(group.group_id, updated))
         gid, mid = group.group_id, member.member_id
         if state == UNREVOKED_PARTITIONS:
             timeout = updated.rebalance_timeout_ms if updated.rebalance_timeout_ms > 0 else 0
             self.timers.schedule(("cg-rebalance", gid, mid), timeout,
-                                 lambda: self.c.spawn_records(self._rebalance_timeout(gid, mid, epoch)))
+                                 lambda: self.c.schedule_records(lambda: self._rebalance_timeout(gid, mid, epoch),
+                                                             "consumer rebalance timeout"))
         else:
             self.timers.cancel(("cg-rebalance", gid, mid))
 
@@ -549,33 +542,19 @@ class ConsumerGroupManager:
         return next(name for name in order if counts.get(name) == best)
 
     def _update_target_assignment(self, group: ConsumerGroup, records: list) -> None:
-        cluster = self.c.cluster
         gid = group.group_id
-        topics: dict[bytes, TopicSpec] = {}
-        specs: dict[str, MemberSpec] = {}
-        for mid, m in group.members.items():
-            ids = set()
-            for name in group.member_topic_names(m):
-                tid = cluster.topic_id(name)
-                count = cluster.partition_count(name) if tid is not None else None
-                if tid is None or not count:
-                    continue
-                ids.add(tid)
-                topics[tid] = TopicSpec(name=name, num_partitions=count)
-            specs[mid] = MemberSpec(subscribed_topic_ids=frozenset(ids), rack_id=m.rack_id,
-                                    assigned_partitions=group.target.get(mid, {}), instance_id=m.instance_id)
         name = self.preferred_assignor(group)
-        lag = self._lag_function(gid, topics) if name == "lag" else None
-        try:
-            result = get_assignor(name).assign(specs, topics, lag=lag)
-        except PartitionAssignorError as e:
-            raise KafkaError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment: {e}")
-        for mid in group.members:
-            new = {t: set(p) for t, p in result.get(mid, {}).items() if p}
-            old = {t: set(p) for t, p in group.target.get(mid, {}).items() if p}
-            if new != old or mid not in group.target:
-                self._emit(records, R.consumer_target_member(gid, mid, new))
-        self._emit(records, R.consumer_target_epoch(gid, group.group_epoch, self.c.now_ms()))
+
+        def assign(specs, topics):
+            lag = self._lag_function(gid, topics) if name == "lag" else None
+            try:
+                return get_assignor(name).assign(specs, topics, lag=lag)
+            except PartitionAssignorError as e:
+                raise KafkaError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment: {e}")
+
+        for mid, new in new_target_assignment(group, self.c.cluster, assign).items():
+            self._emit(group, records, R.consumer_target_member(gid, mid, new))
+        self._emit(group, records, R.consumer_target_epoch(gid, group.group_epoch, self.c.now_ms()))
 
     def _lag_function(self, group_id: str, topics: dict[bytes, TopicSpec]):
         cluster, offsets = self.c.cluster, self.c.offsets
@@ -602,6 +581,7 @@ class ConsumerGroupManager:
             raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
         if not isinstance(group, ConsumerGroup):
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+        group = group.copy()
         if req.instance_id is None:
             member = group.members.get(mid)
             if member is None:
@@ -618,16 +598,18 @@ class ConsumerGroupManager:
             if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 updated = member.copy()
                 updated.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
-                self._emit(records, R.consumer_current_assignment(gid, updated))
+                self._emit(group, records, R.consumer_current_assignment(gid, updated))
                 return ConsumerGroupHeartbeatResponse(member_id=mid, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         records.extend(self._fence(group, member))
         return ConsumerGroupHeartbeatResponse(member_id=mid, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
     def fence_by_id(self, group_id: str, member_id: str, _reason) -> list:
+        """Records removing a member (session or rebalance timeout), computed on the committed group."""
         group = self._group(group_id)
         if group is None or member_id not in group.members:
             return []
-        return self._fence(group, group.members[member_id])
+        draft = group.copy()
+        return self._fence(draft, draft.members[member_id])
 
     def _fence(self, group: ConsumerGroup, member: ConsumerMember) -> list:
         gid, mid = group.group_id, member.member_id
@@ -635,9 +617,9 @@ class ConsumerGroupManager:
         for rec in (R.consumer_current_assignment_tombstone(gid, mid),
                     R.consumer_target_member_tombstone(gid, mid),
                     R.consumer_member_metadata_tombstone(gid, mid)):
-            self._emit(records, rec)
+            self._emit(group, records, rec)
         new_hash = metadata_hash(self.c.cluster, group.subscribed_topic_names())
-        self._emit(records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
+        self._emit(group, records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
         self.cancel_member_timers(gid, mid)
         return records
 

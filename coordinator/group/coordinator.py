@@ -1,44 +1,54 @@
 """The group coordinator: one namespace of groups, the offsets, and the ``__consumer_offsets`` log.
 
-:class:`GroupCoordinator` owns ``groups`` (group id -> classic, consumer or, later,
-share group), the committed offsets and every group timer.  Handlers call its
-async methods with decoded requests and get responses back; nothing else changes
-group state.
+:class:`GroupCoordinator` owns ``groups`` (group id -> classic, consumer or share
+group, one dict), the committed offsets and every group timer; each kind of group
+has its manager (:class:`ClassicGroupManager`, :class:`ConsumerGroupManager`,
+:class:`ShareGroupManager`).  Handlers call its async methods with decoded requests
+and get responses back; nothing else changes group state.
 
-Durability and replay.  Offsets and consumer (KIP-848) groups change only by
-records: an operation produces ``(response, records)``, the records are applied
-through the same :meth:`replay` that :meth:`load` runs at start-up, appended to
-the record log, and only once the append is durable is the response returned.
-Records are applied as soon as they are produced (like Kafka's uncommitted
-coordinator state), so a request that interleaves with another one's append
-sees its effects instead of racing it; if an append fails, the record-derived
-state is rebuilt from the log and the request answers an error.  Classic groups
-keep their live state in memory and write GroupMetadata records for durability
-only (Kafka: ``replayRecords=false``); those are replayed at load time.
+Durability and replay.  Offsets, consumer groups and share groups change only by
+records, through the coordinator's :class:`~coordinator.runtime.CoordinatorRuntime`:
+an operation computes ``(response, records)`` from the committed state, the runtime
+appends the records to the log and replays them through the same :meth:`replay`
+that :meth:`load` runs once at start-up, then the response is returned.  Writers
+are serialised in arrival order, so each computes on what its predecessor
+committed; if an append fails nothing was applied and the request answers an
+error (COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR, Kafka's mapping).  Classic
+groups keep their live state in memory and write GroupMetadata records for
+durability only (Kafka: ``replayRecords=false``), through the same runtime entry
+point; those are replayed at load time.
 
 Timers (sessions, rebalances, offset expiration) run on the ``scheduler``
 (``call_later``); wall-clock milliseconds for record timestamps and KIP-211 come
 from ``now_ms`` (default: the scheduler's ``now_ms`` if it has one, else
-``time.time``).  Timer work that writes records runs as tasks; :meth:`drain`
+``time.time``).  Timer work that writes records runs as runtime tasks; :meth:`drain`
 awaits them (tests, shutdown).
 
-Share groups plug in by putting their Group objects in ``groups`` and calling
-:meth:`register_record_type` for their record types (10-15).
+Share groups need the share-state persister (``share_state``: ``initialize_state``
+and ``delete_state`` taking and returning the generated share-state messages): a
+partition's state is initialized before it is first assigned, and deleting a share
+group deletes its durable state before telling the :meth:`on_group_deleted` listeners.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
-from coordinator.runtime import RecordLog, decode_record, encode_record
+from coordinator.runtime import CoordinatorRuntime, Record, RecordLog
 from protocol.coordinator_records.registry import GROUP_COORDINATOR_RECORDS
 from protocol.errors import Errors, KafkaError
-from protocol.messages.describe_groups import DescribeGroupsResponse
+from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.messages.delete_groups import DeleteGroupsResponse
+from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest
+from protocol.messages.describe_groups import DescribeGroupsResponse
+from protocol.messages.heartbeat import HeartbeatResponse
 from protocol.messages.join_group import JoinGroupResponse
+from protocol.messages.leave_group import LeaveGroupResponse
 from protocol.messages.list_groups import ListGroupsResponse
+from protocol.messages.share_group_describe import ShareGroupDescribeResponse
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
 from protocol.messages.sync_group import SyncGroupResponse
 
 from .base import Group, Write
@@ -47,15 +57,17 @@ from .cluster import Cluster, Scheduler, Timers
 from .config import GroupConfig
 from .consumer import GROUP_AUTHORIZED_OPERATIONS, INT_MIN, ConsumerGroup, ConsumerGroupManager
 from .offsets import OffsetManager, OffsetStore
+from .share import SHARE_RECORD_TYPES, ShareGroup, ShareGroupManager
 
 log = logging.getLogger(__name__)
 
 EXPIRATION_TIMER = ("offsets-expiration",)
+CONSUMER_RECORD_TYPES = frozenset({3, 5, 6, 7, 8})
 
 
 class GroupCoordinator:
     def __init__(self, log: RecordLog, cluster: Cluster, config=None, scheduler: Scheduler | None = None,
-                 now_ms: Callable[[], int] | None = None, group_configs=None):
+                 now_ms: Callable[[], int] | None = None, group_configs=None, share_state=None):
         self.log = log
         self.cluster = cluster
         self.cfg = GroupConfig.from_broker_config(config)
@@ -64,48 +76,36 @@ class GroupCoordinator:
         self.scheduler = scheduler
         self.now_ms: Callable[[], int] = now_ms or getattr(scheduler, "now_ms", None) or \
             (lambda: int(time.time() * 1000))
+        self.runtime = CoordinatorRuntime(log, GROUP_COORDINATOR_RECORDS, self._replay_record,
+                                          name="group coordinator")
         self.timers = Timers(scheduler)
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore()
+        self.share_state = share_state
         self.classic = ClassicGroupManager(self)
         self.consumer = ConsumerGroupManager(self)
+        self.share = ShareGroupManager(self, share_state)
         self.offset_manager = OffsetManager(self)
         self._group_configs: dict[str, dict[str, str]] = {}
         self._external_configs = group_configs  # anything with overrides(group_id) -> dict
-        self._foreign_groups: Callable[[], dict] = dict
-        self._foreign_delete: Callable | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._group_deleted: list[Callable[[str], object]] = []
         self._loading = False
-        self._handlers: dict[int, Callable] = {
-            0: self._replay_offset, 1: self._replay_offset, 2: self._replay_group_metadata,
-            3: self._replay_consumer_epoch, 4: _ignore, 5: self._replay_consumer_member,
-            6: self._replay_consumer_target_epoch, 7: self._replay_consumer_target_member,
-            8: self._replay_consumer_current, 16: _ignore,
-        }
 
-    # ------------------------------------------------------------ extension points
-    def register_record_type(self, record_type: int, handler: Callable[[object, object], None]) -> None:
-        """Route replay of ``record_type`` (key, value-or-None) to ``handler`` (share groups)."""
-        self._handlers[record_type] = handler
+    # ------------------------------------------------------------ listeners and lookups
+    def on_share_member_removed(self, fn: Callable[[str, str], None]) -> None:
+        """``fn(group_id, member_id)`` runs after a share group member left or expired."""
+        self.share.on_member_removed(fn)
 
-    def attach_foreign_groups(self, groups: Callable[[], dict], delete: Callable | None = None) -> None:
-        """Share the group id namespace with groups owned elsewhere (the share group coordinator).
-
-        ``groups()`` returns their ``{group_id: group}`` (objects with the :class:`Group`
-        interface: ``GROUP_TYPE``, ``state_name()``, ``protocol_type_name()``, ``is_empty()``);
-        ``delete(group_id)`` (async) deletes one for DeleteGroups.  They are listed by
-        ListGroups, and using their ids with another group type fails as in Kafka.
-        """
-        self._foreign_groups = groups
-        self._foreign_delete = delete
+    def on_group_deleted(self, fn: Callable[[str], object]) -> None:
+        """``fn(group_id)`` (may be async) runs after DeleteGroups deleted a share group and its share state."""
+        self._group_deleted.append(fn)
 
     def lookup(self, group_id: str) -> Group | None:
-        """The group with this id, whatever its type (ours or attached)."""
-        g = self.groups.get(group_id)
-        return g if g is not None else self._foreign_groups().get(group_id)
+        """The group with this id, whatever its type."""
+        return self.groups.get(group_id)
 
     def group_type(self, group_id: str) -> str | None:
-        """``"classic"`` / ``"consumer"`` for our groups, None otherwise (for the share coordinator)."""
+        """``"classic"`` / ``"consumer"`` / ``"share"``, or None for an unknown group."""
         g = self.groups.get(group_id)
         return g.GROUP_TYPE if g is not None else None
 
@@ -117,6 +117,12 @@ class GroupCoordinator:
         external = self._external_configs.overrides(group_id)
         return {**external, **local} if local else external
 
+    def group_config_int(self, group_id: str, key: str) -> int:
+        """A share group setting: the group's override, else the broker default (``group.<key>``)."""
+        defaults = {"share.session.timeout.ms": self.cfg.share_session_timeout_ms,
+                    "share.heartbeat.interval.ms": self.cfg.share_heartbeat_interval_ms}
+        return int(self.group_config(group_id).get(key, defaults[key]))
+
     def set_group_config(self, group_id: str, key: str, value: str | None) -> None:
         """Dynamic per-group settings (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``,
         ``consumer.auto.offset.reset`` for the lag assignor); None removes."""
@@ -126,15 +132,12 @@ class GroupCoordinator:
         else:
             cfg[key] = value
 
-    # ------------------------------------------------------------ load / replay / persist
+    # ------------------------------------------------------------ load / replay / write
     async def load(self) -> None:
-        """Rebuild every group and offset from the record log, then start timers."""
+        """Rebuild every group and offset from the record log (one replay), then start timers."""
         self._loading = True
         try:
-            for _offset, key, value in self.log.replay():
-                rec = decode_record(GROUP_COORDINATOR_RECORDS, key, value)
-                if rec is not None:
-                    self.replay(rec.key, rec.value)
+            await self.runtime.load()
         finally:
             self._loading = False
         for group in self.groups.values():
@@ -142,51 +145,43 @@ class GroupCoordinator:
                 self.classic.on_loaded(group)
             elif isinstance(group, ConsumerGroup):
                 self.consumer.on_loaded(group)
+            elif isinstance(group, ShareGroup):
+                self.share.on_loaded(group)
         self.schedule_expiration()
 
-    def replay(self, key, value) -> None:
-        handler = self._handlers.get(type(key).API_KEY)
-        if handler is not None:
-            handler(key, value)
+    def _replay_record(self, _offset: int, rec: Record) -> None:
+        self.replay(rec)
 
-    def apply(self, records: list) -> None:
-        for key, value, _version in records:
-            self.replay(key, value)
+    def replay(self, rec: Record) -> None:
+        """Apply one ``__consumer_offsets`` record: the code start-up and every committed write run."""
+        t = rec.record_type
+        if t in (0, 1):
+            self._replay_offset(rec.key, rec.value)
+        elif t == 2:
+            self._replay_group_metadata(rec.key, rec.value)
+        elif t in CONSUMER_RECORD_TYPES:
+            self._replay_modern(rec, ConsumerGroup, 3, self.consumer.new_group)
+        elif t in SHARE_RECORD_TYPES:
+            self._replay_modern(rec, ShareGroup, 11, ShareGroup)
+        # 4 (ConsumerGroupPartitionMetadata, deprecated) and 16 (regular expressions) are not used.
 
-    async def _persist(self, records: list) -> None:
-        if records:
-            await self.log.append([encode_record(k, v, ver) for k, v, ver in records])
+    def apply(self, records: list[Record]) -> None:
+        """Apply records at once, before they are written: classic groups' live state only."""
+        for rec in records:
+            self.replay(rec)
 
-    async def _commit(self, records: list) -> None:
-        """Persist records that were already applied; on failure rebuild the record-derived state."""
-        try:
-            await self._persist(records)
-        except Exception:
-            log.exception("appending %d group coordinator records failed; rebuilding from the log", len(records))
-            self._rebuild()
-            raise
-
-    def _rebuild(self) -> None:
-        for gid, group in list(self.groups.items()):
-            if isinstance(group, ConsumerGroup):
-                self.consumer.on_removed(group)
-                del self.groups[gid]
-        self.offsets.clear()
-        for _offset, key, value in self.log.replay():
-            rec = decode_record(GROUP_COORDINATOR_RECORDS, key, value)
-            if rec is not None and rec.record_type != 2:
-                self.replay(rec.key, rec.value)
-        for group in self.groups.values():
-            if isinstance(group, ConsumerGroup):
-                self.consumer.on_loaded(group)
+    def schedule_records(self, compute: Callable[[], list[Record]], what: str) -> None:
+        """A timer's write: ``compute()`` runs on committed state when the runtime gets to it."""
+        self.runtime.schedule(lambda: (None, compute()), what)
 
     async def _run_writes(self, writes: list[Write]) -> None:
+        """Classic groups: write GroupMetadata for durability only, then run each write's ``done``."""
         queue = list(writes)
         while queue:
             w = queue.pop(0)
             exc = None
             try:
-                await self._persist(w.records)
+                await self.runtime.write(lambda recs=w.records: (None, recs), replay=False)
             except Exception as e:  # noqa: BLE001 - any append failure is reported to the operation
                 log.warning("appending group metadata failed: %r", e)
                 exc = e
@@ -195,29 +190,14 @@ class GroupCoordinator:
                 if more:
                     queue.extend(more)
 
-    def _spawn(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def spawn_writes(self, writes: list[Write]) -> None:
+        """Classic writes started by a timer."""
         if writes:
-            self._spawn(self._run_writes(writes))
-
-    def spawn_records(self, records: list) -> None:
-        if records:
-            self._spawn(self._commit_quietly(records))
-
-    async def _commit_quietly(self, records: list) -> None:
-        try:
-            await self._commit(records)
-        except Exception:  # noqa: BLE001 - already logged and rolled back
-            pass
+            self.runtime.spawn(self._run_writes(writes), "classic group write")
 
     async def drain(self) -> None:
         """Wait until background timer work (and what it triggered) has been persisted."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.runtime.drain()
 
     async def close(self) -> None:
         self.timers.cancel_all()
@@ -237,6 +217,8 @@ class GroupCoordinator:
             self.classic.on_removed(group)
         elif isinstance(group, ConsumerGroup):
             self.consumer.on_removed(group)
+        elif isinstance(group, ShareGroup):
+            self.share.on_removed(group)
 
     def _replay_offset(self, key, value) -> None:
         if value is not None and key.group not in self.groups:
@@ -256,45 +238,22 @@ class GroupCoordinator:
             self._remove_group(key.group)
         self.groups[key.group] = ClassicGroup.from_record(key.group, value, self.now_ms())
 
-    def _consumer_group(self, group_id: str, create: bool) -> ConsumerGroup | None:
-        group = self.groups.get(group_id)
-        if isinstance(group, ConsumerGroup):
-            return group
-        if not create:
-            return None
-        if group is not None:
-            self._remove_group(group_id)
-        group = self.groups[group_id] = self.consumer.new_group(group_id)
-        return group
-
-    def _replay_consumer_epoch(self, key, value) -> None:
-        if value is None:
-            if isinstance(self.groups.get(key.group_id), ConsumerGroup):
-                self._remove_group(key.group_id)
+    def _replay_modern(self, rec: Record, cls, metadata_type: int, new: Callable[[str], Group]) -> None:
+        """A consumer or share group record: the group-metadata tombstone deletes the group, any other
+        record with a value creates it (replacing a group of another type); the group applies the rest."""
+        gid = rec.key.group_id
+        group = self.groups.get(gid)
+        if rec.record_type == metadata_type and rec.value is None:
+            if isinstance(group, cls):
+                self._remove_group(gid)
             return
-        group = self._consumer_group(key.group_id, True)
-        group.group_epoch = value.epoch
-        group.metadata_hash = value.metadata_hash
-
-    def _replay_consumer_member(self, key, value) -> None:
-        group = self._consumer_group(key.group_id, value is not None)
-        if group is not None:
-            group.replay_member_metadata(key.member_id, value)
-
-    def _replay_consumer_target_epoch(self, key, value) -> None:
-        group = self._consumer_group(key.group_id, value is not None)
-        if group is not None:
-            group.assignment_epoch = -1 if value is None else value.assignment_epoch
-
-    def _replay_consumer_target_member(self, key, value) -> None:
-        group = self._consumer_group(key.group_id, value is not None)
-        if group is not None:
-            group.replay_target_member(key.member_id, value)
-
-    def _replay_consumer_current(self, key, value) -> None:
-        group = self._consumer_group(key.group_id, value is not None)
-        if group is not None:
-            group.replay_current_assignment(key.member_id, value)
+        if not isinstance(group, cls):
+            if rec.value is None:
+                return
+            if group is not None:
+                self._remove_group(gid)
+            group = self.groups[gid] = new(gid)
+        group.replay(rec)
 
     # ------------------------------------------------------------ classic protocol
     async def join_group(self, req, version: int, client_id: str = "", client_host: str = "") -> JoinGroupResponse:
@@ -316,13 +275,11 @@ class GroupCoordinator:
         return await fut
 
     async def heartbeat(self, req, version: int):
-        from protocol.messages.heartbeat import HeartbeatResponse
         if not req.group_id:
             return HeartbeatResponse(error_code=Errors.INVALID_GROUP_ID)
         return self.classic.heartbeat(req)
 
     async def leave_group(self, req, version: int):
-        from protocol.messages.leave_group import LeaveGroupResponse
         if not req.group_id:
             return LeaveGroupResponse(error_code=Errors.INVALID_GROUP_ID)
         resp, writes = self.classic.leave(req, version)
@@ -331,51 +288,52 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ KIP-848
     async def consumer_group_heartbeat(self, req, version: int, client_id: str = "", client_host: str = ""):
-        resp, records = self.consumer.heartbeat(req, version, client_id or "", client_host or "")
-        try:
-            await self._commit(records)
-        except Exception as e:  # noqa: BLE001
-            return type(resp)(error_code=append_error_code(e))
-        return resp
+        def failed(_resp, exc):
+            return ConsumerGroupHeartbeatResponse(error_code=append_error_code(exc))
+
+        return await self.runtime.write(
+            lambda: self.consumer.heartbeat(req, version, client_id or "", client_host or ""), on_error=failed)
 
     def consumer_group_describe(self, req, version: int):
         return self.consumer.describe(list(req.group_ids), req.include_authorized_operations)
 
+    # ------------------------------------------------------------ KIP-932
+    async def share_group_heartbeat(self, req, client_id: str = "", client_host: str = "") \
+            -> ShareGroupHeartbeatResponse:
+        return await self.share.heartbeat(req, client_id, client_host)
+
+    def share_group_describe(self, req, version: int = 1) -> ShareGroupDescribeResponse:
+        return self.share.describe(list(req.group_ids))
+
     # ------------------------------------------------------------ offsets
     async def offset_commit(self, req, version: int):
-        resp, records = self.offset_manager.commit(req, version)
-        self.apply(records)
-        try:
-            await self._commit(records)
-        except Exception as e:  # noqa: BLE001
-            code = append_error_code(e)
+        def failed(resp, exc):
+            code = append_error_code(exc)
             for t in resp.topics:
                 for p in t.partitions:
                     if not p.error_code:
                         p.error_code = code
-        return resp
+            return resp
+
+        return await self.runtime.write(lambda: self.offset_manager.commit(req, version), on_error=failed)
 
     async def offset_fetch(self, req, version: int):
         return self.offset_manager.fetch(req, version)
 
     async def offset_delete(self, req, version: int):
-        resp, records = self.offset_manager.delete(req)
-        self.apply(records)
-        try:
-            await self._commit(records)
-        except Exception as e:  # noqa: BLE001
-            resp.error_code = append_error_code(e)
+        def failed(resp, exc):
+            resp.error_code = append_error_code(exc)
             resp.topics = []
-        return resp
+            return resp
+
+        return await self.runtime.write(lambda: self.offset_manager.delete(req), on_error=failed)
 
     # ------------------------------------------------------------ admin
     def list_groups(self, req, version: int) -> ListGroupsResponse:
         states = {s.lower() for s in req.states_filter} if version >= 4 else set()
         types = {t.lower() for t in req.types_filter} if version >= 5 else set()
         out = []
-        everything = dict(self._foreign_groups())
-        everything.update(self.groups)
-        for gid, g in everything.items():
+        for gid, g in self.groups.items():
             state = g.state_name()
             if states and state.lower() not in states:
                 continue
@@ -390,7 +348,7 @@ class GroupCoordinator:
         include_ops = version >= 3 and req.include_authorized_operations
         out = []
         for gid in req.groups:
-            g = self.lookup(gid)
+            g = self.groups.get(gid)
             if not gid:
                 d = D.DescribedGroup(group_id=gid, error_code=Errors.INVALID_GROUP_ID, group_state="",
                                      protocol_type="", protocol_data="", members=[])
@@ -407,77 +365,90 @@ class GroupCoordinator:
         return D(groups=out)
 
     async def delete_groups(self, req, version: int) -> DeleteGroupsResponse:
+        """Tombstone empty groups (and their offsets) in one write; share groups also lose their share state."""
         R_ = DeleteGroupsResponse.DeletableGroupResult
-        results, records = [], []
-        foreign = []
-        for gid in req.groups_names:
-            g = self.lookup(gid)
-            if not gid:
-                results.append(R_(group_id=gid, error_code=Errors.INVALID_GROUP_ID))
-                continue
-            if g is None:
-                results.append(R_(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND))
-                continue
-            try:
-                if hasattr(g, "validate_delete"):
-                    g.validate_delete()
-                elif not g.is_empty():
-                    raise KafkaError(Errors.NON_EMPTY_GROUP)
-            except KafkaError as e:
-                results.append(R_(group_id=gid, error_code=e.code))
-                continue
-            if gid not in self.groups:
-                if self._foreign_delete is None:
+        share_groups: dict[str, dict[bytes, tuple[str, set[int]]]] = {}  # deleted share group -> initialized
+
+        def op():
+            results, records = [], []
+            share_groups.clear()
+            for gid in req.groups_names:
+                g = self.groups.get(gid)
+                if not gid:
+                    results.append(R_(group_id=gid, error_code=Errors.INVALID_GROUP_ID))
+                    continue
+                if g is None:
                     results.append(R_(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND))
-                else:
-                    foreign.append(gid)
-                    results.append(R_(group_id=gid, error_code=Errors.NONE))
-                continue
-            recs = (self.offsets.tombstones(gid) if g.has_offsets() else []) + g.tombstones()
-            self.apply(recs)
-            records.extend(recs)
-            results.append(R_(group_id=gid, error_code=Errors.NONE))
-        try:
-            await self._commit(records)
-        except Exception as e:  # noqa: BLE001
-            code = append_error_code(e)
-            for r in results:
-                if not r.error_code and r.group_id not in foreign:
+                    continue
+                try:
+                    g.validate_delete()
+                except KafkaError as e:
+                    results.append(R_(group_id=gid, error_code=e.code))
+                    continue
+                records.extend((self.offsets.tombstones(gid) if g.has_offsets() else []) + g.tombstones())
+                if isinstance(g, ShareGroup):
+                    share_groups[gid] = {t: (name, set(ps)) for t, (name, ps) in g.initialized.items()}
+                results.append(R_(group_id=gid, error_code=Errors.NONE))
+            return DeleteGroupsResponse(results=results), records
+
+        def failed(resp, exc):
+            share_groups.clear()
+            code = append_error_code(exc)
+            for r in resp.results:
+                if not r.error_code:
                     r.error_code = code
-        for gid in foreign:
+            return resp
+
+        resp = await self.runtime.write(op, on_error=failed)
+        for gid, initialized in share_groups.items():
             try:
-                await self._foreign_delete(gid)
+                await self._share_group_deleted(gid, initialized)
             except KafkaError as e:
-                next(r for r in results if r.group_id == gid).error_code = e.code
+                _result(resp, gid).error_code = e.code
             except Exception as e:  # noqa: BLE001
-                next(r for r in results if r.group_id == gid).error_code = append_error_code(e)
-        return DeleteGroupsResponse(results=results)
+                log.exception("deleting the share state of group %s failed", gid)
+                _result(resp, gid).error_code = append_error_code(e)
+        return resp
+
+    async def _share_group_deleted(self, group_id: str, initialized: dict[bytes, tuple[str, set[int]]]) -> None:
+        """After a share group's records are gone: delete its durable share state, then tell the listeners."""
+        if initialized and self.share_state is not None:
+            req = DeleteShareGroupStateRequest(group_id=group_id, topics=[
+                DeleteShareGroupStateRequest.DeleteStateData(
+                    topic_id=tid, partitions=[DeleteShareGroupStateRequest.PartitionData(partition=p)
+                                              for p in sorted(ps)])
+                for tid, (_name, ps) in initialized.items()])
+            await self.share_state.delete_state(req)
+        for fn in self._group_deleted:
+            r = fn(group_id)
+            if isinstance(r, Awaitable):
+                await r
 
     # ------------------------------------------------------------ KIP-211 expiration
     async def expire_offsets(self) -> int:
         """One cleanup pass (Kafka's cleanupGroupMetadata); returns the number of offsets removed."""
-        now = self.now_ms()
-        retention = self.cfg.offsets_retention_ms
-        records: list = []
-        expired = 0
-        for gid, group in list(self.groups.items()):
-            if group.GROUP_TYPE not in ("classic", "consumer"):
-                continue
-            recs, all_expired = self.offset_manager.expire_group(gid, group, now, retention)
-            self.apply(recs)
-            records.extend(recs)
-            expired += len(recs)
-            if all_expired and group.is_empty():
-                tomb = group.tombstones()
-                self.apply(tomb)
-                records.extend(tomb)
-        await self._commit(records)
-        return expired
+        def op():
+            now = self.now_ms()
+            retention = self.cfg.offsets_retention_ms
+            records: list = []
+            expired = 0
+            for gid, group in self.groups.items():
+                if not group.has_offsets():
+                    continue
+                recs, all_expired = self.offset_manager.expire_group(gid, group, now, retention)
+                records.extend(recs)
+                expired += len(recs)
+                if all_expired and group.is_empty():
+                    records.extend(group.tombstones())
+            return expired, records
+
+        return await self.runtime.write(op)
 
     def schedule_expiration(self) -> None:
         interval = self.cfg.offsets_retention_check_interval_ms
         if interval > 0:
-            self.timers.schedule(EXPIRATION_TIMER, interval, lambda: self._spawn(self._expiration_tick()))
+            self.timers.schedule(EXPIRATION_TIMER, interval,
+                                 lambda: self.runtime.spawn(self._expiration_tick(), "offset expiration"))
 
     async def _expiration_tick(self) -> None:
         try:
@@ -488,5 +459,5 @@ class GroupCoordinator:
             self.schedule_expiration()
 
 
-def _ignore(key, value) -> None:
-    return None
+def _result(resp: DeleteGroupsResponse, group_id: str):
+    return next(r for r in resp.results if r.group_id == group_id)

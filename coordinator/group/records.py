@@ -1,19 +1,21 @@
 """Builders for the ``__consumer_offsets`` records the group coordinator writes.
 
-A record here is ``(key, value | None, value_version | None)``: generated key/value
-structs from ``protocol.coordinator_records``; ``None`` value is a tombstone;
-``None`` version means the value schema's highest version.  The coordinator
-frames them with :func:`coordinator.runtime.encode_record`.
+A record here is a :class:`coordinator.runtime.Record` built by
+:func:`coordinator.runtime.record` from generated key/value structs
+(``protocol.coordinator_records``); ``None`` value is a tombstone; ``None`` version
+means the value schema's highest version.  The coordinator's runtime frames them
+with :func:`coordinator.runtime.encode_record`.
 
 Value versions follow Kafka: OffsetCommitValue v1 only when the commit carried an
 explicit retention time (it is the version with ``expireTimestamp``), v3 otherwise
 (v4 when the topic id is known); GroupMetadataValue v3 (v4 is only its flexible
-twin); the consumer-group records have a single version 0.
+twin); the consumer-group and share-group records have a single version 0.
 """
 from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from coordinator.runtime import Record, record
 from protocol.coordinator_records.consumer_group_current_member_assignment import (
     ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue)
 from protocol.coordinator_records.consumer_group_member_metadata import (
@@ -27,9 +29,20 @@ from protocol.coordinator_records.consumer_group_target_assignment_metadata impo
     ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue)
 from protocol.coordinator_records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from protocol.coordinator_records.offset_commit import OffsetCommitKey, OffsetCommitValue
+from protocol.coordinator_records.share_group_current_member_assignment import (
+    ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue)
+from protocol.coordinator_records.share_group_member_metadata import (
+    ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue)
+from protocol.coordinator_records.share_group_metadata import ShareGroupMetadataKey, ShareGroupMetadataValue
+from protocol.coordinator_records.share_group_state_partition_metadata import (
+    ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue)
+from protocol.coordinator_records.share_group_target_assignment_member import (
+    ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue)
+from protocol.coordinator_records.share_group_target_assignment_metadata import (
+    ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue)
 from protocol.primitives import ZERO_UUID
 
-Rec = tuple  # (key, value | None, value_version | None)
+Rec = Record
 TopicPartitions = Mapping[bytes, Iterable[int]]
 
 GROUP_METADATA_VERSION = 3
@@ -48,11 +61,11 @@ def offset_commit(group: str, topic: str, partition: int, offset: int, leader_ep
         version = 4
     else:
         version = 3
-    return (OffsetCommitKey(group=group, topic=topic, partition=partition), value, version)
+    return record(OffsetCommitKey(group=group, topic=topic, partition=partition), value, version)
 
 
 def offset_tombstone(group: str, topic: str, partition: int) -> Rec:
-    return (OffsetCommitKey(group=group, topic=topic, partition=partition), None, None)
+    return record(OffsetCommitKey(group=group, topic=topic, partition=partition), None, None)
 
 
 # ------------------------------------------------------------------ classic groups
@@ -71,11 +84,11 @@ def group_metadata(group) -> Rec:
         protocol=group.protocol_name, leader=group.leader_id,
         current_state_timestamp=-1 if group.current_state_timestamp is None else group.current_state_timestamp,
         members=members)
-    return (GroupMetadataKey(group=group.group_id), value, GROUP_METADATA_VERSION)
+    return record(GroupMetadataKey(group=group.group_id), value, GROUP_METADATA_VERSION)
 
 
 def group_metadata_tombstone(group_id: str) -> Rec:
-    return (GroupMetadataKey(group=group_id), None, None)
+    return record(GroupMetadataKey(group=group_id), None, None)
 
 
 # ------------------------------------------------------------------ consumer groups (KIP-848)
@@ -84,20 +97,20 @@ def _tps(cls, assignment: TopicPartitions) -> list:
 
 
 def consumer_group_epoch(group_id: str, epoch: int, metadata_hash: int) -> Rec:
-    return (ConsumerGroupMetadataKey(group_id=group_id),
+    return record(ConsumerGroupMetadataKey(group_id=group_id),
             ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash), 0)
 
 
 def consumer_group_epoch_tombstone(group_id: str) -> Rec:
-    return (ConsumerGroupMetadataKey(group_id=group_id), None, None)
+    return record(ConsumerGroupMetadataKey(group_id=group_id), None, None)
 
 
 def consumer_group_partition_metadata_tombstone(group_id: str) -> Rec:
-    return (ConsumerGroupPartitionMetadataKey(group_id=group_id), None, None)
+    return record(ConsumerGroupPartitionMetadataKey(group_id=group_id), None, None)
 
 
 def consumer_member_metadata(group_id: str, m) -> Rec:
-    return (ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=m.member_id),
+    return record(ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=m.member_id),
             ConsumerGroupMemberMetadataValue(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
@@ -106,31 +119,31 @@ def consumer_member_metadata(group_id: str, m) -> Rec:
 
 
 def consumer_member_metadata_tombstone(group_id: str, member_id: str) -> Rec:
-    return (ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None, None)
+    return record(ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None, None)
 
 
 def consumer_target_member(group_id: str, member_id: str, assignment: TopicPartitions) -> Rec:
-    return (ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id),
+    return record(ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id),
             ConsumerGroupTargetAssignmentMemberValue(
                 topic_partitions=_tps(ConsumerGroupTargetAssignmentMemberValue.TopicPartition, assignment)), 0)
 
 
 def consumer_target_member_tombstone(group_id: str, member_id: str) -> Rec:
-    return (ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None, None)
+    return record(ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None, None)
 
 
 def consumer_target_epoch(group_id: str, epoch: int, timestamp_ms: int) -> Rec:
-    return (ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id),
+    return record(ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id),
             ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms), 0)
 
 
 def consumer_target_epoch_tombstone(group_id: str) -> Rec:
-    return (ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), None, None)
+    return record(ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), None, None)
 
 
 def consumer_current_assignment(group_id: str, m) -> Rec:
     cls = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
-    return (ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=m.member_id),
+    return record(ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=m.member_id),
             ConsumerGroupCurrentMemberAssignmentValue(
                 member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
                 state=m.state, assigned_partitions=_tps(cls, m.assigned),
@@ -138,4 +151,67 @@ def consumer_current_assignment(group_id: str, m) -> Rec:
 
 
 def consumer_current_assignment_tombstone(group_id: str, member_id: str) -> Rec:
-    return (ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None, None)
+    return record(ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None, None)
+
+
+# ------------------------------------------------------------------ share groups (KIP-932)
+def share_member_metadata(group_id: str, m) -> Rec:
+    return record(ShareGroupMemberMetadataKey(group_id=group_id, member_id=m.member_id),
+                  ShareGroupMemberMetadataValue(rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                                                subscribed_topic_names=list(m.subscribed_topic_names)))
+
+
+def share_member_metadata_tombstone(group_id: str, member_id: str) -> Rec:
+    return record(ShareGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)
+
+
+def share_group_epoch(group_id: str, epoch: int, metadata_hash: int) -> Rec:
+    return record(ShareGroupMetadataKey(group_id=group_id),
+                  ShareGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+
+
+def share_group_epoch_tombstone(group_id: str) -> Rec:
+    return record(ShareGroupMetadataKey(group_id=group_id), None)
+
+
+def share_target_member(group_id: str, member_id: str, assignment: TopicPartitions) -> Rec:
+    return record(ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id),
+                  ShareGroupTargetAssignmentMemberValue(
+                      topic_partitions=_tps(ShareGroupTargetAssignmentMemberValue.TopicPartition, assignment)))
+
+
+def share_target_member_tombstone(group_id: str, member_id: str) -> Rec:
+    return record(ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None)
+
+
+def share_target_epoch(group_id: str, epoch: int) -> Rec:
+    return record(ShareGroupTargetAssignmentMetadataKey(group_id=group_id),
+                  ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch))
+
+
+def share_target_epoch_tombstone(group_id: str) -> Rec:
+    return record(ShareGroupTargetAssignmentMetadataKey(group_id=group_id), None)
+
+
+def share_current_assignment(group_id: str, m) -> Rec:
+    return record(ShareGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=m.member_id),
+                  ShareGroupCurrentMemberAssignmentValue(
+                      member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=0,
+                      assigned_partitions=_tps(ShareGroupCurrentMemberAssignmentValue.TopicPartitions, m.assigned)))
+
+
+def share_current_assignment_tombstone(group_id: str, member_id: str) -> Rec:
+    return record(ShareGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None)
+
+
+def share_state_partitions(group_id: str, initialized: Mapping[bytes, tuple[str, Iterable[int]]]) -> Rec:
+    """ShareGroupStatePartitionMetadata: the share partitions whose state is initialized."""
+    info = ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo
+    return record(ShareGroupStatePartitionMetadataKey(group_id=group_id), ShareGroupStatePartitionMetadataValue(
+        initializing_topics=[], deleting_topics=[],
+        initialized_topics=[info(topic_id=tid, topic_name=name, partitions=sorted(ps))
+                            for tid, (name, ps) in sorted(initialized.items())]))
+
+
+def share_state_partitions_tombstone(group_id: str) -> Rec:
+    return record(ShareGroupStatePartitionMetadataKey(group_id=group_id), None)

@@ -9,14 +9,15 @@ Implemented, following Kafka 4.4's ShareCoordinatorService / ShareCoordinatorSha
   ``read_state`` are the Persister interface).  Versions do not matter here:
   the handler decodes and encodes with the request version; a v0 write decodes
   ``delivery_complete_count`` as -1, which is stored as Kafka stores it.
-* Persist, then commit, then answer: each partition's records are appended to
-  the :class:`~coordinator.runtime.RecordLog` (durable on return) and only then
-  applied through :meth:`ShareCoordinator.replay`, the same code that
-  :meth:`ShareCoordinator.load` uses at start-up.  A failed append leaves the
+* Persist, then commit, then answer, on the shared
+  :class:`~coordinator.runtime.CoordinatorRuntime`: each partition's operation
+  computes ``(result, records)`` from the committed state, the runtime appends the
+  records to the :class:`~coordinator.runtime.RecordLog` (durable on return) and
+  only then applies them through :meth:`ShareCoordinator.replay`, the same code
+  that :meth:`ShareCoordinator.load` runs at start-up.  A failed append leaves the
   state untouched and answers the error Kafka's runtime would
-  (``handleOperationException`` mapping).  Operations run one at a time (an
-  ``asyncio.Lock``), because a record is computed from the committed state and
-  must be applied before the next one is computed.
+  (``handleOperationException`` mapping).  The runtime runs operations one at a
+  time in arrival order, so each computes on the state its predecessor committed.
 * Records: initialize writes a ShareSnapshot; a write or a leader-epoch bump on
   read writes a ShareUpdate delta, or a full ShareSnapshot once
   ``share.coordinator.snapshot.update.records.per.snapshot`` updates were replayed
@@ -46,8 +47,8 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from coordinator.runtime import Record, RecordLog, decode_record, encode_record
-from coordinator.share.batches import StateBatch, combine_state_batches
+from coordinator.runtime import CoordinatorRuntime, Record, RecordLog
+from coordinator.share_state.batches import StateBatch, combine_state_batches
 from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
 from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
 from protocol.coordinator_records.share_update import ShareUpdateKey, ShareUpdateValue
@@ -192,7 +193,8 @@ class ShareCoordinator:
         self._partition_exists = partition_exists
         self.updates_per_snapshot = get_int(UPDATES_PER_SNAPSHOT, 500)
         self.cold_snapshot_interval_ms = get_int(COLD_SNAPSHOT_INTERVAL_MS, 300_000)
-        self._lock = asyncio.Lock()
+        self._runtime = CoordinatorRuntime(log, SHARE_COORDINATOR_RECORDS, self.replay, name="share coordinator",
+                                           on_committed=self._committed)
         self._loaded = False
         self._active = True
         self._timer: asyncio.TimerHandle | None = None
@@ -212,17 +214,11 @@ class ShareCoordinator:
 
     async def load(self) -> None:
         """Rebuild the state by replaying the whole log, then start serving."""
-        async with self._lock:
-            self._loaded = False
-            self._reset()
-            for n, (offset, key, value) in enumerate(self._log.replay(), 1):
-                record = decode_record(SHARE_COORDINATOR_RECORDS, key, value)
-                if record is not None:
-                    self.replay(offset, record)
-                if n % 4096 == 0:
-                    await asyncio.sleep(0)  # let the loop breathe during a long replay
-            self._loaded = True
-            self._maybe_prune()
+        self._loaded = False
+        self._reset()
+        await self._runtime.load()
+        self._loaded = True
+        self._maybe_prune()
 
     def replay(self, offset: int, record: Record) -> None:
         """Apply one record at ``offset``: the only way the state ever changes."""
@@ -342,24 +338,20 @@ class ShareCoordinator:
 
     async def _run(self, api: _Api, group_id: str, topic_id: bytes, p, one):
         """One share-partition: validate and compute records, persist them, then apply them."""
-        async with self._lock:
+        def op():
             if not self._loaded:
                 return api.error(p.partition, Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                                 f"Unable to {api.what}: {MESSAGES[Errors.COORDINATOR_LOAD_IN_PROGRESS]}")
-            result, records = one(api, (group_id, bytes(topic_id), p.partition), p)
-            try:
-                await self._commit(records)
-            except Exception as exc:
-                logger.warning("%s for %s-%d failed: %r", api.what, group_id, p.partition, exc)
-                return api.error(p.partition, append_error_code(exc), f"Unable to {api.what}: {exc}")
-            return result
+                                 f"Unable to {api.what}: {MESSAGES[Errors.COORDINATOR_LOAD_IN_PROGRESS]}"), []
+            return one(api, (group_id, bytes(topic_id), p.partition), p)
 
-    async def _commit(self, records: list[Record]) -> None:
-        if not records:
-            return
-        last = await self._log.append([encode_record(r.key, r.value) for r in records])
-        for i, r in enumerate(records, last - len(records) + 1):
-            self.replay(i, r)
+        try:
+            return await self._runtime.write(op)
+        except Exception as exc:
+            logger.warning("%s for %s-%d failed: %r", api.what, group_id, p.partition, exc)
+            return api.error(p.partition, append_error_code(exc), f"Unable to {api.what}: {exc}")
+
+    def _committed(self, records: list[Record]) -> None:
+        """After a committed write: prune below the latest snapshots when one was written."""
         if any(r.record_type == SNAPSHOT for r in records):
             self._maybe_prune()
 
@@ -459,28 +451,30 @@ class ShareCoordinator:
 
     async def snapshot_cold_partitions(self) -> int:
         """Re-snapshot share-partitions not snapshotted for the cold interval; return how many."""
-        async with self._lock:
+        def op():
             if not self._loaded:
-                return 0
+                return 0, []
             states = self._states
             # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
             if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
-                return 0
+                return 0, []
             now = self._time_ms()
             records = [_snapshot_record(k, replace(s, snapshot_epoch=s.snapshot_epoch + 1, write_timestamp=now))
                        for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
-            await self._commit(records)
-            return len(records)
+            return len(records), records
+
+        return await self._runtime.write(op)
 
     async def on_topics_deleted(self, topic_ids: Iterable[bytes]) -> int:
         """Tombstone every share-partition of deleted topics; return how many."""
         ids = {bytes(t) for t in topic_ids}
-        async with self._lock:
+        def op():
             if not self._loaded:
-                return 0
+                return 0, []
             records = [_tombstone(k) for k in self._states if k[1] in ids]
-            await self._commit(records)
-            return len(records)
+            return len(records), records
+
+        return await self._runtime.write(op)
 
     def start_periodic_jobs(self) -> None:
         """Arm the cold-partition snapshot timer on the running loop (re-armed after each run)."""

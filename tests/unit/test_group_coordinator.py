@@ -356,35 +356,13 @@ async def test_empty_consumer_group_converts_to_classic_on_join():
     assert env2.coord.offsets.get("g", "foo", 0).offset == 7
 
 
-class _ShareGroup:
-    GROUP_TYPE = "share"
-
-    def __init__(self, members=0):
-        self.members = members
-
-    def state_name(self):
-        return "Stable" if self.members else "Empty"
-
-    def protocol_type_name(self):
-        return "share"
-
-    def is_empty(self):
-        return not self.members
-
-    def has_offsets(self):
-        return False
-
-
-async def test_attached_share_groups_share_the_namespace():
+async def test_share_groups_share_the_namespace():
     env = Env(config=NO_DELAY)
-    share = {"sg": _ShareGroup(members=1), "sg-empty": _ShareGroup()}
+    assert (await env.share_hb("sg", "s1")).error_code == 0  # a share group with a member
+    r = await env.share_hb("sg-empty", "s2")
+    assert (await env.share_hb("sg-empty", "s2", epoch=-1)).error_code == 0  # ... and an empty one
     deleted = []
-
-    async def delete(gid):
-        deleted.append(gid)
-        del share[gid]
-
-    env.coord.attach_foreign_groups(lambda: share, delete)
+    env.coord.on_group_deleted(deleted.append)
     listed = env.coord.list_groups(ListGroupsRequest(types_filter=["share"]), 5)
     assert sorted((g.group_id, g.group_type, g.protocol_type) for g in listed.groups) == [
         ("sg", "share", "share"), ("sg-empty", "share", "share")]
@@ -398,7 +376,8 @@ async def test_attached_share_groups_share_the_namespace():
     resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=["sg", "sg-empty"]), 2)
     assert [r.error_code for r in resp.results] == [Errors.NON_EMPTY_GROUP, 0] and deleted == ["sg-empty"]
     await stable_group(env, group="classic")
-    assert env.coord.group_type("classic") == "classic" and env.coord.group_type("sg") is None
+    assert env.coord.group_type("classic") == "classic" and env.coord.group_type("sg") == "share"
+    assert env.coord.group_type("sg-empty") is None
 
 
 async def test_member_that_never_syncs_is_removed_after_rebalance_timeout():

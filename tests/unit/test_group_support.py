@@ -12,6 +12,7 @@ import struct
 
 from coordinator.group import GroupCoordinator
 from coordinator.runtime import MemoryRecordLog
+from coordinator.share_state import ShareCoordinator
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
 from protocol.messages.heartbeat import HeartbeatRequest
@@ -19,6 +20,7 @@ from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leave_group import LeaveGroupRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
 from protocol.messages.sync_group import SyncGroupRequest
 
 T0 = 1_700_000_000_000
@@ -106,19 +108,30 @@ class FakeCluster:
 class Env:
     """A coordinator over a memory log, fake cluster and fake clock."""
 
-    def __init__(self, topics=None, config=None, log=None, cluster=None, sched=None):
+    def __init__(self, topics=None, config=None, log=None, cluster=None, sched=None, share_state=None):
         self.sched = sched or FakeScheduler()
         self.cluster = cluster or FakeCluster(topics if topics is not None else {"foo": 3, "bar": 2})
         self.log = log or MemoryRecordLog()
         self.config = config
-        self.coord = GroupCoordinator(self.log, self.cluster, config, self.sched)
+        # The share-state persister share groups initialize partitions through (loaded on first use).
+        self.share_state = share_state or ShareCoordinator(MemoryRecordLog(), None, self.sched.now_ms)
+        self.coord = GroupCoordinator(self.log, self.cluster, config, self.sched, share_state=self.share_state)
 
     async def restart(self) -> "Env":
-        """A fresh coordinator replaying the same log (same clock and cluster)."""
+        """A fresh coordinator replaying the same log (same clock, cluster and share state)."""
         await self.coord.close()
-        env = Env(config=self.config, log=self.log, cluster=self.cluster, sched=self.sched)
+        env = Env(config=self.config, log=self.log, cluster=self.cluster, sched=self.sched,
+                  share_state=self.share_state)
         await env.coord.load()
         return env
+
+    async def share_hb(self, group="sg", member="s1", epoch=0, topics=("foo",), rack=None):
+        """One ShareGroupHeartbeat (``topics`` None: unchanged subscription)."""
+        if not getattr(self.share_state, "_loaded", True):
+            await self.share_state.load()
+        req = ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch, rack_id=rack,
+                                         subscribed_topic_names=list(topics) if topics is not None else None)
+        return await self.coord.share_group_heartbeat(req, "client", "/127.0.0.1")
 
     async def advance(self, ms: int) -> None:
         """Move the clock, fire due timers and let the work they start finish."""

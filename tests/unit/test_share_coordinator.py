@@ -7,7 +7,7 @@ import random
 import pytest
 
 from coordinator.runtime import MemoryRecordLog, decode_record
-from coordinator.share import ShareCoordinator, StateBatch as B, combine_state_batches
+from coordinator.share_state import ShareCoordinator, StateBatch as B, combine_state_batches
 from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
 from protocol.errors import Errors, KafkaError
 from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest as Del

@@ -6,7 +6,9 @@ held and failed, a fake log of batch refs. No sleeps.
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
+import tracemalloc
 from typing import NamedTuple
 
 import pytest
@@ -20,6 +22,7 @@ from protocol.messages.write_share_group_state import (
 
 from broker.share.config import ShareGroupConfig, parse_auto_offset_reset, parse_iso_duration_ms
 from broker.share.errors import ShareError
+from broker.share.inflight import InFlightState
 from broker.share.partition import (
     ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, FAILED, FENCED, RECORD_LIMIT,
     SharePartition, validate_ack_batches,
@@ -335,6 +338,53 @@ async def test_record_limit_acquires_exactly_max_records():
     assert h.sp.next_fetch_offset() == 7
     assert h.fetch("b", max_records=2, mode=RECORD_LIMIT) == [(7, 8, 1)]
     assert h.fetch("c", max_records=100, mode=RECORD_LIMIT) == [(9, 9, 1), (10, 19, 1)]
+
+
+def cached_states(sp):
+    """InFlightState objects the partition holds (one per batch, or one per offset of a split batch)."""
+    return sum(1 if b.offsets is None else len(b.offsets) for b in sp._batches)
+
+
+def live_in_flight_states():
+    return sum(isinstance(o, InFlightState) for o in gc.get_objects())
+
+
+async def test_record_limit_does_not_build_a_state_per_offset_of_a_big_batch():
+    h = await make(sizes=(10_000,), start=0)
+    before = live_in_flight_states()
+    tracemalloc.start()
+    try:
+        assert h.fetch("a", max_records=10, mode=RECORD_LIMIT) == [(0, 9, 1)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 50_000                       # a state per offset would be ~1 MB
+    assert cached_states(h.sp) == 2            # 0-9 acquired, 10-9999 AVAILABLE
+    assert live_in_flight_states() - before <= 2
+    assert h.state(10) == (AVAILABLE, 0, "", False) and h.state(9999) == (AVAILABLE, 0, "", False)
+    assert h.sp.next_fetch_offset() == 10
+
+    # Each later fetch cuts the next run off the cached rest of the log batch.
+    for k in range(1, 5):
+        assert h.fetch(f"m{k}", max_records=10, mode=RECORD_LIMIT) == [(10 * k, 10 * k + 9, 1)]
+    assert cached_states(h.sp) == 6
+    assert len(h.t.pending()) == 5             # one lock per acquired run
+
+    # A run that comes back (lock expiry) is re-acquired in parts, still without per-offset states.
+    h.t.advance(30_000)
+    await h.sp.drain()
+    assert h.state(0) == (AVAILABLE, 1, "", False)
+    assert h.fetch("b", max_records=3, mode=RECORD_LIMIT) == [(0, 2, 2)]
+    assert h.fetch("c", max_records=100, mode=RECORD_LIMIT) == [(3, 9, 2), (10, 19, 2), (20, 29, 2),
+                                                                (30, 39, 2), (40, 49, 2), (50, 102, 1)]
+    assert cached_states(h.sp) <= 10
+    assert h.state(103) == (AVAILABLE, 0, "", False)
+
+    # Acknowledging the acquired runs moves the SPSO over them as usual.
+    assert await h.ack("b", 0, 2, ACC) == 0
+    assert await h.ack("c", 3, 102, ACC) == 0
+    assert h.sp.start_offset == 103 and h.sp.next_fetch_offset() == 103
+    h.check_dcc()
 
 
 async def test_redeliveries_first_lowest_offset_first():

@@ -1,0 +1,418 @@
+"""Share groups (KIP-932) as a kind of group: ShareGroupHeartbeat v1 and ShareGroupDescribe v1.
+
+Membership follows KIP-932 / Kafka 4.4:
+
+- member ids come from the client (at most 36 characters); epoch 0 joins (the first
+  request must list SubscribedTopicNames), -1 leaves, anything else must be the
+  member's current (or previous) epoch (FENCED_MEMBER_EPOCH otherwise, UNKNOWN_MEMBER_ID
+  for an unknown member);
+- a join, a leave, a subscription change, an expired member or a change in the
+  subscribed topics' metadata bumps the group epoch; the target assignment is then
+  recomputed with the ``simple`` assignor and the assignment epoch follows (the
+  epoch and target-assignment machinery is the consumer groups',
+  :mod:`coordinator.group.modern`); share groups have no revocation phase, so a
+  member takes its target assignment, and the assignment epoch, on its next heartbeat;
+- before a partition is assigned for the first time its share state is initialized
+  through the share-state persister (InitializeShareGroupState) and recorded in
+  ShareGroupStatePartitionMetadata; only initialized partitions are assignable;
+- members that stop heartbeating for ``share.session.timeout.ms`` are removed;
+  ``group.share.max.size`` (200) bounds the group (GROUP_MAX_SIZE_REACHED);
+- states: Empty (no members), Stable, Dead (deleted);
+- a group id already used by a consumer or classic group is refused with
+  GROUP_ID_NOT_FOUND ("not a share group"), as Kafka does.
+
+A heartbeat is up to three runtime writes, each computed on the committed group:
+(1) the member's metadata and the group epoch; (2) when the group epoch is ahead of
+the assignment epoch, the share partitions still to initialize go to the persister
+(outside any write, so other requests are not held up by it) and the initialized
+ones are recorded; (3) the target assignment (if still behind) and the member's
+current assignment, and the response.  Kafka initializes asynchronously after the
+heartbeat and assigns the partitions on a later one; we wait for it, so a joining
+member gets its partitions in its first response, as before.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from coordinator.assignors import get_assignor
+from protocol.errors import Errors, KafkaError
+from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as InitReq
+from protocol.messages.share_group_describe import ShareGroupDescribeResponse as DescResp
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse as HbResp
+
+from . import records as R
+from .classic import append_error_code
+from .modern import ModernGroup, Parts, metadata_hash, new_target_assignment
+
+log = logging.getLogger(__name__)
+
+SHARE_RECORD_TYPES = frozenset({10, 11, 12, 13, 14, 15})
+MAX_MEMBER_ID = 36
+SESSION_TIMEOUT = "share.session.timeout.ms"
+HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+
+
+class ShareMember:
+    __slots__ = ("member_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "member_epoch",
+                 "previous_member_epoch", "assigned")
+
+    def __init__(self, member_id: str):
+        self.member_id = member_id
+        self.rack_id: str | None = None
+        self.client_id = ""
+        self.client_host = ""
+        self.subscribed_topic_names: list[str] = []
+        self.member_epoch = 0
+        self.previous_member_epoch = 0
+        self.assigned: Parts = {}
+
+    def copy(self) -> "ShareMember":
+        m = ShareMember(self.member_id)
+        m.rack_id, m.client_id, m.client_host = self.rack_id, self.client_id, self.client_host
+        m.subscribed_topic_names = list(self.subscribed_topic_names)
+        m.member_epoch, m.previous_member_epoch = self.member_epoch, self.previous_member_epoch
+        m.assigned = {t: set(ps) for t, ps in self.assigned.items()}
+        return m
+
+
+class ShareGroup(ModernGroup):
+    GROUP_TYPE = "share"
+
+    def __init__(self, group_id: str):
+        super().__init__(group_id)
+        self.members: dict[str, ShareMember] = {}
+        self.initialized: dict[bytes, tuple[str, set[int]]] = {}  # topic id -> (name, partitions)
+
+    def copy(self) -> "ShareGroup":
+        g = super().copy()
+        g.initialized = {t: (name, set(ps)) for t, (name, ps) in self.initialized.items()}
+        return g
+
+    def state_name(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+    def protocol_type_name(self) -> str:
+        return "share"
+
+    def has_offsets(self) -> bool:
+        return False
+
+    def tombstones(self) -> list:
+        gid = self.group_id
+        recs = [R.share_target_member_tombstone(gid, mid) for mid in self.target]
+        recs += [R.share_target_epoch_tombstone(gid), R.share_state_partitions_tombstone(gid),
+                 R.share_group_epoch_tombstone(gid)]
+        return recs
+
+    def replay(self, rec) -> None:
+        """Apply one ShareGroup* record (creation and deletion are the coordinator's)."""
+        t, v = rec.record_type, rec.value
+        if t == 11:  # ShareGroupMetadata
+            if v is not None:
+                self.replay_group_epoch(v)
+        elif t == 10:  # member metadata
+            mid = rec.key.member_id
+            if v is None:
+                self.members.pop(mid, None)
+                return
+            m = self.members.get(mid) or ShareMember(mid)
+            m.rack_id, m.client_id, m.client_host = v.rack_id, v.client_id, v.client_host
+            m.subscribed_topic_names = list(v.subscribed_topic_names)
+            self.members[mid] = m
+        elif t == 12:  # target assignment metadata
+            if v is not None:
+                self.replay_target_epoch(v)
+        elif t == 13:  # target assignment member
+            self.replay_target_member(rec.key.member_id, v)
+        elif t == 14:  # current member assignment
+            m = self.members.get(rec.key.member_id)
+            if m is not None and v is not None:
+                m.member_epoch, m.previous_member_epoch = v.member_epoch, v.previous_member_epoch
+                m.assigned = {tp.topic_id: set(tp.partitions) for tp in v.assigned_partitions}
+        elif t == 15:  # state partition metadata
+            if v is not None:
+                self.initialized = {ti.topic_id: (ti.topic_name, set(ti.partitions)) for ti in v.initialized_topics}
+
+
+def _unknown_member(member_id: str, group_id: str) -> KafkaError:
+    return KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+
+
+class ShareGroupManager:
+    """ShareGroupHeartbeat / ShareGroupDescribe over the coordinator's namespace.
+
+    ``share_state`` is the share-state persister (``initialize_state(request)``,
+    the share coordinator in the broker).  ``on_member_removed(fn)`` registers
+    ``fn(group_id, member_id)``, called after a member left or expired.
+    """
+
+    def __init__(self, coordinator, share_state=None):
+        self.c = coordinator
+        self.cfg = coordinator.cfg
+        self.timers = coordinator.timers
+        self.share_state = share_state
+        self.assignor = get_assignor("simple")
+        self._member_removed: list[Callable[[str, str], None]] = []
+
+    def on_member_removed(self, fn: Callable[[str, str], None]) -> None:
+        self._member_removed.append(fn)
+
+    # ------------------------------------------------------------ helpers
+    def _group(self, group_id: str) -> ShareGroup | None:
+        g = self.c.groups.get(group_id)
+        return g if isinstance(g, ShareGroup) else None
+
+    def _config(self, group_id: str, key: str) -> int:
+        return self.c.group_config_int(group_id, key)
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        self.timers.schedule(("sg-session", group_id, member_id), self._config(group_id, SESSION_TIMEOUT),
+                             lambda: self.c.runtime.spawn(self._expire(group_id, member_id),
+                                                          "share session timeout"))
+
+    def on_loaded(self, group: ShareGroup) -> None:
+        for mid in group.members:
+            self._schedule_session_timeout(group.group_id, mid)
+
+    def on_removed(self, group: ShareGroup) -> None:
+        for mid in group.members:
+            self.timers.cancel(("sg-session", group.group_id, mid))
+
+    @staticmethod
+    def _emit(group: ShareGroup, records: list, rec) -> None:
+        records.append(rec)
+        group.replay(rec)
+
+    def _bump(self, group: ShareGroup, records: list) -> None:
+        new_hash = metadata_hash(self.c.cluster, group.subscribed_topic_names())
+        self._emit(group, records, R.share_group_epoch(group.group_id, group.group_epoch + 1, new_hash))
+
+    # ------------------------------------------------------------ heartbeat
+    async def heartbeat(self, req, client_id: str, client_host: str) -> HbResp:
+        try:
+            return await self._heartbeat(req, client_id or "", client_host or "")
+        except KafkaError as e:
+            return HbResp(error_code=e.code, error_message=e.message)
+        except Exception as e:  # noqa: BLE001 - a failed append
+            log.warning("share group heartbeat for %s failed: %r", req.group_id, e)
+            return HbResp(error_code=append_error_code(e))
+
+    @staticmethod
+    def _validate(req) -> None:
+        mid, epoch = req.member_id, req.member_epoch
+        if not req.group_id:
+            raise KafkaError(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+        if not mid:
+            raise KafkaError(Errors.INVALID_REQUEST, "MemberId can't be empty.")
+        if len(mid) > MAX_MEMBER_ID:
+            raise KafkaError(Errors.INVALID_REQUEST, f"MemberId can't be longer than {MAX_MEMBER_ID} characters.")
+        if epoch < -1:
+            raise KafkaError(Errors.INVALID_REQUEST, f"MemberEpoch is invalid: {epoch}.")
+        if epoch == 0 and not req.subscribed_topic_names:
+            raise KafkaError(Errors.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+
+    async def _heartbeat(self, req, client_id: str, client_host: str) -> HbResp:
+        self._validate(req)
+        gid, mid = req.group_id, req.member_id
+        runtime = self.c.runtime
+        if req.member_epoch == -1:
+            await runtime.write(lambda: (None, self._leave(gid, mid)))
+            await self._assign(gid)
+            self._notify_removed(gid, mid)
+            return HbResp(member_id=mid, member_epoch=-1, heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
+        await runtime.write(lambda: (None, self._join_or_update(req, client_id, client_host)))
+        await self._initialize_partitions(gid)
+        return await runtime.write(lambda: self._reconcile(gid, mid, req.member_epoch))
+
+    def _committed_group(self, group_id: str) -> ShareGroup | None:
+        g = self.c.groups.get(group_id)
+        if g is not None and not isinstance(g, ShareGroup):
+            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        return g
+
+    def _leave(self, gid: str, mid: str) -> list:
+        g = self._committed_group(gid)
+        if g is None or mid not in g.members:
+            raise _unknown_member(mid, gid)
+        return self._remove_member(g.copy(), mid)
+
+    def _remove_member(self, draft: ShareGroup, mid: str) -> list:
+        gid = draft.group_id
+        records: list = []
+        for rec in (R.share_current_assignment_tombstone(gid, mid), R.share_target_member_tombstone(gid, mid),
+                    R.share_member_metadata_tombstone(gid, mid)):
+            self._emit(draft, records, rec)
+        self._bump(draft, records)
+        self.timers.cancel(("sg-session", gid, mid))
+        return records
+
+    def _join_or_update(self, req, client_id: str, client_host: str) -> list:
+        """Step 1: the member's metadata and, when needed, a new group epoch."""
+        gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
+        committed = self._committed_group(gid)
+        if committed is None and epoch != 0:
+            raise _unknown_member(mid, gid)
+        g = committed.copy() if committed is not None else ShareGroup(gid)
+        m = g.members.get(mid)
+        max_size = self.cfg.share_max_size
+        if epoch == 0:
+            if m is None and len(g.members) >= max_size:
+                raise KafkaError(Errors.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum "
+                                                                f"capacity of {max_size} members.")
+        elif m is None:
+            raise _unknown_member(mid, gid)
+        elif epoch not in (m.member_epoch, m.previous_member_epoch):
+            raise KafkaError(Errors.FENCED_MEMBER_EPOCH, f"The share group member has an invalid epoch "
+                                                         f"{epoch}; the current epoch is {m.member_epoch}.")
+        records: list = []
+        subs = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
+        changed = m is None or epoch == 0 or (subs is not None and sorted(subs) != sorted(m.subscribed_topic_names)) \
+            or (req.rack_id is not None and req.rack_id != m.rack_id)
+        if changed:
+            updated = m.copy() if m is not None else ShareMember(mid)
+            if req.rack_id is not None:
+                updated.rack_id = req.rack_id
+            updated.client_id, updated.client_host = client_id, client_host
+            if subs is not None:
+                updated.subscribed_topic_names = subs
+            self._emit(g, records, R.share_member_metadata(gid, updated))
+        if changed or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash:
+            self._bump(g, records)
+        self._schedule_session_timeout(gid, mid)
+        return records
+
+    async def _assign(self, gid: str) -> None:
+        """Steps 2 and 3 without a member: initialize what will be assigned, then a new target assignment."""
+        await self._initialize_partitions(gid)
+        await self.c.runtime.write(lambda: (None, self._target_records(gid)))
+
+    def _target_records(self, gid: str) -> list:
+        g = self._group(gid)
+        if g is None or g.assignment_epoch >= g.group_epoch:
+            return []
+        records: list = []
+        self._update_target_assignment(g.copy(), records)
+        return records
+
+    def _update_target_assignment(self, draft: ShareGroup, records: list) -> None:
+        init = draft.initialized
+
+        def assign(specs, topics):
+            return self.assignor.assign(specs, topics, assignable=lambda t, p: t in init and p in init[t][1])
+
+        gid = draft.group_id
+        for mid, new in new_target_assignment(draft, self.c.cluster, assign).items():
+            self._emit(draft, records, R.share_target_member(gid, mid, new))
+        self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch))
+
+    def _reconcile(self, gid: str, mid: str, epoch: int) -> tuple[HbResp, list]:
+        """Step 3: the target assignment if still behind, then the member takes its target."""
+        g = self._group(gid)
+        if g is None or mid not in g.members:
+            raise _unknown_member(mid, gid)  # removed while its share state was being initialized
+        draft = g.copy()
+        records: list = []
+        if draft.assignment_epoch < draft.group_epoch:
+            self._update_target_assignment(draft, records)
+        m = draft.members[mid]
+        send = epoch == 0
+        target = draft.target.get(mid, {})
+        if m.member_epoch != draft.assignment_epoch or target != m.assigned:
+            updated = m.copy()
+            updated.member_epoch, updated.previous_member_epoch = draft.assignment_epoch, m.member_epoch
+            updated.assigned = {t: set(ps) for t, ps in target.items()}
+            self._emit(draft, records, R.share_current_assignment(gid, updated))
+            send = True
+        resp = HbResp(member_id=mid, member_epoch=m.member_epoch,
+                      heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
+        if send or epoch != m.member_epoch:
+            resp.assignment = HbResp.Assignment(topic_partitions=[
+                HbResp.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())
+                if ps])
+        return resp, records
+
+    async def _initialize_partitions(self, gid: str) -> None:
+        """Step 2: initialize the share state of subscribed partitions that will be assignable."""
+        g = self._group(gid)
+        if g is None or g.assignment_epoch >= g.group_epoch or self.share_state is None:
+            return
+        cluster = self.c.cluster
+        todo: dict[bytes, tuple[str, list[int]]] = {}
+        for name in g.subscribed_topic_names():
+            tid = cluster.topic_id(name)
+            if tid is None:
+                continue
+            have = g.initialized.get(tid, (name, set()))[1]
+            missing = [p for p in range(cluster.partition_count(name)) if p not in have]
+            if missing:
+                todo[tid] = (name, missing)
+        if not todo:
+            return
+        req = InitReq(group_id=gid, topics=[
+            InitReq.InitializeStateData(topic_id=tid, partitions=[
+                InitReq.PartitionData(partition=p, state_epoch=0, start_offset=-1) for p in parts])
+            for tid, (_, parts) in todo.items()])
+        resp = await self.share_state.initialize_state(req)
+        done: dict[bytes, tuple[str, set[int]]] = {}
+        for t in resp.results:
+            for p in t.partitions:
+                if p.error_code == Errors.NONE:
+                    done.setdefault(t.topic_id, (todo[t.topic_id][0], set()))[1].add(p.partition)
+                else:
+                    log.warning("share group %s: initializing %s-%d failed: %s", gid, t.topic_id.hex(),
+                                p.partition, p.error_message)
+        await self.c.runtime.write(lambda: (None, self._initialized_records(gid, done)))
+
+    def _initialized_records(self, gid: str, done: dict[bytes, tuple[str, set[int]]]) -> list:
+        g = self._group(gid)
+        if g is None or not done:
+            return []
+        merged = {tid: (name, set(ps)) for tid, (name, ps) in g.initialized.items()}
+        for tid, (name, ps) in done.items():
+            merged.setdefault(tid, (name, set()))[1].update(ps)
+        return [R.share_state_partitions(gid, merged)]
+
+    # ------------------------------------------------------------ session expiry
+    async def _expire(self, gid: str, mid: str) -> None:
+        def op():
+            g = self._group(gid)
+            if g is None or mid not in g.members:
+                return False, []
+            log.info("share group %s: member %s session expired", gid, mid)
+            return True, self._remove_member(g.copy(), mid)
+
+        if await self.c.runtime.write(op):
+            await self._assign(gid)
+            self._notify_removed(gid, mid)
+
+    def _notify_removed(self, gid: str, mid: str) -> None:
+        for fn in self._member_removed:
+            try:
+                fn(gid, mid)
+            except Exception:  # noqa: BLE001 - a listener must not break the coordinator
+                log.exception("share member removed listener failed for %s/%s", gid, mid)
+
+    # ------------------------------------------------------------ describe
+    def describe(self, group_ids: list[str]) -> DescResp:
+        out = []
+        cluster = self.c.cluster
+        for gid in group_ids:
+            g = self.c.groups.get(gid)
+            if not isinstance(g, ShareGroup):
+                msg = f"Group {gid} is not a share group." if g is not None else f"Group {gid} not found."
+                out.append(DescResp.DescribedGroup(error_code=Errors.GROUP_ID_NOT_FOUND, error_message=msg,
+                                                   group_id=gid, group_state="Dead"))
+                continue
+            members = []
+            for m in g.members.values():
+                tps = [DescResp.TopicPartitions(topic_id=t, topic_name=cluster.topic_name(t) or "",
+                                                partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())]
+                members.append(DescResp.Member(member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                                               client_id=m.client_id, client_host=m.client_host,
+                                               subscribed_topic_names=sorted(m.subscribed_topic_names),
+                                               assignment=DescResp.Assignment(topic_partitions=tps)))
+            out.append(DescResp.DescribedGroup(group_id=gid, group_state=g.state_name(), group_epoch=g.group_epoch,
+                                               assignment_epoch=g.assignment_epoch, assignor_name="simple",
+                                               members=members))
+        return DescResp(groups=out)

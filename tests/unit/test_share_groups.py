@@ -1,0 +1,147 @@
+"""Share groups as a kind of group in the group coordinator (ShareGroupHeartbeat / ShareGroupDescribe)."""
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.group import GroupConfig
+from protocol.errors import Errors
+from protocol.messages.delete_groups import DeleteGroupsRequest
+from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+
+from test_group_support import Env, assignment_of, cg_hb, commit_req
+
+SESSION = 45000
+
+
+def describe(env, *groups):
+    return env.coord.share_group_describe(ShareGroupDescribeRequest(group_ids=list(groups))).groups
+
+
+async def test_first_heartbeat_initializes_share_state_and_gets_every_partition():
+    env = Env()
+    r = await env.share_hb("sg", "s1", topics=["foo"])
+    foo = env.cluster.topic_id("foo")
+    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {foo: {0, 1, 2}}
+    assert all(env.share_state.state_of("sg", foo, p) is not None for p in range(3))
+    g = env.coord.groups["sg"]
+    assert (g.group_epoch, g.assignment_epoch, g.initialized[foo][1]) == (1, 1, {0, 1, 2})
+    d = describe(env, "sg")[0]
+    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 1, 1, "simple")
+    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 1
+
+
+async def test_second_member_rebalances_without_revocation():
+    env = Env()
+    foo = env.cluster.topic_id("foo")
+    await env.share_hb("sg", "s1")
+    r2 = await env.share_hb("sg", "s2")
+    assert r2.member_epoch == 2
+    r1 = await env.share_hb("sg", "s1", epoch=1, topics=None)
+    assert r1.member_epoch == 2  # takes its new target at once: share groups do not revoke
+    a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
+    assert a1 | a2 == {0, 1, 2}
+    steady = await env.share_hb("sg", "s1", epoch=2, topics=None)
+    assert steady.member_epoch == 2 and steady.assignment is None
+
+
+async def test_concurrent_joins_compute_on_committed_state():
+    env = Env()
+    await env.share_state.load()
+    rs = await asyncio.gather(*(env.share_hb("sg", f"s{i}") for i in range(4)))
+    assert all(r.error_code == 0 for r in rs)
+    g = env.coord.groups["sg"]
+    assert sorted(g.members) == ["s0", "s1", "s2", "s3"] and g.group_epoch == 4 and g.assignment_epoch == 4
+
+
+async def test_leave_and_session_expiry_tell_the_listener():
+    env = Env()
+    removed = []
+    env.coord.on_share_member_removed(lambda g, m: removed.append((g, m)))
+    await env.share_hb("sg", "s1")
+    await env.share_hb("sg", "s2")
+    r = await env.share_hb("sg", "s1", epoch=-1, topics=None)
+    assert r.error_code == 0 and r.member_epoch == -1 and removed == [("sg", "s1")]
+    g = env.coord.groups["sg"]
+    assert list(g.members) == ["s2"] and g.group_epoch == 3 and g.assignment_epoch == 3
+    await env.advance(SESSION)
+    assert removed == [("sg", "s1"), ("sg", "s2")] and env.coord.groups["sg"].state_name() == "Empty"
+
+
+async def test_heartbeats_keep_the_session():
+    env = Env()
+    await env.share_hb("sg", "s1")
+    for _ in range(3):
+        await env.advance(SESSION - 1000)
+        assert (await env.share_hb("sg", "s1", epoch=1, topics=None)).error_code == 0
+    assert "s1" in env.coord.groups["sg"].members
+
+
+async def test_epoch_and_request_errors():
+    env = Env(config=GroupConfig(share_max_size=1))
+    await env.share_hb("sg", "s1")
+    assert (await env.share_hb("sg", "s1", epoch=5, topics=None)).error_code == Errors.FENCED_MEMBER_EPOCH
+    assert (await env.share_hb("sg", "nope", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert (await env.share_hb("missing", "s1", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert (await env.share_hb("sg", "s2")).error_code == Errors.GROUP_MAX_SIZE_REACHED
+    assert (await env.share_hb("sg", "x" * 37)).error_code == Errors.INVALID_REQUEST
+    assert (await env.share_hb("sg", "s3", topics=[])).error_code == Errors.INVALID_REQUEST
+    assert (await env.share_hb("", "s3")).error_code == Errors.INVALID_REQUEST
+    assert (await env.share_hb("sg", "s1", epoch=-1, topics=None)).error_code == 0
+    assert (await env.share_hb("sg", "s1", epoch=-1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+
+
+async def test_one_namespace_with_consumer_and_classic_groups():
+    env = Env()
+    await env.coord.consumer_group_heartbeat(cg_hb("cg", "m1"), 1, "c", "h")
+    r = await env.share_hb("cg", "s1")
+    assert r.error_code == Errors.GROUP_ID_NOT_FOUND and "not a share group" in r.error_message
+    await env.coord.offset_commit(commit_req("classic", {("foo", 0): 1}), 8)  # a simple classic group
+    assert env.coord.group_type("classic") == "classic"
+    assert (await env.share_hb("classic", "s1")).error_code == Errors.GROUP_ID_NOT_FOUND
+    d = describe(env, "cg", "none")
+    assert [x.error_code for x in d] == [Errors.GROUP_ID_NOT_FOUND] * 2
+    assert d[0].error_message == "Group cg is not a share group." and d[1].error_message == "Group none not found."
+
+
+async def test_restart_replays_share_groups_once_and_rearms_sessions():
+    env = Env()
+    await env.share_hb("sg", "s1")
+    await env.share_hb("sg", "s2")
+    before = describe(env, "sg")[0]
+    env2 = await env.restart()
+    after = describe(env2, "sg")[0]
+    assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+    assert sorted((m.member_id, m.member_epoch) for m in after.members) == \
+        sorted((m.member_id, m.member_epoch) for m in before.members)
+    await env2.advance(SESSION)
+    assert env2.coord.groups["sg"].is_empty()
+
+
+async def test_failed_append_creates_nothing_and_answers_coordinator_error():
+    env = Env()
+    await env.share_state.load()
+    env.log.fail_next = OSError("disk full")
+    r = await env.share_hb("sg", "s1")
+    assert r.error_code == Errors.COORDINATOR_NOT_AVAILABLE and "sg" not in env.coord.groups
+    r = await env.share_hb("sg", "s1")
+    assert r.error_code == 0 and r.member_epoch == 1
+
+
+async def test_delete_groups_removes_records_and_share_state_then_tells_the_listener():
+    env = Env()
+    deleted = []
+
+    async def on_deleted(gid):
+        deleted.append(gid)
+
+    env.coord.on_group_deleted(on_deleted)
+    foo = env.cluster.topic_id("foo")
+    await env.share_hb("sg", "s1")
+    resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=["sg"]), 2)
+    assert resp.results[0].error_code == Errors.NON_EMPTY_GROUP and deleted == []
+    await env.share_hb("sg", "s1", epoch=-1, topics=None)
+    resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=["sg"]), 2)
+    assert resp.results[0].error_code == 0 and deleted == ["sg"]
+    assert "sg" not in env.coord.groups and env.share_state.state_of("sg", foo, 0) is None
+    env2 = await env.restart()
+    assert "sg" not in env2.coord.groups
