@@ -17,7 +17,6 @@ from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
 from broker.dispatch import load_handlers
-from broker.files import FileWorker
 from broker.group_configs import validate_broker_share_configs
 from broker.log.config import ConfigError
 from broker.log.errors import DataDirLockedError
@@ -44,7 +43,7 @@ class Broker:
         self.host, self.port = "", 0  # from ``listeners``, once the configuration is checked
         self.components: Components | None = None
         self.server: Server | None = None
-        self._maintenance: asyncio.TimerHandle | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     async def start(self) -> None:
         config = self.config
@@ -57,20 +56,23 @@ class Broker:
         adv_host, adv_port = parse_listener(config.get("advertised.listeners")) if fixed else (
             self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1", self.port)
         data_dir = config.get("log.dirs", "./data").split(",")[0]
-        files = FileWorker()
         try:
-            settings = BrokerSettings(config, node_id, os.path.join(data_dir, "meta"), run_blocking=files.run)
-            logs = LogManager(data_dir, default_configs=settings.topic_defaults())
+            settings = BrokerSettings(config, node_id, os.path.join(data_dir, "meta"))
+            logs = LogManager(data_dir, default_configs=settings.topic_defaults(),
+                              producer_id_expiration_ms=config.get_int("producer.id.expiration.ms", 86400000),
+                              producer_id_expiration_check_interval_ms=config.get_int(
+                                  "producer.id.expiration.check.interval.ms", 600000))
         except DataDirLockedError as e:
             raise StartupError(str(e)) from None
         except ValueError as e:
             raise StartupError(f"bad configuration: {e}") from None
         except OSError as e:
             raise StartupError(f"cannot use the data directory {data_dir} (log.dirs): {e}") from None
+        settings.background = logs.start_background()  # fsyncs and file removal off the loop from here on
         settings.on_topic_defaults = logs.set_default_configs
         node = Node(node_id, logs.cluster_id, adv_host, adv_port)
         try:
-            self.components = c = await build(config, node, logs.data_dir, logs, files, settings)
+            self.components = c = await build(config, node, logs.data_dir, logs, settings)
         except ValueError as e:  # ConfigError: a setting outside its bounds
             logs.close()
             raise StartupError(f"bad configuration: {e}") from None
@@ -83,27 +85,34 @@ class Broker:
         self.port = self.server.port
         if not fixed:
             node.port = self.port
-        self._schedule_maintenance()
+        self._every("log.retention.check.interval.ms", 300000, self._run_maintenance)
+        self._every("producer.id.expiration.check.interval.ms", 600000, c.logs.remove_expired_producers)
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
                  version(), node_id, node.cluster_id, self.host, self.port)
 
-    def _schedule_maintenance(self) -> None:
-        interval = self.config.get_int("log.retention.check.interval.ms", 300000) / 1000.0
-        self._maintenance = asyncio.get_running_loop().call_later(interval, self._run_maintenance)
+    def _every(self, interval_key: str, default_ms: int, job) -> None:
+        """Run ``job`` every ``interval_key`` milliseconds on the loop; a failure is logged, never raised."""
+        interval = self.config.get_int(interval_key, default_ms) / 1000.0
+
+        def run() -> None:
+            try:
+                job()
+            except Exception:
+                log.exception("periodic %s job failed", interval_key)
+            self._timers[interval_key] = loop.call_later(interval, run)
+
+        loop = asyncio.get_running_loop()
+        self._timers[interval_key] = loop.call_later(interval, run)
 
     def _run_maintenance(self) -> None:
+        """Retention, timed flushes, rolled-segment fsyncs; share partitions follow a moved log start."""
         c = self.components
-        try:
-            moved = c.logs.maintenance()
-            for topic, partition, _start in moved or ():
-                c.topics.appended(topic, partition)  # share partitions follow the log start offset
-        except Exception:
-            log.exception("log maintenance failed")
-        self._schedule_maintenance()
+        for topic, partition, _start in c.logs.maintenance() or ():
+            c.topics.appended(topic, partition)
 
     async def stop(self) -> None:
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        for handle in self._timers.values():
+            handle.cancel()
         if self.server is not None:
             await self.server.close()
         if self.components is not None:

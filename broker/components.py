@@ -7,7 +7,6 @@ part, each the single owner of its state.
 |------------------|----------------------------------------|--------------------------------------------------|
 | ``config``       | ``broker.config.BrokerConfig``         | static settings (Kafka names)                    |
 | ``node``         | :class:`Node`                          | node id, cluster id, advertised address          |
-| ``files``        | ``broker.files.FileWorker``            | the thread that runs blocking file work          |
 | ``logs``         | ``broker.log.manager.LogManager``      | topics' partition logs on disk                   |
 | ``topics``       | ``broker.topics.Topics``               | topic create/delete rules, append/delete events  |
 | ``watchers``     | ``broker.delayed.Watchers``            | long polls waiting on keys                       |
@@ -40,8 +39,7 @@ from broker.config import BrokerConfig
 from broker.configs import BrokerConfigs, BrokerSettings, ConfigResources, TopicConfigs
 from broker.delayed import Watchers
 from broker.fetch_sessions import FetchSessionCache
-from broker.files import FileWorker
-from broker.group_configs import GroupConfigManager, validate_broker_share_configs
+from broker.group_configs import GroupConfigManager
 from broker.internal_topics import PartitionRecordLog
 from broker.log.manager import LogManager
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
@@ -72,7 +70,6 @@ class Node:
 class Components:
     config: BrokerConfig
     node: Node
-    files: FileWorker
     logs: LogManager
     topics: Topics
     watchers: Watchers
@@ -100,11 +97,10 @@ class Components:
                     await r
             except Exception:
                 log.exception("closing %s failed", name)
-        self.logs.close()
-        self.files.close()
+        self.logs.close()  # drains the file worker first
 
 
-async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManager, files: FileWorker,
+async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManager,
                 settings: BrokerSettings) -> Components:
     """Build every part on an opened data directory and replay the coordinators' logs."""
     loop = asyncio.get_running_loop()
@@ -112,8 +108,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     watchers = Watchers()
     topics = Topics(logs, watchers)
     topics.ensure_internal()
-    validate_broker_share_configs(config)
-    group_configs = GroupConfigManager(config, meta, run_blocking=files.run)
+    group_configs = GroupConfigManager(config, meta, background=logs.background)
     configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs)
 
     def partition_exists(topic_id: bytes, partition: int) -> bool:
@@ -140,12 +135,12 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     async def share_group_deleted(group_id: str) -> None:
         """After DeleteGroups removed a share group's records and durable state: its live partitions, configs."""
         await shares.drop_group(group_id)
-        await group_configs.delete_group(group_id)
+        group_configs.delete_group(group_id)
 
     groups.on_group_deleted(share_group_deleted)
     group_configs.set_group_lister(lambda: sorted(groups.groups))
-    return Components(config=config, node=node, files=files, logs=logs, topics=topics, watchers=watchers,
+    return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
-                      producer_ids=ProducerIdManager(meta), settings=settings, configs=configs,
+                      producer_ids=ProducerIdManager(meta, background=logs.background), settings=settings, configs=configs,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares)

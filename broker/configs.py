@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Awaitable, Callable
+from typing import Callable
 
 from broker.config import BrokerConfig
 from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
@@ -110,18 +110,18 @@ def static_topic_defaults(config: BrokerConfig) -> dict[str, str]:
 class BrokerSettings:
     """The broker's static settings plus its dynamic cluster-wide defaults (``meta/broker-configs.json``).
 
-    ``run_blocking`` runs a blocking file operation off the event loop (the broker's
-    file worker); ``on_topic_defaults`` is told the new topic-config defaults after a
-    dynamic change (the log manager applies them to every log without an override).
+    ``background`` (the log manager's file worker, once started) takes the fsyncs of
+    the rewritten file off the event loop; ``on_topic_defaults`` is told the new
+    topic-config defaults after a dynamic change (the log manager applies them to
+    every log without an override).
     """
 
     def __init__(self, config: BrokerConfig, node_id: int, meta_dir: str,
-                 run_blocking: Callable[..., Awaitable] | None = None,
                  on_topic_defaults: Callable[[dict[str, str]], None] | None = None):
         self.config = config
         self.node_id = node_id
         self._path = os.path.join(meta_dir, _BROKER_CONFIGS_FILE)
-        self._run_blocking = run_blocking
+        self.background = None
         self.on_topic_defaults = on_topic_defaults
         try:
             with open(self._path, "rb") as f:
@@ -141,12 +141,8 @@ class BrokerSettings:
     def source(self, key: str) -> int:
         return DYNAMIC_DEFAULT_BROKER if key in self.dynamic else STATIC_BROKER
 
-    async def set_dynamic(self, values: dict[str, str]) -> None:
-        data = json.dumps(values, sort_keys=True).encode()
-        if self._run_blocking is not None:
-            await self._run_blocking(atomic_write, self._path, data)
-        else:
-            atomic_write(self._path, data)
+    def set_dynamic(self, values: dict[str, str]) -> None:
+        atomic_write(self._path, json.dumps(values, sort_keys=True).encode(), self.background)
         self.dynamic = dict(values)
         if self.on_topic_defaults is not None:
             self.on_topic_defaults(self.topic_defaults())
@@ -197,7 +193,7 @@ class TopicConfigs:
             out.append(ConfigEntry(key, value, source, synonyms=syn, type_=_type_of(cdef)))
         return out
 
-    async def alter(self, name: str, ops, validate_only: bool) -> None:
+    def alter(self, name: str, ops, validate_only: bool) -> None:
         info = self.logs.topic(name)
         if info is None:
             raise LogError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
@@ -251,7 +247,7 @@ class BrokerConfigs:
                                    read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn))
         return out
 
-    async def alter(self, name: str, ops, validate_only: bool) -> None:
+    def alter(self, name: str, ops, validate_only: bool) -> None:
         # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change
         # fails validation (ConfigAdminManager.validateBrokerConfigChange, KAFKA-13609).
         self._check_name(name)
@@ -269,7 +265,7 @@ class BrokerConfigs:
         except ConfigError as e:
             raise LogError(Errors.INVALID_REQUEST, str(e)) from None
         if not validate_only:
-            await self.settings.set_dynamic(new)
+            self.settings.set_dynamic(new)
 
 
 _DYNAMIC_BROKER_KEYS = {c.synonym for c in TOPIC_CONFIGS.values()

@@ -121,9 +121,9 @@ class GroupConfigManager:
 
     resource_type = GROUP
 
-    def __init__(self, broker_config, meta_dir: str | None, run_blocking=None):
+    def __init__(self, broker_config, meta_dir: str | None, background=None):
         self.broker_config = broker_config
-        self._run_blocking = run_blocking  # runs a blocking file write off the event loop
+        self.background = background  # the log manager's file worker: fsyncs off the event loop
         self._path = os.path.join(meta_dir, "group-configs.json") if meta_dir else None
         self._overrides: dict[str, dict[str, str]] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -226,7 +226,7 @@ class GroupConfigManager:
             out.append(ConfigEntry(key, syn[0][1], syn[0][2], synonyms=syn, type_=t))
         return out
 
-    async def alter(self, group_id: str, ops, validate_only: bool) -> None:
+    def alter(self, group_id: str, ops, validate_only: bool) -> None:
         new = apply_ops(self._overrides.get(group_id, {}), ops, set())
         self.validate(group_id, new)
         if validate_only:
@@ -235,20 +235,16 @@ class GroupConfigManager:
             self._overrides[group_id] = new
         else:
             self._overrides.pop(group_id, None)
-        await self._persist()
+        self._persist()
         for fn in self._listeners:
             fn(group_id)
 
-    async def delete_group(self, group_id: str) -> None:
+    def delete_group(self, group_id: str) -> None:
         """Drop a deleted group's overrides (Kafka removes them with the group)."""
         if self._overrides.pop(group_id, None) is not None:
-            await self._persist()
+            self._persist()
 
-    async def _persist(self) -> None:
-        if self._path is None:
-            return
-        data = json.dumps(self._overrides, sort_keys=True).encode()
-        if self._run_blocking is not None:
-            await self._run_blocking(atomic_write, self._path, data)
-        else:
-            atomic_write(self._path, data)
+    def _persist(self) -> None:
+        """Rewritten atomically (temp file, rename) before the change is answered; fsynced off the loop."""
+        if self._path is not None:
+            atomic_write(self._path, json.dumps(self._overrides, sort_keys=True).encode(), self.background)

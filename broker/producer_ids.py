@@ -2,7 +2,8 @@
 
 Ids are handed out from blocks; the end of the current block is persisted
 (atomically) before any id of it is used, so after a crash the next block starts
-past every id that may have been given out.
+past every id that may have been given out (the file is renamed into place before
+the first id of a block is used; its fsync runs on the log manager's file worker).
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ BLOCK = 1000
 
 
 class ProducerIdManager:
-    def __init__(self, meta_dir: str):
+    def __init__(self, meta_dir: str, background=None):
+        self.background = background
         self._path = os.path.join(meta_dir, "producer-ids.json")
         try:
             with open(self._path, "rb") as f:
@@ -27,7 +29,7 @@ class ProducerIdManager:
     def next_id(self) -> int:
         if self._next >= self._block_end:
             self._block_end = self._next + BLOCK
-            atomic_write(self._path, json.dumps({"next_block_start": self._block_end}).encode())
+            atomic_write(self._path, json.dumps({"next_block_start": self._block_end}).encode(), self.background)
         pid = self._next
         self._next += 1
         return pid

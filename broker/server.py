@@ -43,7 +43,7 @@ _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
 MAX_QUEUED_FRAMES = 64
 SCRATCH_BYTES = 32 * 1024
-SMALL_FRAME_BYTES = 64 * 1024  # larger incomplete frames are read into an anonymous mapping
+SMALL_FRAME_BYTES = 2 * 1024 * 1024  # larger incomplete frames are read into an anonymous mapping
 METERED_READ = 256 * 1024  # one read into such a frame takes at most this much
 # queued.max.request.bytes is -1 (no bound) in Kafka, where queued.max.requests bounds the count;
 # here -1 means this bound, so connections announcing large frames cannot exhaust memory.

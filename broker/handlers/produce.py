@@ -4,12 +4,15 @@ Per partition: validate the one record batch (header, CRC32C, magic 2), run the
 idempotent-producer sequence check, assign offsets, append the bytes as they came
 (compressed batches are stored compressed), then wake fetches waiting on the
 partition.  The response goes out only after the bytes are in the segment file
-(acks=1/-1; a single node makes them the same); acks=0 gets no response.  v13
+(acks=1/-1; a single node makes them the same), and, when the append reached
+``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
 addresses topics by id.  Record bodies are never decoded.
 Not implemented: transactional produce (transactional ids are refused with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions arrive).
 """
 from __future__ import annotations
+
+import logging
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
@@ -18,6 +21,7 @@ from protocol.messages.produce import ProduceResponse
 from protocol.messages.registry import ApiKey
 from protocol.records import RecordsError, validate_records
 
+logger = logging.getLogger("sharebroker.produce")
 _TopicResp = ProduceResponse.TopicProduceResponse
 _PartResp = ProduceResponse.PartitionProduceResponse
 
@@ -33,6 +37,7 @@ async def produce(ctx, req):
     by_id = ctx.api_version >= 13
     acks = req.acks
     out = []
+    fsyncs: list = []  # appends that reached flush.messages: answered once their fsync is done
     for td in req.topic_data:
         topic = c.logs.topic_by_id(td.topic_id) if by_id else c.logs.topic(td.name)
         parts = []
@@ -48,14 +53,20 @@ async def produce(ctx, req):
                 parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                     "transactions are not supported yet"))
             else:
-                parts.append(_append(c, topic, pd))
+                parts.append(_append(c, topic, pd, fsyncs))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     if acks == 0:
         return None
+    for topic_name, resp, durable in fsyncs:
+        try:
+            await durable
+        except OSError as e:  # the data is written but its fsync failed: as Kafka, a storage error
+            logger.error("fsync of %s-%d failed: %s", topic_name, resp.index, e)
+            resp.error_code, resp.error_message = Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {e}"
     return ProduceResponse(responses=out)
 
 
-def _append(c, topic, pd) -> _PartResp:
+def _append(c, topic, pd, fsyncs: list) -> _PartResp:
     log = c.logs.get_log(topic.name, pd.index)
     records = pd.records
     if records is None:
@@ -73,5 +84,8 @@ def _append(c, topic, pd) -> _PartResp:
         return _error(pd.index, e.code, str(e))
     if not res.duplicate:
         c.topics.appended(topic.name, pd.index)
-    return _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
+    resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
                      log_start_offset=res.log_start_offset)
+    if res.durable is not None:
+        fsyncs.append((topic.name, resp, res.durable))
+    return resp

@@ -142,6 +142,8 @@ class LogConfig:
                  "cleanup_policy", "max_message_bytes", "message_timestamp_before_max_ms",
                  "message_timestamp_after_max_ms")
 
+    _defaults = None  # attr -> parsed Kafka default, filled on first use
+
     _NAMES = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "segment.jitter.ms": "segment_jitter_ms",
         "segment.index.bytes": "segment_index_bytes", "retention.ms": "retention_ms",
@@ -153,9 +155,13 @@ class LogConfig:
     }
 
     def __init__(self, **kw):
-        for name, attr in self._NAMES.items():
-            cdef = TOPIC_CONFIGS[name]
-            setattr(self, attr, cdef.parse(cdef.default, check_range=False))
+        defaults = LogConfig._defaults
+        if defaults is None:  # parsed once per process (start-up builds one config per topic)
+            defaults = LogConfig._defaults = {attr: TOPIC_CONFIGS[name].parse(TOPIC_CONFIGS[name].default,
+                                                                              check_range=False)
+                                              for name, attr in self._NAMES.items()}
+        for attr, v in defaults.items():
+            setattr(self, attr, list(v) if isinstance(v, list) else v)
         for k, v in kw.items():
             setattr(self, k, v)
 

@@ -33,7 +33,8 @@ from typing import Callable, Iterable, Mapping
 
 from .config import LogConfig, validate_topic_configs
 from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
-from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
+from .background import Background, Inline
+from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog, _fsync_path_and_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ INVALID_PARTITIONS = 37
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
 
 
 def _fsync_dir(path: str) -> None:
@@ -53,19 +55,38 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content."""
+def atomic_write(path: str, data: bytes, background=None) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
+
+    Without ``background``: tmp, fsync, rename, fsync of the directory, all here.
+    With a ``Background`` worker (``LogManager.background``): tmp and rename here, so
+    the new content survives kill -9 when this returns, and the fsyncs of the file
+    and of its directory run on the worker (in order after earlier jobs).
+    ``await background.barrier()`` waits until they are done. Between the rename
+    and that fsync a power failure can leave the old content or, on file systems
+    without ext4's rename-over data ordering (auto_da_alloc), an empty file.
+    """
+    threaded = background is not None and background.threaded
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if not threaded:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
+    if threaded:
+        background.submit(lambda: _fsync_path_and_dir(path), _log_bg_error)
+    else:
+        _fsync_dir(os.path.dirname(path) or ".")
+
+
+def _log_bg_error(_result, exc) -> None:
+    if exc is not None:
+        log.error("background metadata sync failed: %r", exc)
 
 
 def new_topic_id() -> uuid.UUID:
@@ -109,10 +130,13 @@ class TopicInfo:
 class LogManager:
     def __init__(self, data_dir: str, default_configs: Mapping[str, object] | None = None, *,
                  clock: Callable[[], int] | None = None,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS):
         self.data_dir = os.path.abspath(data_dir)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.background: Background | Inline = Inline()  # start_background() moves file syncs off the loop
         self._defaults = dict(default_configs or {})
         LogConfig.from_mapping(self._defaults)  # fail early on bad broker defaults
         self._topics: dict[str, TopicInfo] = {}
@@ -129,6 +153,25 @@ class LogManager:
             os.unlink(marker)
             _fsync_dir(self.data_dir)
         self._load_topics(clean)
+        self._last_producer_expiry = self.clock()
+
+    def start_background(self, loop=None) -> Background:
+        """From now on run fsyncs, checkpoint/metadata syncs and file removal on one worker thread.
+
+        Call once from the event loop after start-up (``logs.start_background()``);
+        ``close()`` drains and stops it. Without it everything stays synchronous.
+        """
+        if not self.background.threaded:
+            import asyncio
+
+            self.background = Background(loop or asyncio.get_running_loop())
+            for plog in self.all_logs():
+                plog.set_background(self.background)
+        return self.background
+
+    def barrier(self):
+        """Awaitable: every fsync / metadata sync / removal requested so far has finished."""
+        return self.background.barrier()
 
     # ------------------------------------------------------------ start-up
     def _lock(self) -> int:
@@ -186,23 +229,28 @@ class LogManager:
     def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
         return PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
                             clock=self.clock, clean_shutdown=clean,
-                            producer_id_expiration_ms=self.producer_id_expiration_ms)
+                            producer_id_expiration_ms=self.producer_id_expiration_ms,
+                            background=self.background if self.background.threaded else None)
 
     def _config_for(self, overrides: Mapping[str, object]) -> LogConfig:
         return LogConfig.from_mapping(self._defaults, overrides)
 
-    @staticmethod
-    def _remove_dir(path: str) -> None:
+    def _remove_dir(self, path: str) -> None:
         # A short name: "<topic>-<partition>.<hex>-delete" passes 255 bytes for long topic names.
+        # The rename is immediate (the name is free for a new topic at once); the removal of the
+        # files can take long and runs on the background worker (a leftover is removed at start-up).
         doomed = os.path.join(os.path.dirname(path), f"{uuid.uuid4().hex}-delete")
         os.rename(path, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if self.background.threaded:
+            self.background.submit(lambda: shutil.rmtree(doomed, ignore_errors=True))
+        else:
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def _meta_path(self, info: TopicInfo) -> str:
         return os.path.join(self._topics_dir, f"{info.topic_id.hex}.json")
 
     def _persist(self, info: TopicInfo) -> None:
-        atomic_write(self._meta_path(info), info.to_json())
+        atomic_write(self._meta_path(info), info.to_json(), self.background)
 
     # --------------------------------------------------------------- topics
     @property
@@ -251,10 +299,13 @@ class LogManager:
                     self._remove_dir(path)  # stale leftovers must not resurface as data
                 info.logs.append(self._open_log(info.name, p, cfg, clean=True))
         except OSError as e:
+            # Undo without fsyncs or new descriptors (the cause may be the open-file limit).
             for plog in info.logs[before:]:
-                plog.close()
-                self._remove_dir(plog.dir)
+                plog.delete()
             del info.logs[before:]
+            failed = os.path.join(self.data_dir, f"{info.name}-{len(info.logs)}")
+            if os.path.exists(failed):
+                shutil.rmtree(failed, ignore_errors=True)
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions {before}..{total - 1} of "
                                                 f"{info.name}: {e.strerror or e}") from None
 
@@ -264,7 +315,11 @@ class LogManager:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         self._by_id.pop(info.topic_id, None)
         os.unlink(self._meta_path(info))
-        _fsync_dir(self._topics_dir)
+        if self.background.threaded:
+            topics_dir = self._topics_dir
+            self.background.submit(lambda: _fsync_dir(topics_dir), _log_bg_error)
+        else:
+            _fsync_dir(self._topics_dir)
         for plog in info.logs:
             plog.close()
             self._remove_dir(plog.dir)
@@ -313,24 +368,36 @@ class LogManager:
 
     # ---------------------------------------------------------- maintenance
     def maintenance(self, now_ms: int | None = None) -> list[tuple[str, int, int]]:
-        """Retention, timed flushes, producer expiry on every log.
+        """Retention, timed flushes, fsync of rolled segments on every log; producer-id expiry
+        too when ``producer.id.expiration.check.interval.ms`` has passed since the last one.
 
         Returns (topic, partition, new log start offset) for logs whose start moved.
         """
         now = self.clock() if now_ms is None else now_ms
+        expire = now - self._last_producer_expiry >= self.producer_id_expiration_check_interval_ms
+        if expire:
+            self._last_producer_expiry = now
         moved = []
         for plog in list(self.all_logs()):
             try:
-                if plog.maintenance(now):
+                if plog.maintenance(now, expire_producers=expire):
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
             except OSError:
                 log.exception("maintenance failed for %s-%d", plog.topic, plog.partition)
         return moved
 
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Kafka's periodic producer-id expiration check on every log; returns how many ids went."""
+        now = self.clock() if now_ms is None else now_ms
+        self._last_producer_expiry = now
+        return sum(plog.remove_expired_producers(now) for plog in list(self.all_logs()))
+
     def close(self) -> None:
-        """Close every log (fsync), mark the shutdown clean, release the lock."""
+        """Drain the background worker, close every log (fsync), mark the shutdown clean, release the lock."""
         if self._lock_fd is None:
             return
+        self.background.close()
+        self.background = Inline()
         for plog in self.all_logs():
             plog.close()
         atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")

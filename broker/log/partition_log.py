@@ -22,6 +22,7 @@ deletion), leader epoch cache, tiered storage, the on-disk transaction index
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -35,10 +36,11 @@ from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, CO
                               build_control_batch, control_coordinator_epoch, control_record_type, iter_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
+from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .producer_state import ProducerStateManager
-from .segment import Segment
+from .segment import Segment, SpareFiles
 
 log = logging.getLogger(__name__)
 
@@ -53,56 +55,115 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _new_future() -> asyncio.Future:
+    return asyncio.get_running_loop().create_future()
+
+
+def _fsync_path_and_dir(path: str) -> None:
+    """fsync a (just renamed) file and its directory; a file already replaced or removed is fine."""
+    for p, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
+        try:
+            fd = os.open(p, flags)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class BatchRef:
-    """One stored batch as returned by ``read``; ``data`` is the whole batch, byte-for-byte."""
+    """One stored batch as returned by ``read``; ``data`` is the whole batch, byte-for-byte.
 
-    __slots__ = ("base_offset", "last_offset", "data")
+    ``fd`` / ``position`` / ``size`` locate the batch in its segment file, for a
+    sender that wants ``os.sendfile``. The fd belongs to the log: use it in the
+    same event-loop callback that called ``read`` (a later retention pass may close
+    it). Refs from ``read(..., lazy=True)`` hold only the header until ``data`` is
+    first used, which then costs one ``pread`` (same rule about the fd).
+    """
 
-    def __init__(self, base_offset: int, last_offset: int, data: memoryview):
+    __slots__ = ("base_offset", "last_offset", "_data", "fd", "position", "size")
+
+    def __init__(self, base_offset: int, last_offset: int, data: memoryview | None, fd: int = -1,
+                 position: int = -1, size: int = -1):
         self.base_offset = base_offset
         self.last_offset = last_offset
-        self.data = data
+        self._data = data
+        self.fd = fd
+        self.position = position
+        self.size = len(data) if data is not None and size < 0 else size
+
+    @property
+    def data(self) -> memoryview:
+        d = self._data
+        if d is None or len(d) < self.size:
+            d = self._data = memoryview(os.pread(self.fd, self.size, self.position))
+        return d
+
+    @property
+    def _head(self) -> memoryview:
+        """At least the batch header (61 bytes): the data, or what a lazy read kept."""
+        d = self._data
+        return d if d is not None else self.data
 
     def header(self) -> BatchInfo:
-        return BatchInfo(0, HEADER.unpack_from(self.data, 0))
+        return BatchInfo(0, HEADER.unpack_from(self._head, 0))
 
     @property
     def attributes(self) -> int:
-        return self.data[22] | (self.data[21] << 8)
+        h = self._head
+        return h[22] | (h[21] << 8)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.data[22] & CONTROL_MASK)
+        return bool(self._head[22] & CONTROL_MASK)
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.data[22] & TRANSACTIONAL_MASK)
+        return bool(self._head[22] & TRANSACTIONAL_MASK)
 
     @property
     def producer_id(self) -> int:
-        return struct.unpack_from(">q", self.data, 43)[0]
+        return struct.unpack_from(">q", self._head, 43)[0]
 
     @property
     def max_timestamp(self) -> int:
-        return struct.unpack_from(">q", self.data, 35)[0]
+        return struct.unpack_from(">q", self._head, 35)[0]
 
     @property
     def records_count(self) -> int:
-        return struct.unpack_from(">i", self.data, 57)[0]
+        return struct.unpack_from(">i", self._head, 57)[0]
 
     def __repr__(self) -> str:
-        return f"BatchRef({self.base_offset}..{self.last_offset}, {len(self.data)} bytes)"
+        return f"BatchRef({self.base_offset}..{self.last_offset}, {self.size} bytes)"
+
+
+def file_spans(refs: list[BatchRef]) -> list[tuple[int, int, int]]:
+    """(fd, position, length) runs covering ``refs`` in order, contiguous batches merged:
+    what a sender needs for ``os.sendfile`` (see BatchRef about the fd's lifetime)."""
+    spans: list[list[int]] = []
+    for r in refs:
+        if spans and spans[-1][0] == r.fd and spans[-1][1] + spans[-1][2] == r.position:
+            spans[-1][2] += r.size
+        else:
+            spans.append([r.fd, r.position, r.size])
+    return [tuple(s) for s in spans]
 
 
 class AppendResult:
-    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "duplicate")
+    """Offsets of an append. ``durable`` is None, or (background fsync only) a future done once a
+    ``flush.messages`` fsync covering this append finished; await it before answering if the
+    answer must mean "on disk" (it fails with LogError(KAFKA_STORAGE_ERROR) if the fsync failed)."""
 
-    def __init__(self, base_offset, last_offset, log_append_time, log_start_offset, duplicate=False):
+    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "duplicate", "durable")
+
+    def __init__(self, base_offset, last_offset, log_append_time, log_start_offset, duplicate=False, durable=None):
         self.base_offset = base_offset
         self.last_offset = last_offset
         self.log_append_time = log_append_time
         self.log_start_offset = log_start_offset
         self.duplicate = duplicate
+        self.durable = durable
 
     def __repr__(self) -> str:
         return (f"AppendResult(base={self.base_offset}, last={self.last_offset}, lat={self.log_append_time}, "
@@ -112,7 +173,8 @@ class AppendResult:
 class PartitionLog:
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0):
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
+                 background=None):
         self.dir = dir_path
         self.topic = topic
         self.partition = partition
@@ -131,8 +193,19 @@ class PartitionLog:
         self._last_flush_ms = self.clock()
         self._roll_jitter = self._new_jitter()
         self._closed = False
+        # fsync / unlink / checkpoint-sync jobs: Inline (synchronous) unless a Background worker is given
+        self._bg = background or Inline()
+        self._flushing = False           # a background fsync of this log is running
+        self._next_flush = None          # future of the fsync requested while one was running
+        self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
+        self._spare: SpareFiles | None = None  # next segment's files, made on the worker
+        self._spare_pending = False
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
+
+    def set_background(self, background) -> None:
+        """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
+        self._bg = background or Inline()
 
     # ---------------------------------------------------------------- offsets
     @property
@@ -196,8 +269,9 @@ class PartitionLog:
         self._leo = active.next_offset
         self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
         self._rebuild_producer_state(now)
-        if not clean or self._recovery_point != self._leo:
-            # recovered data is made durable before the recovery point moves past it
+        if self._recovery_point != self._leo:
+            # recovered data is made durable before the recovery point moves past it; after a clean
+            # shutdown close() left recovery point == log end, so nothing is synced or rewritten
             for seg, nxt in zip(self._segments, self._bases[1:] + [self._leo + 1]):
                 if nxt > self._recovery_point:
                     seg.flush()
@@ -240,14 +314,19 @@ class PartitionLog:
                     ps.on_batch(info, info.base_offset)
             seg.scan_headers(on_batch)
         ps.truncate_head(self._log_start)
+        # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
-            with open(os.path.join(self.dir, CHECKPOINT_FILE)) as f:
-                parts = f.read().split()
-            if len(parts) == 3 and parts[0] == "v1":
-                return int(parts[1]), int(parts[2])
+            fd = os.open(os.path.join(self.dir, CHECKPOINT_FILE), os.O_RDONLY)
+            try:
+                parts = os.read(fd, 4096).split()
+            finally:
+                os.close(fd)
+            if len(parts) == 3 and parts[0] == b"v1":
+                self._ckpt_written = (int(parts[1]), int(parts[2]))
+                return self._ckpt_written
             log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
         except FileNotFoundError:
             pass
@@ -256,16 +335,35 @@ class PartitionLog:
         return 0, 0
 
     def _write_checkpoint(self) -> None:
-        """Persist log start offset and recovery point atomically (tmp, fsync, rename)."""
+        """Persist log start offset and recovery point atomically, if they changed.
+
+        Synchronous mode: tmp, fsync, rename. With a background worker the tmp
+        write and the rename happen here (so the new values survive kill -9 as
+        soon as this returns) and the fsync of the file and of the directory
+        runs in the background. The recovery point written is always one whose
+        data fsync has completed. A checkpoint lost to a power failure only
+        means more recovery work (a malformed file reads as "recover all").
+        """
+        state = (self._log_start, self._recovery_point)
+        if state == self._ckpt_written:
+            return
         path = os.path.join(self.dir, CHECKPOINT_FILE)
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, f"v1 {self._log_start} {self._recovery_point}\n".encode())
-            os.fsync(fd)
+            os.write(fd, f"v1 {state[0]} {state[1]}\n".encode())
+            if not self._bg.threaded:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        self._ckpt_written = state
+        if self._bg.threaded:
+            self._bg.submit(lambda: _fsync_path_and_dir(path), self._on_bg_error)
+
+    def _on_bg_error(self, _result, exc) -> None:
+        if exc is not None and not isinstance(exc, FileNotFoundError):
+            log.error("%s-%d: background file sync failed: %r", self.topic, self.partition, exc)
 
     # ----------------------------------------------------------------- append
     def validate(self, records, now_ms: int | None = None) -> list[BatchInfo]:
@@ -310,7 +408,13 @@ class PartitionLog:
                 return AppendResult(dup_first, dup_last, -1, self._log_start, True)
         start = infos[0].position
         end = infos[-1].position + infos[-1].size
-        buf = bytearray(memoryview(records)[start:end])
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        if mv.readonly:
+            buf = bytearray(mv[start:end])  # e.g. bytes from a test or a built control batch: one copy
+        else:
+            # a writable view of the request frame (broker/server.py reads each frame into its own
+            # bytearray): rewrite baseOffset / leader epoch / LogAppendTime in place, no copy
+            buf = mv[start:end]
         log_append_time = now if self.config.log_append_time else -1
         offset = self._leo
         metas = []
@@ -334,21 +438,24 @@ class PartitionLog:
         except OSError as e:
             raise LogError(KAFKA_STORAGE_ERROR, f"write to {seg.log_path} failed: {e}") from e
         ps = self.producer_state
-        for info, (rel, base, _ts, size) in zip(infos, metas):
+        for info, (rel, base, ts, size) in zip(infos, metas):
             if info.producer_id < 0:
                 continue
             if info.is_control:
-                data = buf[rel:rel + size]
+                data = bytes(buf[rel:rel + size])
                 ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
                              control_coordinator_epoch(data), base, now)
             else:
-                ps.on_batch(info, base)
+                ps.on_batch(info, base, ts)
+        if self._spare is None and seg.size > self.config.segment_bytes >> 1 and self._bg.threaded:
+            self._prepare_spare()  # half full: make the next segment's files off the loop
         first = self._leo
         self._leo = seg.next_offset = offset
         self._unflushed += offset - first
+        durable = None
         if self._unflushed >= self.config.flush_messages:
-            self.flush()
-        return AppendResult(first, offset - 1, log_append_time, self._log_start)
+            durable = self.request_flush()
+        return AppendResult(first, offset - 1, log_append_time, self._log_start, durable=durable)
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
                        now_ms: int | None = None) -> AppendResult:
@@ -387,21 +494,53 @@ class PartitionLog:
         old.seal()
         self._pending_flush.append(old)
         cfg = self.config
-        new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now, spare)
+        else:
+            new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
 
+    def _prepare_spare(self) -> None:
+        """With a background worker, make the next segment's files there (a roll then only renames)."""
+        if not self._bg.threaded or self._spare is not None or self._spare_pending or self._closed:
+            return
+        self._spare_pending = True
+        path = self.dir
+
+        def done(spare, exc):
+            self._spare_pending = False
+            if exc is not None:
+                log.warning("%s-%d: cannot prepare the next segment's files: %r", self.topic, self.partition, exc)
+            elif self._closed or self._spare is not None:
+                self._bg.submit(spare.discard)
+            else:
+                self._spare = spare
+        self._bg.submit(lambda: SpareFiles(path), done)
+
+    def _discard_spare(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+
     # ------------------------------------------------------------------- read
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one: bool = True) -> list[BatchRef]:
+             min_one: bool = True, lazy: bool = False) -> list[BatchRef]:
         """Whole batches from the one containing ``offset``, at most ``max_bytes`` in total.
 
         With ``min_one`` the first batch is returned even if larger than
         ``max_bytes``. Batches whose last offset is >= ``max_offset`` (e.g. the
         LSO) are never returned. Raises LogError(OFFSET_OUT_OF_RANGE) if
         ``offset`` is outside [log start, log end].
+
+        ``lazy=True`` reads only batch headers (one small ``pread`` per batch);
+        the refs' ``data`` is read on first use. For a sender that uses
+        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python.
         """
+        if lazy:
+            return self._read_headers(offset, max_bytes, max_offset, min_one)
         if self._closed:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
         if offset < self._log_start or offset > self._leo:
@@ -444,12 +583,46 @@ class PartitionLog:
                     off = 0
                     if len(data) < size:
                         return out  # cannot happen for validated data; never serve a partial batch
-                out.append(BatchRef(base, last, data[off:off + size]))
+                out.append(BatchRef(base, last, data[off:off + size], seg.fd, base_pos + off, size))
                 total += size
                 off += size
                 budget = max(max_bytes - total, 0)
                 if total >= max_bytes:
                     return out
+            i += 1
+            if i < len(segs):
+                offset = segs[i].base_offset
+        return out
+
+    def _read_headers(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool) -> list[BatchRef]:
+        if self._closed:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
+        if offset < self._log_start or offset > self._leo:
+            raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range [{self._log_start}, {self._leo}] "
+                                                f"for {self.topic}-{self.partition}")
+        limit = self._leo if max_offset is None else min(max_offset, self._leo)
+        out: list[BatchRef] = []
+        total = 0
+        i = bisect_right(self._bases, offset) - 1
+        segs = self._segments
+        pread = os.pread
+        while offset < limit and i < len(segs):
+            seg = segs[i]
+            fd, end = seg.fd, seg.size
+            pos = seg.lookup_position(offset)
+            while pos + HEADER_SIZE <= end:
+                head = pread(fd, HEADER_SIZE, pos)
+                base, length = _OFF_LEN.unpack_from(head, 0)
+                size = length + 12
+                last = base + _DELTA.unpack_from(head, 23)[0]
+                if last >= offset:
+                    if last >= limit or ((out or not min_one) and total + size > max_bytes):
+                        return out
+                    out.append(BatchRef(base, last, memoryview(head) if size > HEADER_SIZE else None, fd, pos, size))
+                    total += size
+                    if total >= max_bytes:
+                        return out
+                pos += size
             i += 1
             if i < len(segs):
                 offset = segs[i].base_offset
@@ -564,7 +737,7 @@ class PartitionLog:
         for seg in doomed:
             if seg in self._pending_flush:
                 self._pending_flush.remove(seg)
-            seg.delete()
+            seg.delete(self._bg if self._bg.threaded else None)
         if self._bases[0] > self._log_start:
             self._log_start = self._bases[0]
             self._write_checkpoint()
@@ -574,7 +747,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------ durability
     def flush(self) -> None:
-        """fsync everything written so far and advance the recovery point."""
+        """fsync everything written so far and advance the recovery point (synchronously)."""
         for seg in self._pending_flush:
             seg.flush()
         self._pending_flush.clear()
@@ -585,42 +758,124 @@ class PartitionLog:
             self._recovery_point = self._leo
             self._write_checkpoint()
 
-    def maintenance(self, now_ms: int | None = None) -> bool:
+    def request_flush(self):
+        """fsync everything appended so far; in the background when a worker is attached.
+
+        Returns None when done synchronously, else a future done when an fsync
+        covering every byte appended before this call has finished (then the
+        recovery point has moved to at least the log end offset of this call).
+        Requests made while an fsync runs share one follow-up fsync.
+        """
+        if not self._bg.threaded:
+            self.flush()
+            return None
+        fut = self._next_flush
+        if fut is None:
+            fut = self._next_flush = _new_future()
+            if not self._flushing:
+                self._start_flush(self._leo)
+        return fut
+
+    def _start_flush(self, target: int, segments: list[Segment] | None = None) -> None:
+        """Submit one background fsync of ``segments`` (default: rolled + active) for offsets < ``target``."""
+        fut, self._next_flush = self._next_flush, None
+        if segments is None:
+            segments = self._pending_flush + [self._segments[-1]]
+            self._pending_flush = []
+            self._unflushed = 0
+            self._last_flush_ms = self.clock()
+        else:
+            self._pending_flush = [s for s in self._pending_flush if s not in segments]
+        try:
+            jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
+        except OSError as e:
+            self._pending_flush = segments + self._pending_flush
+            self._finish_flush_future(fut, e)
+            return
+        self._flushing = True
+
+        def run():
+            for job in jobs:
+                job()
+
+        self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc))
+
+    def _flush_done(self, target: int, segments: list[Segment], fut, exc) -> None:
+        self._flushing = False
+        if exc is not None:
+            log.error("%s-%d: fsync failed: %r", self.topic, self.partition, exc)
+            if not self._closed:  # try these again with the next flush
+                live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
+                self._pending_flush = live + self._pending_flush
+        elif not self._closed and target > self._recovery_point:
+            self._recovery_point = target
+            self._write_checkpoint()
+        self._finish_flush_future(fut, exc)
+        if self._next_flush is not None and not self._closed:
+            self._start_flush(self._leo)
+
+    def _finish_flush_future(self, fut, exc) -> None:
+        if fut is None or fut.done():
+            return
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"fsync of {self.topic}-{self.partition} failed: {exc}"))
+            fut.exception()  # retrieved: nobody may be awaiting it
+
+    def maintenance(self, now_ms: int | None = None, expire_producers: bool = True) -> bool:
         """Periodic work: retention, flush.ms, fsync of rolled segments, producer expiry.
 
-        Returns True if the log start offset moved.
+        Returns True if the log start offset moved. ``LogManager`` passes
+        ``expire_producers`` only when producer.id.expiration.check.interval.ms is due.
         """
         now = self.clock() if now_ms is None else now_ms
         moved = self.apply_retention(now)
         if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
-            self.flush()
-        elif self._pending_flush:
+            self.request_flush()
+        elif self._pending_flush and not self._flushing:
             # every rolled segment is queued here, so afterwards all but the active one are durable
-            for seg in self._pending_flush:
-                seg.flush()
-            self._pending_flush.clear()
-            point = self._segments[-1].base_offset
-            if point > self._recovery_point:
-                self._recovery_point = point
-                self._write_checkpoint()
-        self.producer_state.remove_expired(now, self.producer_id_expiration_ms)
+            if self._bg.threaded:
+                self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
+            else:
+                for seg in self._pending_flush:
+                    seg.flush()
+                self._pending_flush.clear()
+                point = self._segments[-1].base_offset
+                if point > self._recovery_point:
+                    self._recovery_point = point
+                    self._write_checkpoint()
+        if expire_producers:
+            self.remove_expired_producers(now)
         return moved
 
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Kafka's removeExpiredProducers: forget producer ids idle >= producer.id.expiration.ms
+        (no open transaction, last batch timestamp that old). Returns how many were removed."""
+        now = self.clock() if now_ms is None else now_ms
+        return self.producer_state.remove_expired(now, self.producer_id_expiration_ms)
+
     def close(self) -> None:
-        """Seal the active segment's time index, fsync, checkpoint, close files."""
+        """Seal the active segment's time index, fsync, checkpoint, close files (synchronously;
+        call after the background worker has drained)."""
         if self._closed:
             return
         self._segments[-1].seal()
+        self._bg = Inline()
+        self._discard_spare()
         self.flush()
+        self._finish_flush_future(self._next_flush, None)
         for seg in self._segments:
             seg.close()
         self._closed = True
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory itself too)."""
+        self._discard_spare()
         for seg in self._segments:
             seg.delete()
         self._closed = True
+        self._finish_flush_future(self._next_flush, None)
         for name in os.listdir(self.dir):
             os.unlink(os.path.join(self.dir, name))
         os.rmdir(self.dir)

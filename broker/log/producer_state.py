@@ -119,8 +119,12 @@ class ProducerStateManager:
         return 0
 
     # ------------------------------------------------------------------ apply
-    def on_batch(self, info: BatchInfo, first_offset: int) -> None:
-        """Record an appended data batch (also used when replaying the log)."""
+    def on_batch(self, info: BatchInfo, first_offset: int, timestamp: int | None = None) -> None:
+        """Record an appended data batch (also used when replaying the log).
+
+        ``timestamp`` is the batch's max timestamp as stored (the append time for
+        LogAppendTime topics); it defaults to the one in ``info``.
+        """
         pid = info.producer_id
         entry = self.producers.get(pid)
         if entry is None:
@@ -128,7 +132,7 @@ class ProducerStateManager:
         entry.set_epoch(info.producer_epoch)
         last_offset = first_offset + info.last_offset_delta
         entry.batches.append((info.base_sequence, info.last_sequence, first_offset, last_offset))
-        entry.last_timestamp = info.max_timestamp
+        entry.last_timestamp = info.max_timestamp if timestamp is None else timestamp
         if info.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = first_offset
             self.ongoing.add(pid)
@@ -170,8 +174,11 @@ class ProducerStateManager:
             if entry.txn_first_offset < log_start_offset:
                 entry.txn_first_offset = log_start_offset
 
-    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Kafka's removeExpiredProducers: drop producers with no open transaction whose last
+        timestamp is ``expiration_ms`` or more before ``now_ms``; returns how many."""
         expired = [pid for pid, e in self.producers.items()
                    if e.txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        return len(expired)

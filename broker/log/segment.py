@@ -87,6 +87,17 @@ class Segment:
         return seg
 
     @classmethod
+    def adopt(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+              spare: "SpareFiles") -> "Segment":
+        """Make ``spare`` (empty files made ahead of time) the segment at ``base_offset``: three
+        renames, no file creation (creating files can wait for the journal while fsyncs run)."""
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+        for tmp, suffix in zip(spare.paths, (".log", ".index", ".timeindex")):
+            os.rename(tmp, seg.path(suffix))
+        seg.fd, seg._index_fd, seg._time_fd = spare.fds
+        return seg
+
+    @classmethod
     def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
         """Open an existing segment and load its indexes (call ``indexes_sane`` / ``recover`` next)."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
@@ -98,11 +109,7 @@ class Segment:
     def _load_indexes(self) -> None:
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
-            try:
-                with open(self.path(suffix), "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                data = b""
+            data = _read_file(self.path(suffix))
             n = len(data) // entry.size
             for x, y in entry.iter_unpack(data[:n * entry.size]):
                 a.append(x)
@@ -164,6 +171,7 @@ class Segment:
         trusted). ``on_batch(position, header)`` is called for every batch scanned.
         Returns the number of bytes truncated.
         """
+        before = (self.idx_rel.tobytes(), self.idx_pos.tobytes(), self.time_ts.tobytes(), self.time_rel.tobytes())
         if from_last_index_entry and self.idx_rel:
             k = len(self.idx_rel) - 1
             start, start_rel = self.idx_pos[k], self.idx_rel[k]
@@ -197,9 +205,32 @@ class Segment:
             log.warning("segment %s: %s at position %d; truncating %d bytes", self.log_path, reason, end, truncated)
             os.ftruncate(self.fd, end)
             self.size = end
-        self._rewrite_indexes()
+        if not self._same_indexes(before):
+            self._rewrite_indexes()
         self.rolling_timestamp = self._first_batch_max_timestamp()
         return truncated
+
+    def _same_indexes(self, before: tuple[bytes, bytes, bytes, bytes]) -> bool:
+        """True if the rebuilt entries equal the loaded files (then they are not rewritten).
+
+        A sealed segment's time index ends with one extra entry (its maximum), which
+        the rebuild does not produce; when that is the only difference the loaded
+        entries are kept, exactly as ``seal`` would have written them.
+        """
+        rel, pos, ts, trel = before
+        if self.idx_rel.tobytes() != rel or self.idx_pos.tobytes() != pos:
+            return False
+        if self.time_ts.tobytes() == ts and self.time_rel.tobytes() == trel:
+            return True
+        if self.max_timestamp < 0 or self.time_ts and self.max_timestamp <= self.time_ts[-1]:
+            return False
+        sealed_ts, sealed_rel = array("q", self.time_ts), array("q", self.time_rel)
+        sealed_ts.append(self.max_timestamp)
+        sealed_rel.append(self.offset_of_max_timestamp - self.base_offset)
+        if sealed_ts.tobytes() == ts and sealed_rel.tobytes() == trel:
+            self.time_ts, self.time_rel = sealed_ts, sealed_rel
+            return True
+        return False
 
     def _first_batch_max_timestamp(self) -> int:
         if self.size < HEADER_SIZE:
@@ -296,16 +327,30 @@ class Segment:
 
     # -------------------------------------------------------------- lifecycle
     def flush(self) -> None:
-        os.fsync(self.fd)
-        for suffix in (".index", ".timeindex"):
-            try:
-                fd = os.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
+        self.sync_job()()
+
+    def sync_job(self):
+        """A job that fsyncs this segment's log and index files as they are now.
+
+        The descriptors are duplicated here (on the caller's thread), so the job
+        stays valid if the segment is closed or deleted before it runs: it then
+        syncs the unlinked inodes, which is harmless, and never a reused fd number.
+        """
+        fds = [os.dup(self.fd)]
+        try:
+            for suffix, writer in ((".index", self._index_fd), (".timeindex", self._time_fd)):
+                if writer is not None:
+                    fds.append(os.dup(writer))
+                    continue
+                try:
+                    fds.append(os.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
+                except FileNotFoundError:
+                    pass
+        except OSError:
+            for fd in fds:
                 os.close(fd)
+            raise
+        return lambda: _fsync_close(fds)
 
     def close(self) -> None:
         self._close_index_writers()
@@ -313,13 +358,85 @@ class Segment:
             os.close(self.fd)
             self.fd = None
 
-    def delete(self) -> None:
+    def delete(self, background=None) -> None:
+        """Close and remove the files; with ``background`` the unlinks run there.
+
+        Deferring is safe: no segment with the same base offset is created in this
+        directory later (new segments start at the log end offset, above every
+        deleted one; a deleted topic's directory is renamed away first).
+        """
         self.close()
-        for suffix in (".log", ".index", ".timeindex"):
-            try:
-                os.unlink(self.path(suffix))
-            except FileNotFoundError:
-                pass
+        paths = [self.path(suffix) for suffix in (".log", ".index", ".timeindex")]
+        if background is None:
+            _unlink_all(paths)
+        else:
+            background.submit(lambda: _unlink_all(paths))
+
+
+class SpareFiles:
+    """Empty log + index files under temporary names, opened as ``Segment.create`` opens them.
+
+    Made on the background worker so that a roll only renames. Leftovers are
+    ``*.tmp`` files, which start-up removes (they never hold data before the rename).
+    """
+
+    __slots__ = ("paths", "fds")
+
+    def __init__(self, dir_path: str):
+        self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in (".log", ".index", ".timeindex")]
+        self.fds: list[int] = []
+        try:
+            self.fds.append(os.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
+                                    0o644))
+            for path in self.paths[1:]:
+                self.fds.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
+                                        0o644))
+        except OSError:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        _unlink_all(self.paths)
+
+
+def _read_file(path: str) -> bytes:
+    """Whole content of a small file, b"" if missing (os-level: cheaper than open() at start-up)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    except FileNotFoundError:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        if not size:
+            return b""
+        chunks = []
+        while True:
+            chunk = os.read(fd, max(size, 65536))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _fsync_close(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _unlink_all(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def scan(fd: int, start: int, end: int, expected_offset: int, verify_crc: bool, on_batch) -> tuple[int, int, str]:

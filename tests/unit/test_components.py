@@ -1,10 +1,9 @@
 """The broker's shape: parts built alone from narrow collaborators, one typed place that holds them,
-coordinators that do not know the broker, per-broker registries, file work off the loop in order."""
+coordinators that do not know the broker, per-broker registries."""
 from __future__ import annotations
 
 import ast
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BROKER, TOPIC, BrokerSettings
 from broker.delayed import Watchers
-from broker.files import FileWorker
 from broker.log.errors import LogError
 from broker.log.manager import LogManager
 from broker.topics import INTERNAL_TOPICS, Topics
@@ -62,30 +60,15 @@ def test_topics_alone(tmp_path):
         logs.close()
 
 
-async def test_file_worker_runs_jobs_in_order_off_the_loop():
-    worker = FileWorker()
-    loop_thread = threading.get_ident()
-    seen = []
-
-    def job(i):
-        seen.append((i, threading.get_ident() != loop_thread))
-        return i
-
-    results = await asyncio.gather(*(worker.run(job, i) for i in range(50)))
-    worker.close()
-    assert results == list(range(50))
-    assert seen == [(i, True) for i in range(50)]
-
-
 async def test_built_components_and_per_broker_config_resources(tmp_path):
     made = []
     for name in ("one", "two"):
         config = BrokerConfig({"log.dirs": str(tmp_path / name), "node.id": "1" if name == "one" else "2"})
-        files = FileWorker()
-        settings = BrokerSettings(config, config.get_int("node.id"), str(tmp_path / name / "meta"), files.run)
+        settings = BrokerSettings(config, config.get_int("node.id"), str(tmp_path / name / "meta"))
         logs = LogManager(str(tmp_path / name), default_configs=settings.topic_defaults())
+        settings.background = logs.start_background()
         node = Node(config.get_int("node.id"), logs.cluster_id, "127.0.0.1", 9092)
-        made.append(await build(config, node, logs.data_dir, logs, files, settings))
+        made.append(await build(config, node, logs.data_dir, logs, settings))
     try:
         one, two = made
         assert isinstance(one, Components)

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from broker.pipeline import AllowAll, NoAuthentication, RequestMetrics
-from broker.server import SCRATCH_BYTES, SMALL_FRAME_BYTES, Connection, RequestMemory
+from broker.server import METERED_READ, SCRATCH_BYTES, SMALL_FRAME_BYTES, Connection, RequestMemory
 
 
 class FakeTransport:
@@ -80,15 +80,15 @@ def test_frames_survive_any_read_boundaries(seed):
 
 
 def test_large_frame_is_read_into_its_own_buffer_directly():
-    conn = connection()
-    assert 256_000 > SMALL_FRAME_BYTES
-    body = bytes(range(256)) * 1000
+    conn = connection(max_request_bytes=1 << 30)
+    body = bytes(range(256)) * (SMALL_FRAME_BYTES // 256 + 1000)
     data = frames_of([body])
     feed(conn, data, [10])  # size prefix + 6 bytes: the frame now has its own buffer
     own = conn._frame
     assert own is not None and len(own) == len(body)
     view = conn.get_buffer(-1)
-    assert len(view) == len(body) - 6  # the transport may read straight into the rest of it
+    assert view.obj is own  # the transport reads straight into the frame's own buffer,
+    assert len(view) == METERED_READ  # at most this much at a time (the request memory meters it)
     feed(conn, data[10:], iter(lambda: 1 << 16, None))
     assert len(conn._frames) == 1
     assert conn._frames[0] is own and bytes(own) == body
@@ -110,7 +110,7 @@ def test_request_memory_pauses_reading_and_resumes():
 
 
 def test_large_frame_is_metered_by_bytes_received():
-    conn = connection(memory=1 << 30)
+    conn = connection(max_request_bytes=1 << 30, memory=1 << 30)
     size = 10 * SMALL_FRAME_BYTES
     feed(conn, struct.pack(">i", size) + b"x" * 1000, [1004])
     assert conn._frame is not None and conn.server.memory.used == 1000

@@ -1,0 +1,134 @@
+"""Broker CPU per MB for produce / consume, before and after, in one run.
+
+Starts one sharebroker per ``--root`` (a checkout of this repository: e.g. a
+copy of the tree before a change, and the working tree), one at a time, and
+for each repetition runs, on a fresh 1-partition topic:
+
+* ``produce``: N x 1 KiB records with a default confluent-kafka Producer
+  (librdkafka batches up to 1 MB);
+* ``consume``: the same records read back from the beginning (assign mode);
+* ``produce16k``: N x 1 KiB records with ``batch.size=16384`` and ``linger.ms=5``,
+  the Java client's defaults, so one Produce request carries ~16 KiB: this is
+  the per-request cost.
+
+Brokers are interleaved (root A rep 1, root B rep 1, root A rep 2, ...) so that
+other load on a shared machine hits both alike; the table gives the median
+(and min/max) of broker CPU ms per MB (MB = 10^6 bytes of values), split into
+user and system time.
+
+    python bench/cpu_per_mb.py --root before=/tmp/baseline --root after=. --repeat 5
+    python bench/cpu_per_mb.py --root . --records 300000 --phases produce,consume
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    from . import _common as C  # type: ignore[import-not-found]
+    from . import peers  # type: ignore[import-not-found]
+    from . import throughput as T  # type: ignore[import-not-found]
+except ImportError:  # run as a script
+    import _common as C  # type: ignore[no-redef]
+    import peers  # type: ignore[no-redef]
+    import throughput as T  # type: ignore[no-redef]
+
+PHASES = ("produce", "consume", "produce16k")
+JAVA_BATCH = {"batch.size": "16384", "linger.ms": "5"}
+
+
+def start_root(root: str, name: str, extra_args: list[str] | None = None) -> peers.BrokerProc:
+    """Start ``python -m broker`` from the checkout ``root`` on a free port with a fresh data dir."""
+    root = os.path.abspath(root)
+    port = peers.free_port()
+    workdir = tempfile.mkdtemp(prefix=f"sharebroker-cpu-{name}-")
+    data_dir = os.path.join(workdir, "data")
+    argv = [sys.executable, "-m", "broker", "--listen", f"{peers.LOOPBACK}:{port}", "--data-dir", data_dir]
+    argv += extra_args or []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return peers._spawn(name, argv, port, workdir, root, env, False, 30.0)
+
+
+def split_cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid``."""
+    f = peers._stat_fields(pid)
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(f[11]) / tck, int(f[12]) / tck
+
+
+def one_rep(bp: peers.BrokerProc, n: int, phases: list[str]) -> dict[str, tuple[float, float, float]]:
+    """phase -> (cpu ms/MB, user ms/MB, sys ms/MB)."""
+    out = {}
+    mb = n * 1024 / 1e6
+    topic = None
+    for phase in phases:
+        if phase in ("produce", "produce16k"):
+            topic = C.unique(f"bench-cpu-{phase}")
+            C.create_topic(bp.bootstrap, topic, 1)
+            u0, s0 = split_cpu(bp.pid)
+            r = T.produce(bp.bootstrap, topic, n, 1024, JAVA_BATCH if phase == "produce16k" else {}, 120.0)
+            u1, s1 = split_cpu(bp.pid)
+            if r["unflushed"] or r["errors"]:
+                print(f"!! {bp.name} {phase}: {r['unflushed']} unflushed, {r['errors']} failed", file=sys.stderr)
+        else:
+            if topic is None:
+                topic = C.unique("bench-cpu-consume")
+                C.create_topic(bp.bootstrap, topic, 1)
+                T.produce(bp.bootstrap, topic, n, 1024, {}, 120.0)
+            u0, s0 = split_cpu(bp.pid)
+            r = T.consume(bp.bootstrap, topic, 1, {}, 15.0, want=n)
+            u1, s1 = split_cpu(bp.pid)
+            if r["got"] != n:
+                print(f"!! {bp.name} consume: got {r['got']} of {n}", file=sys.stderr)
+        du, ds = (u1 - u0) * 1000 / mb, (s1 - s0) * 1000 / mb
+        out[phase] = (du + ds, du, ds)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", action="append", default=[], metavar="[NAME=]DIR",
+                    help="repository checkout to start the broker from (repeatable; default: this one)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--records", type=int, default=600_000, help="1 KiB records per phase")
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    roots = []
+    for spec in args.root or [str(peers.REPO_ROOT)]:
+        name, sep, path = spec.partition("=")
+        roots.append((name, path) if sep else (os.path.basename(os.path.abspath(spec)) or spec, spec))
+    phases = [p for p in args.phases.split(",") if p]
+    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for rep in range(args.repeat):
+        for name, path in roots:
+            bp = start_root(path, name)
+            try:
+                for phase, v in one_rep(bp, args.records, phases).items():
+                    results.setdefault((name, phase), []).append(v)
+                    print(f"rep {rep + 1} {name:>8} {phase:>10}: {v[0]:.3f} cpu_ms/MB "
+                          f"(user {v[1]:.3f}, sys {v[2]:.3f})", flush=True)
+            finally:
+                bp.stop()
+    rows = []
+    for (name, phase), vals in results.items():
+        tot = [v[0] for v in vals]
+        rows.append({"root": name, "phase": phase, "n": len(vals), "median": statistics.median(tot),
+                     "min": min(tot), "max": max(tot), "user": statistics.median(v[1] for v in vals),
+                     "sys": statistics.median(v[2] for v in vals)})
+    print("\n# broker CPU ms per MB of 1 KiB values (median of repetitions; user/sys medians)")
+    C.table(rows, ["root", "phase", "n", "median", "min", "max", "user", "sys"])
+    C.write_json(args.json, {"bench": "cpu_per_mb", "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    peers.terminate_on_sigterm()
+    sys.exit(main())
