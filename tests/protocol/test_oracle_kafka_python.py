@@ -22,15 +22,16 @@ import uuid
 
 import pytest
 
-kafka_protocol = pytest.importorskip("kafka.protocol")
-from kafka.protocol.api_header import RequestHeader as KpRequestHeader  # noqa: E402
-from kafka.protocol.api_header import ResponseHeader as KpResponseHeader  # noqa: E402
-from kafka.protocol.api_message import ApiMessage  # noqa: E402
+# kafka-python is a pinned test dependency: if it does not import, this module fails (no skip).
+import kafka.protocol as kafka_protocol
+from kafka.protocol.api_header import RequestHeader as KpRequestHeader
+from kafka.protocol.api_header import ResponseHeader as KpResponseHeader
+from kafka.protocol.api_message import ApiMessage
 
-from protocol import codegen  # noqa: E402
-from protocol.messages.registry import REQUESTS, RESPONSES  # noqa: E402
-from protocol.messages.request_header import RequestHeader  # noqa: E402
-from protocol.messages.response_header import ResponseHeader  # noqa: E402
+from protocol import codegen
+from protocol.messages.registry import REQUESTS, RESPONSES
+from protocol.messages.request_header import RequestHeader
+from protocol.messages.response_header import ResponseHeader
 
 OUR_SCHEMAS = codegen.load_all()
 
