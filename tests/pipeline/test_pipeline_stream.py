@@ -1,0 +1,110 @@
+"""format("kafka_share"): a streaming source over a share group, at-least-once into a file sink."""
+from __future__ import annotations
+
+import json
+import os
+
+from tests.support import until
+
+
+def committed_batches(checkpoint: str) -> set[int]:
+    d = os.path.join(checkpoint, "commits")
+    return {int(f) for f in os.listdir(d) if f.isdigit()} if os.path.isdir(d) else set()
+
+
+def offsets_log(checkpoint: str) -> dict[int, int]:
+    """Spark's offset log: batch id -> the source's end offset ({"batch": n}) for that batch."""
+    d = os.path.join(checkpoint, "offsets")
+    out = {}
+    for f in os.listdir(d):
+        if f.isdigit():
+            with open(os.path.join(d, f)) as fh:
+                out[int(f)] = json.loads(fh.read().splitlines()[-1])["batch"]
+    return out
+
+
+def sink_files_by_batch(out: str) -> dict[int, list[str]]:
+    """The file sink's own log (_spark_metadata): which files each committed batch added."""
+    meta = os.path.join(out, "_spark_metadata")
+    by_batch: dict[int, list[str]] = {}
+    for name in os.listdir(meta):
+        base = name.split(".")[0]
+        if not base.isdigit() or name.startswith("."):
+            continue
+        with open(os.path.join(meta, name)) as f:
+            lines = f.read().splitlines()[1:]  # after the version line
+        for line in lines:
+            entry = json.loads(line)
+            if entry.get("action", "add") == "add":
+                by_batch.setdefault(int(base), []).append(entry["path"])
+    return by_batch
+
+
+def test_stop_and_restart_every_record_at_least_once_acked_after_commit(spark, broker, kafka, tmp_path):
+    topic = kafka.topic(2, "stream")
+    group = kafka.group(share_record_lock_duration_ms=30000)
+    n = 200
+    kafka.produce(topic, ({"value": b"%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(n)),
+                  per_flush=10)
+    out, ck, acks = str(tmp_path / "out"), str(tmp_path / "ck"), str(tmp_path / "acks.jsonl")
+
+    def start():
+        df = (spark.readStream.format("kafka_share").option("kafka.bootstrap.servers", broker.bootstrap)
+              .option("kafka.group.id", group).option("subscribe", topic).option("maxRecordsPerBatch", "40")
+              .option("acknowledgementLog", acks).load())
+        return df.writeStream.format("parquet").option("checkpointLocation", ck).start(out)
+
+    q = start()
+    try:
+        until(lambda: len(committed_batches(ck)) >= 2 or q.exception(), 90, "2 committed micro-batches")
+        assert q.exception() is None
+    finally:
+        q.stop()
+    first_run = committed_batches(ck)
+    first_acked = [json.loads(line) for line in open(acks)] if os.path.exists(acks) else []
+
+    q = start()
+    try:
+        def all_in_sink():
+            assert q.exception() is None, q.exception()
+            vals = {int(r.value) for r in spark.read.parquet(out).select("value").collect()} \
+                if committed_batches(ck) else set()
+            return vals >= set(range(n))
+        until(all_in_sink, 120, "every record in the sink")
+        # the last batch's records are acknowledged at the next trigger: wait for that too
+        until(lambda: sum(len(json.loads(line)["records"]) for line in open(acks)) >= n, 60,
+              "every sink record acknowledged")
+    finally:
+        q.stop()
+
+    # at least once: every record is in the sink (duplicates allowed, deliveryCount says so)
+    sink = spark.read.parquet(out)
+    rows = sink.select("value", "key", "partition", "offset", "deliveryCount").collect()
+    assert {int(r.value) for r in rows} == set(range(n))
+    assert all(r.key == b"k%d" % int(r.value) and r.partition == int(r.value) % 2 for r in rows)
+
+    # nothing was acknowledged before its micro-batch was committed: when batch b's records were
+    # acknowledged, Spark's commit log held b and the file sink's log listed files with those records
+    files = sink_files_by_batch(out)
+    records_by_file = {}
+    for r in spark.read.parquet(out).selectExpr("input_file_name() as f", "partition", "offset").collect():
+        records_by_file.setdefault(os.path.basename(r.f), set()).add((r.partition, r.offset))
+    ack_lines = [json.loads(line) for line in open(acks)]
+    assert ack_lines and len(first_acked) >= 1
+    spark_batch = {end: batch_id for batch_id, end in offsets_log(ck).items()}
+    for a in ack_lines:
+        b = spark_batch[a["batch"]]
+        assert b == a["batch"]  # the source numbers its batches as Spark does
+        commit_file = os.path.join(ck, "commits", str(b))
+        assert os.path.exists(commit_file), f"batch {b} acknowledged but never committed"
+        assert os.stat(commit_file).st_mtime <= a["time"], f"batch {b} acknowledged before Spark committed it"
+        in_sink = set().union(*(records_by_file.get(os.path.basename(p), set())
+                                for bb, ps in files.items() if bb <= b for p in ps))
+        assert {(p, o) for _, p, o in a["records"]} <= in_sink, f"batch {b} acknowledged records not in the sink"
+        assert not a["failed"], a
+    # the first query stopped with batches that were not acknowledged; they came again in the second
+    first_acked_batches = {a["batch"] for a in first_acked}
+    assert first_acked_batches <= first_run
+    acked_records = [tuple(x[1:]) for a in ack_lines for x in a["records"]]
+    assert set(acked_records) == {(r.partition, r.offset) for r in rows}
+    assert kafka.leftovers(group, topic) == []

@@ -1,0 +1,123 @@
+"""run_share_workers: Spark tasks as share-group workers (explicit acks, real ShareConsumers)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from pyspark import cloudpickle
+
+from pipeline.workers import run_share_workers
+
+# handlers and exception classes of this module travel to the Python workers by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Transient(Exception):
+    """Retryable: RELEASE, delivered again."""
+
+
+class Poison(Exception):
+    """Not retryable: REJECT, archived at once."""
+
+
+def rows_by_record(df) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for r in df.collect():
+        out.setdefault(int(r.result), []).append(r)
+    return out
+
+
+def test_eight_tasks_on_two_partitions_each_record_accepted_once(spark, broker, kafka):
+    topic = kafka.topic(2, "work")
+    group = kafka.group()
+    n = 2000
+    kafka.produce(topic, ({"value": b"%d" % i, "partition": i % 2} for i in range(n)), per_flush=20)
+
+    def handler(rec):
+        return rec.value.decode()
+
+    res = run_share_workers(spark, {"bootstrap.servers": broker.bootstrap, "group.id": group}, [topic], handler,
+                            workers=8, max_records_per_task=n // 8, idle_timeout=5)
+    # 8 members of one share group on 2 partitions: every task got (and handled) records
+    assert [t["task"] for t in res.tasks] == list(range(8))
+    assert all(t["accepted"] > 0 for t in res.tasks), res.table()
+    assert res.totals["accepted"] == n and res.totals["released"] == 0 and res.totals["rejected"] == 0
+    assert res.totals["ack_errors"] == 0
+    by_record = rows_by_record(res.outputs)
+    assert sorted(by_record) == list(range(n))
+    assert all(len(v) == 1 and v[0].delivery_count == 1 for v in by_record.values()), "a record came twice"
+    assert {(v[0].partition, v[0].offset) for v in by_record.values()} == {(p, o) for p in (0, 1)
+                                                                            for o in range(n // 2)}
+    assert kafka.leftovers(group, topic) == []
+
+
+def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, tmp_path):
+    topic = kafka.topic(2, "work")
+    limit = 3
+    group = kafka.group(share_delivery_count_limit=limit, share_record_lock_duration_ms=1500)
+    n = 600
+    kafka.produce(topic, ({"value": b"%d" % i, "partition": i % 2} for i in range(n)), per_flush=10)
+    log = str(tmp_path / "calls.log")
+    handled = [0]  # per task attempt (the handler is unpickled afresh for each task)
+
+    def handler(rec):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task, attempt = ctx.partitionId(), ctx.attemptNumber()
+        i = int(rec.value)
+        with open(log, "a") as f:
+            f.write(f"{i},{rec.delivery_count},{task},{attempt},{os.getpid()}\n")
+        handled[0] += 1
+        if task == 1 and attempt == 0 and handled[0] == 60:
+            os.kill(os.getpid(), signal.SIGKILL)  # the Python worker dies mid-poll, nothing acknowledged
+        if i % 50 == 7:
+            raise Transient(f"{i} always fails")  # poison by retries: archived at the delivery limit
+        if i % 50 == 17:
+            raise Poison(f"{i} is malformed")  # REJECT: archived at once
+        if i % 10 == 3 and rec.delivery_count == 1:
+            raise Transient(f"{i} fails the first time")
+        time.sleep(0.005)  # some work: task 0 cannot drain the topic before task 1 joins
+        return str(i)
+
+    # tasks 0 and 1 run first (2 slots) and share the 2 partitions; the killed member keeps its
+    # assignment until its 3 s session times out, its records come back at once (disconnect)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group, "max.poll.records": 50}
+    res = run_share_workers(spark, conf, [topic], handler, workers=3, retryable=(Transient,), poison=(Poison,),
+                            idle_timeout=6)
+
+    calls = [tuple(int(x) for x in line.split(",")) for line in open(log)]
+    killed = [c for c in calls if c[2] == 1 and c[3] == 0]
+    assert len(killed) == 60, "task 1 was not killed on its 60th record"
+    assert any(t["task"] == 1 and t["attempt"] >= 1 for t in res.tasks), "Spark did not retry the killed task"
+
+    poison_retry = {i for i in range(n) if i % 50 == 7}
+    poison_reject = {i for i in range(n) if i % 50 == 17}
+    good = set(range(n)) - poison_retry - poison_reject
+    by_record = rows_by_record(res.outputs)
+    assert set(by_record) == good, (f"missing {sorted(good - set(by_record))[:10]}, "
+                                   f"extra {sorted(set(by_record) - good)[:10]}\n{res.table()}")
+
+    # records that failed once came back (RELEASE) with a higher delivery count
+    for i in good:
+        if i % 10 == 3:
+            assert max(r.delivery_count for r in by_record[i]) >= 2, (i, by_record[i])
+
+    # what the killed attempt handled without writing its output came back and was done by another attempt
+    killed_pid = killed[0][4]
+    done_by_killed = {int(r.result) for rows in by_record.values() for r in rows if (r.task, r.attempt) == (1, 0)}
+    lost_in_flight = {c[0] for c in killed} - done_by_killed - poison_retry - poison_reject
+    assert lost_in_flight, "the kill did not catch any record in flight"
+    for i in lost_in_flight:
+        assert any((r.task, r.attempt) != (1, 0) for r in by_record[i]), i
+        assert any(c[0] == i and c[4] != killed_pid for c in calls), i
+
+    # poison records: handled up to the delivery limit (retryable) or once (REJECT), never accepted, archived
+    for i in poison_retry:
+        counts = [c[1] for c in calls if c[0] == i]
+        assert max(counts) == limit, (i, counts)
+    for i in poison_reject:
+        assert i not in by_record
+    assert kafka.leftovers(group, topic) == [], "records were left neither accepted nor archived"
