@@ -49,12 +49,15 @@ async def fetch(ctx, req):
     by_id = version >= 13
     err, session, full = (Errors.NONE, None, True)
     if version >= 7:
-        err, session, full = c.fetch_sessions.resolve(req.session_id, req.session_epoch)
-        if err:
-            return FetchResponse(error_code=err, session_id=req.session_id)
+        err, session, full = c.fetch_sessions.resolve(req.session_id, req.session_epoch, by_id)
+        if err:  # Kafka's SessionErrorContext: the error, session id 0, the session untouched
+            return FetchResponse(error_code=err, session_id=0)
         if full and req.session_epoch == 0:
-            session = c.fetch_sessions.open(by_id)
+            session = c.fetch_sessions.open(by_id, sum(len(t.partitions) for t in req.topics))
     wants = _collect(c, req, session, full, by_id)
+    if session is not None and not full and not session.partitions:
+        c.fetch_sessions.close(session.id)  # every partition forgotten: sessionless from here
+        session = None
     read_committed = req.isolation_level == 1
     deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
     while True:
@@ -151,6 +154,7 @@ def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
 def _response(wants, results, session, full: bool, by_id: bool) -> FetchResponse:
     topics: list[_TopicResp] = []
     last = None
+    served = []
     for w, r in zip(wants, results):
         sp = w.sp
         if sp is not None:
@@ -159,8 +163,15 @@ def _response(wants, results, session, full: bool, by_id: bool) -> FetchResponse
             sp.last_hwm, sp.last_lso, sp.last_lss = r.high_watermark, r.last_stable_offset, r.log_start_offset
             if not full and not changed:
                 continue
+            if not full and r.records:
+                served.append(w.key)
         if last is None or last.topic_id != w.topic_id or (not by_id and last.topic != w.key[0]):
             last = _TopicResp(topic=w.key[0] if not by_id else "", topic_id=w.topic_id, partitions=[])
             topics.append(last)
         last.partitions.append(r)
+    if served:  # partitions that returned records go to the end of the session's order
+        parts = session.partitions
+        for key in served:
+            parts[key] = parts.pop(key)
+        session.size = len(parts)
     return FetchResponse(session_id=session.id if session is not None else 0, responses=topics)

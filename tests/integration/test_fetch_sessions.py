@@ -163,8 +163,6 @@ def test_closed_sessions_are_not_found(topic):
     assert t.fetch(IDS, second, 2).error_code == Errors.FETCH_SESSION_ID_NOT_FOUND
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: a session error response echoes the request's session id; "
-                                       "Kafka's SessionErrorContext answers INVALID_SESSION_ID (0)")
 def test_session_error_response_has_session_id_zero(topic):
     t = topic(1)
     sid = open_session(t, IDS, {0: 0})
@@ -188,9 +186,6 @@ def test_wrong_epoch_is_invalid_fetch_session_epoch_and_leaves_the_session(topic
     assert t.fetch(version, sid, 2).error_code == 0
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: an incremental fetch at a version whose topic addressing "
-                                       "differs from the session's is served; Kafka's FetchManager.newContext answers "
-                                       "FETCH_SESSION_TOPIC_ID_ERROR")
 @pytest.mark.parametrize("opened_at,then", [(NAMES, IDS), (IDS, NAMES)])
 def test_topic_id_mismatch_is_fetch_session_topic_id_error(topic, opened_at, then):
     t = topic(1)
@@ -218,8 +213,6 @@ def test_forgotten_partitions_leave_the_session(topic, version):
     assert batch_offsets(parts[1].records) == [0]
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: forgetting every partition keeps an empty session; Kafka "
-                                       "closes it and answers sessionless (session id 0)")
 def test_forgetting_every_partition_closes_the_session(topic):
     t = topic(2)
     sid = open_session(t, IDS, {0: 0, 1: 0})
@@ -229,9 +222,6 @@ def test_forgetting_every_partition_closes_the_session(topic):
 
 
 # ----------------------------------------------------------------------------- partition rotation
-@pytest.mark.xfail(strict=True, reason="broker bug: the session keeps its partitions in request order, so with a "
-                                       "small MaxBytes the first partition with data is served every time; Kafka "
-                                       "moves a partition that returned records to the end of the session")
 @pytest.mark.parametrize("version", [NAMES, IDS])
 def test_partitions_that_returned_records_rotate_so_none_starves(topic, version):
     n = 3
@@ -274,9 +264,6 @@ def test_no_cache_slots_means_no_sessions(broker_factory):
 SLOTS = 8  # Kafka splits the slots over 8 cache shards used round robin: 8 fills one per shard
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: a full cache evicts its least recently used session; Kafka "
-                                       "(FetchSessionCacheShard.tryEvict) evicts only sessions unused for 120 s or "
-                                       "created over 120 s ago, so a new consumer session gets session id 0")
 def test_full_cache_does_not_evict_fresh_sessions(broker_factory):
     b = broker_factory({"max.incremental.fetch.session.cache.slots": SLOTS})
     t = Topic(b.bootstrap, 2)
