@@ -25,6 +25,7 @@ import asyncio
 import collections
 import logging
 import mmap
+import os
 import struct
 import time
 
@@ -34,7 +35,7 @@ from protocol.errors import Errors
 from protocol.messages.api_versions import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
 from protocol.messages.request_header import RequestHeader
-from protocol.primitives import DecodeError, frame_parts
+from protocol.primitives import DecodeError, FileChunk, frame_parts
 
 log = logging.getLogger("sharebroker.server")
 
@@ -88,6 +89,7 @@ class Connection(asyncio.BufferedProtocol):
         self._held = 0  # request-memory bytes this connection holds
         self._close_hooks: list = []
         self.closed = False
+        self._sock_fd = -1  # the socket for os.sendfile (-1: not usable)
         self.busy = False  # a request is being handled
         self.last_active = server.clock()
         self.principal = ANONYMOUS
@@ -98,6 +100,9 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = peer[0] if peer else "?"
+        sock = transport.get_extra_info("socket")
+        # os.sendfile needs the plain socket; a TLS transport encrypts in user space.
+        self._sock_fd = sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else -1
         refusal = self.server.admit(self)
         if refusal is not None:
             log.warning("refusing connection from %s: %s", self.peer, refusal)
@@ -350,10 +355,48 @@ class Connection(asyncio.BufferedProtocol):
         size = len(b) - 4 + sum(len(c) for _, c in sp)
         _SIZE.pack_into(b, 0, size)
         self.last_active = self.server.clock()
-        if sp:
-            self.transport.writelines(frame_parts(b, sp))
-        else:
+        if not sp:
             self.transport.write(b)
+            return
+        parts = frame_parts(b, sp)
+        if any(type(p) is FileChunk for p in parts):
+            self._send_with_files(parts)
+        else:
+            self.transport.writelines(parts)
+
+    def _send_with_files(self, parts: list) -> None:
+        """Write a response whose record chunks are still in segment files.
+
+        A chunk goes out with ``os.sendfile`` straight from the page cache when nothing
+        is queued in the transport before it (so bytes keep their order); what the
+        socket does not take at once, or any chunk behind queued bytes, is read with
+        ``pread`` and queued in the transport like any other part.
+        """
+        t = self.transport
+        pending: list = []
+        for part in parts:
+            if type(part) is not FileChunk:
+                pending.append(part)
+                continue
+            if pending:
+                t.writelines(pending)
+                pending = []
+            sent = 0
+            if self._sock_fd >= 0 and t.get_write_buffer_size() == 0:
+                try:
+                    while sent < part.size:
+                        n = os.sendfile(self._sock_fd, part.fd, part.pos + sent, part.size - sent)
+                        if n == 0:
+                            break
+                        sent += n
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:  # the connection broke: the transport will notice and close
+                    self._sock_fd = -1
+            if sent < part.size:
+                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent))
+        if pending:
+            t.writelines(pending)
 
     def _send_unsupported_api_versions(self, correlation_id: int) -> None:
         resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION, api_keys=api_version_entries())

@@ -12,6 +12,7 @@ chunks so ``transport.writelines`` sends record bytes straight from storage.
 """
 from __future__ import annotations
 
+import os
 import struct
 
 I8 = struct.Struct(">b")
@@ -180,6 +181,28 @@ def write_compact_bytes(b: bytearray, v) -> None:
     b += v
 
 
+class FileChunk:
+    """Record bytes that stay in a file until they are sent: ``size`` bytes at ``pos`` of ``fd``.
+
+    A ``records`` value may hold these beside bytes and memoryviews; the encoder
+    splices them into the frame like any chunk, and the sender can hand them to
+    ``os.sendfile`` so the bytes never pass through Python.  ``read()`` is the
+    fallback (a ``pread``).  The fd belongs to its owner (a segment): use the chunk
+    in the same event-loop callback that made it.
+    """
+
+    __slots__ = ("fd", "pos", "size")
+
+    def __init__(self, fd: int, pos: int, size: int):
+        self.fd, self.pos, self.size = fd, pos, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.size, self.pos)
+
+
 def records_size(v) -> int:
     if isinstance(v, (list, tuple)):
         return sum(len(c) for c in v)
@@ -192,7 +215,7 @@ def _put_records(b: bytearray, v, sp) -> None:
         if sp is not None and len(c) >= SPLICE_MIN:
             sp.append((len(b), c))
         else:
-            b += c
+            b += c.read() if type(c) is FileChunk else c
 
 
 def write_records(b: bytearray, v, sp, nullable: bool = True) -> None:
@@ -309,4 +332,5 @@ def frame_parts(b: bytearray, sp) -> list:
 
 
 def join_parts(b: bytearray, sp) -> bytes:
-    return b"".join(bytes(x) if isinstance(x, memoryview) else x for x in frame_parts(b, sp))
+    return b"".join(x.read() if type(x) is FileChunk else bytes(x) if isinstance(x, memoryview) else x
+                    for x in frame_parts(b, sp))

@@ -1,7 +1,8 @@
 """Fetch (1) v4-18 for consumers: byte-for-byte batches, long poll, fetch sessions.
 
-Batches are sliced from segment files and sent as they are (``records`` chunks are
-spliced into the response, never copied into it).  MaxWaitMs / MinBytes long poll
+Batches are located in the segment files (headers only) and sent as they are: the
+``records`` are ``FileChunk``s that the server hands to ``os.sendfile`` when it can,
+so record bytes never pass through Python.  MaxWaitMs / MinBytes long poll
 registers on the partitions' watcher keys and is woken by produce; there is no
 polling loop.  MaxBytes bounds the response, PartitionMaxBytes each partition, and
 the first batch of the first partition with data is returned whole even when it
@@ -18,9 +19,11 @@ import asyncio
 from broker.dispatch import handler
 from broker.fetch_sessions import SessionPartition
 from broker.log.errors import LogError
+from broker.log.partition_log import file_spans
 from protocol.errors import Errors
 from protocol.messages.fetch import FetchResponse
 from protocol.messages.registry import ApiKey
+from protocol.primitives import FileChunk
 
 _TopicResp = FetchResponse.FetchableTopicResponse
 _PartResp = FetchResponse.PartitionData
@@ -132,14 +135,14 @@ def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
         elif w.offset < upper and total < max_bytes:
             try:
                 batches = log.read(w.offset, min(w.max_bytes, max_bytes - total), max_offset=upper,
-                                   min_one=total == 0)
+                                   min_one=total == 0, lazy=True)
             except LogError as e:
                 code = e.code
                 errored = True
                 batches = []
-            for ref in batches:
-                chunks.append(ref.data)
-                total += len(ref.data)
+            for fd, pos, size in file_spans(batches):
+                chunks.append(FileChunk(fd, pos, size))
+                total += size
             if read_committed and batches:
                 aborted = [_Aborted(producer_id=pid, first_offset=first)
                            for pid, first in log.aborted_transactions(w.offset, batches[-1].last_offset + 1)]
