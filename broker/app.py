@@ -21,6 +21,7 @@ from broker.group_configs import validate_broker_share_configs
 from broker.log.config import ConfigError
 from broker.log.errors import DataDirLockedError
 from broker.log.manager import LogManager
+from broker.metrics import MetricsServer
 from broker.server import Server
 from broker.topics import FILES_PER_PARTITION, open_file_limit
 
@@ -43,6 +44,7 @@ class Broker:
         self.host, self.port = "", 0  # from ``listeners``, once the configuration is checked
         self.components: Components | None = None
         self.server: Server | None = None
+        self.metrics: MetricsServer | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     async def start(self) -> None:
@@ -85,6 +87,15 @@ class Broker:
         self.port = self.server.port
         if not fixed:
             node.port = self.port
+        if config.get("sharebroker.metrics.listener"):
+            mhost, mport = parse_listener(config.get("sharebroker.metrics.listener"))
+            self.metrics = MetricsServer(c, self.server, mhost, mport)
+            try:
+                await self.metrics.start()
+            except OSError as e:
+                await self.server.close()
+                await c.close()
+                raise StartupError(f"cannot listen for metrics on {mhost}:{mport}: {e}") from None
         self._every("log.retention.check.interval.ms", 300000, self._run_maintenance)
         self._every("producer.id.expiration.check.interval.ms", 600000, c.logs.remove_expired_producers)
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
@@ -113,6 +124,8 @@ class Broker:
     async def stop(self) -> None:
         for handle in self._timers.values():
             handle.cancel()
+        if self.metrics is not None:
+            await self.metrics.close()
         if self.server is not None:
             await self.server.close()
         if self.components is not None:

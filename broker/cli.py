@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", default=None, metavar="FILE", help="Kafka-style .properties file")
     ap.add_argument("--set", dest="overrides", type=parse_set, action="append", default=[], metavar="KEY=VALUE",
                     help="override one property (Kafka names), repeatable")
+    ap.add_argument("--metrics", type=parse_listen, default=None, metavar="HOST:PORT",
+                    help="serve Prometheus metrics on http://HOST:PORT/metrics (off by default)")
     ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                     help="logging level: " + ", ".join(LOG_LEVELS) + " (default INFO)")
     ap.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         config.set("log.dirs", args.data_dir)
     if args.listen:
         config.set("listeners", f"PLAINTEXT://{args.listen[0]}:{args.listen[1]}")
+    if args.metrics:
+        config.set("sharebroker.metrics.listener", f"{args.metrics[0]}:{args.metrics[1]}")
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a runtime dependency, but stay usable without it

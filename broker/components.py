@@ -19,6 +19,7 @@ part, each the single owner of its state.
 | ``groups``       | ``coordinator.group.GroupCoordinator`` | every group (classic, consumer, share), offsets  |
 | ``shares``       | ``broker.share.manager.SharePartitionManager`` | share partitions (in-flight records), share sessions |
 | ``authenticator``, ``authorizer``, ``request_metrics`` | ``broker.pipeline`` | the request pipeline's stages |
+| ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
@@ -42,6 +43,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.group_configs import GroupConfigManager
 from broker.internal_topics import PartitionRecordLog
 from broker.log.manager import LogManager
+from broker.metrics import MeteredPersister, ShareMetrics
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
 from broker.producer_ids import ProducerIdManager
 from broker.share.manager import SharePartitionManager
@@ -84,6 +86,7 @@ class Components:
     authenticator: Authenticator = field(default_factory=NoAuthentication)
     authorizer: Authorizer = field(default_factory=AllowAll)
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     now_ms: Callable[[], int] = now_ms
 
     async def close(self) -> None:
@@ -126,7 +129,9 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                               group_configs=group_configs, share_state=share_state)
     await groups.load()  # one replay of __consumer_offsets: classic, consumer and share groups, offsets
 
-    shares = SharePartitionManager(config, logs=logs, watchers=watchers, persister=share_state,
+    share_metrics = ShareMetrics()
+    shares = SharePartitionManager(config, logs=logs, watchers=watchers,
+                                   persister=MeteredPersister(share_state, share_metrics),
                                    group_configs=group_configs, scheduler=loop, now_ms=now_ms)
     group_configs.add_listener(shares.group_config_changed)
     topics.on_delete(shares.topic_deleted)
@@ -143,4 +148,5 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
                       producer_ids=ProducerIdManager(meta, background=logs.background), settings=settings, configs=configs,
-                      group_configs=group_configs, share_state=share_state, groups=groups, shares=shares)
+                      group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
+                      share_metrics=share_metrics)

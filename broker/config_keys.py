@@ -107,6 +107,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     # ours (documented in the README)
     _k("offsets.retention.ms", LONG, minimum=1),
     _k("sharebroker.share.session.idle.timeout.ms", LONG, minimum=1),
+    _k("sharebroker.metrics.listener", STRING),
 ])
 
 # Kafka settings that have no meaning on one node; accepted so a Kafka server.properties works.
@@ -157,7 +158,7 @@ def check(key: str, value: str) -> bool:
         except ConfigError:
             raise ConfigError(f"Invalid value {value} for configuration {key}: {_TYPE_MESSAGES[cdef.type]}") from None
     cdef.parse(value)
-    if key in ("listeners", "advertised.listeners"):
+    if key in ("listeners", "advertised.listeners", "sharebroker.metrics.listener"):
         _listener_check(key, value)
     return True
 

@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 
 _READY = re.compile(r"accepting connections on (\S+):(\d+)")
+_METRICS = re.compile(r"metrics on http://(\S+):(\d+)/metrics")
 
 
 def tracebacks(lines: list[str]) -> list[str]:
@@ -50,7 +51,8 @@ class BrokerProcess:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.log_lines: list[str] = []
-        self.checked_lines = 0  # log lines already checked for tracebacks (new_tracebacks)
+        self.checked_lines = 0
+        self.metrics_url: str | None = None  # with sharebroker.metrics.listener set  # log lines already checked for tracebacks (new_tracebacks)
         self._ready = threading.Event()
         self._drainers: list[threading.Thread] = []
 
@@ -82,6 +84,9 @@ class BrokerProcess:
         for line in proc.stderr:
             line = line.rstrip("\n")
             self.log_lines.append(line)
+            mm = _METRICS.search(line)
+            if mm:
+                self.metrics_url = f"http://{mm.group(1)}:{mm.group(2)}/metrics"
             m = _READY.search(line)
             if m:
                 self.port = int(m.group(2))

@@ -1,0 +1,277 @@
+"""Prometheus metrics on ``/metrics`` (text exposition format 0.0.4), off unless configured.
+
+Started with ``--metrics HOST:PORT`` or the setting ``sharebroker.metrics.listener=HOST:PORT``; a
+small asyncio HTTP listener on the broker's loop answers ``GET /metrics`` (and ``GET /`` with a
+pointer).  A scrape reads counters and gauges the components keep on the fly (request counts, the
+share partitions' offsets and counts, group states, log offsets and sizes); it never reads a log.
+
+Names.  Metrics that Kafka has are named as the Prometheus JMX exporter's usual Kafka rules derive
+them from the MBean (``kafka.<domain><type=T, name=N, k=v>`` -> ``kafka_<domain>_<t>_<n>{k="v"}``,
+lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kafka map over:
+
+- ``kafka_server_group_coordinator_metrics_group_count{protocol, state}`` (KIP-932 and KIP-848);
+- ``kafka_server_share_group_metrics_share_acknowledgement_count`` and
+  ``..._record_acknowledgement_count{ack_type="Accept|Release|Reject"}`` (KIP-932);
+- ``kafka_server_share_group_metrics_partition_load_time_avg`` / ``_max`` (ms);
+- ``kafka_server_share_coordinator_metrics_write_total``, ``..._write_latency_avg`` / ``_max`` (ms);
+- ``kafka_log_log_logstartoffset`` / ``_logendoffset`` / ``_size{topic, partition}``;
+- ``kafka_network_requestmetrics_requests_total{request}``.
+
+Ours, under ``sharebroker_``: per share partition ``sharebroker_share_partition_lag`` (KIP-1226:
+the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_in_flight_records``
+(acquired, locked), ``_archived_records_total``; per consumer-group partition
+``sharebroker_consumer_group_lag`` (log end minus committed offset); ``sharebroker_connections``
+and the request-latency histogram ``sharebroker_request_latency_seconds{request}``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.pipeline import LATENCY_BUCKETS
+from protocol.messages.registry import ApiKey
+
+log = logging.getLogger("sharebroker.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ACK_TYPES = {1: "Accept", 2: "Release", 3: "Reject"}
+
+
+def _label(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Writer:
+    """Text exposition: one HELP/TYPE header per family, then its samples."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_: str) -> None:
+        self.lines.append(f"# HELP {name} {help_}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, value, **labels) -> None:
+        if labels:
+            inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            self.lines.append(f"{name}{{{inner}}} {value}")
+        else:
+            self.lines.append(f"{name} {value}")
+
+    def text(self) -> bytes:
+        return ("\n".join(self.lines) + "\n").encode()
+
+
+class Meter:
+    """A count, and the average and maximum of a duration in milliseconds."""
+
+    __slots__ = ("count", "total_ms", "max_ms")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_ms = 0.0
+        self.max_ms = 0.0
+
+    def record(self, ms: float) -> None:
+        self.count += 1
+        self.total_ms += ms
+        if ms > self.max_ms:
+            self.max_ms = ms
+
+    @property
+    def avg_ms(self) -> float:
+        return self.total_ms / self.count if self.count else 0.0
+
+
+class ShareMetrics:
+    """Counters the share side increments: acknowledgements, partition loads, state writes."""
+
+    def __init__(self) -> None:
+        self.acknowledgements = 0  # ShareAcknowledge requests and ShareFetch requests carrying acks
+        self.records_acknowledged = {t: 0 for t in ACK_TYPES}  # by ack type
+        self.partition_loads = Meter()
+        self.state_writes = Meter()
+
+    def acknowledged(self, ack_type: int, records: int) -> None:
+        if ack_type in self.records_acknowledged:
+            self.records_acknowledged[ack_type] += records
+
+
+class MeteredPersister:
+    """The share coordinator as the share-partition leader's persister, timed: state reads are
+    partition loads, state writes are coordinator writes (KIP-932's metrics)."""
+
+    def __init__(self, persister, metrics: ShareMetrics):
+        self._persister = persister
+        self._metrics = metrics
+
+    def __getattr__(self, name):
+        return getattr(self._persister, name)
+
+    async def read_state(self, req):
+        t0 = time.perf_counter()
+        try:
+            return await self._persister.read_state(req)
+        finally:
+            self._metrics.partition_loads.record((time.perf_counter() - t0) * 1000)
+
+    async def write_state(self, req):
+        t0 = time.perf_counter()
+        try:
+            return await self._persister.write_state(req)
+        finally:
+            self._metrics.state_writes.record((time.perf_counter() - t0) * 1000)
+
+
+def render(c, connections: int) -> bytes:
+    """The whole exposition for one scrape."""
+    w = _Writer()
+    _requests(w, c.request_metrics)
+    w.family("sharebroker_connections", "gauge", "Open client connections.")
+    w.sample("sharebroker_connections", connections)
+    _groups(w, c)
+    _share(w, c)
+    _logs(w, c)
+    return w.text()
+
+
+def _requests(w: _Writer, m) -> None:
+    name = "kafka_network_requestmetrics_requests_total"
+    w.family(name, "counter", "Requests handled, by API.")
+    served = [k for k in range(len(m.count)) if m.count[k]]
+    for k in served:
+        w.sample(name, m.count[k], request=_api_name(k))
+    hist = "sharebroker_request_latency_seconds"
+    w.family(hist, "histogram", "Time from decoding a request to its handler's answer, by API.")
+    for k in served:
+        api, cumulative = _api_name(k), 0
+        for bound, n in zip(LATENCY_BUCKETS, m.buckets[k]):
+            cumulative += n
+            w.sample(f"{hist}_bucket", cumulative, request=api, le=repr(bound))
+        w.sample(f"{hist}_bucket", m.count[k], request=api, le="+Inf")
+        w.sample(f"{hist}_sum", m.seconds[k], request=api)
+        w.sample(f"{hist}_count", m.count[k], request=api)
+
+
+def _api_name(key: int) -> str:
+    try:
+        return "".join(part.capitalize() for part in ApiKey(key).name.split("_"))
+    except ValueError:
+        return str(key)
+
+
+def _groups(w: _Writer, c) -> None:
+    counts: dict[tuple[str, str], int] = {}
+    for g in list(c.groups.groups.values()):
+        key = (g.GROUP_TYPE, g.state_name())
+        counts[key] = counts.get(key, 0) + 1
+    name = "kafka_server_group_coordinator_metrics_group_count"
+    w.family(name, "gauge", "Groups by protocol and state.")
+    for (protocol, state), n in sorted(counts.items()):
+        w.sample(name, n, protocol=protocol, state=state)
+    lag = "sharebroker_consumer_group_lag"
+    w.family(lag, "gauge", "Log end offset minus the group's committed offset, per partition.")
+    for group, topics in list(c.groups.offsets.by_group.items()):
+        for topic, parts in topics.items():
+            for partition, om in parts.items():
+                plog = c.logs.get_log(topic, partition)
+                if plog is not None and om.offset >= 0:
+                    w.sample(lag, max(plog.log_end_offset - om.offset, 0), group=group, topic=topic,
+                             partition=partition)
+
+
+def _share(w: _Writer, c) -> None:
+    sm = c.share_metrics
+    name = "kafka_server_share_group_metrics_share_acknowledgement_count"
+    w.family(name, "counter", "Acknowledgement requests (ShareAcknowledge, and ShareFetch carrying acknowledgements).")
+    w.sample(name, sm.acknowledgements)
+    name = "kafka_server_share_group_metrics_record_acknowledgement_count"
+    w.family(name, "counter", "Records acknowledged, by acknowledgement type.")
+    for t, label in ACK_TYPES.items():
+        w.sample(name, sm.records_acknowledged[t], ack_type=label)
+    for prefix, meter, what in (("kafka_server_share_group_metrics_partition_load_time", sm.partition_loads,
+                                 "Time to load a share partition's state, ms."),
+                                ("kafka_server_share_coordinator_metrics_write_latency", sm.state_writes,
+                                 "Time of a share-group state write, ms.")):
+        w.family(f"{prefix}_avg", "gauge", what + " Average.")
+        w.sample(f"{prefix}_avg", round(meter.avg_ms, 3))
+        w.family(f"{prefix}_max", "gauge", what + " Maximum.")
+        w.sample(f"{prefix}_max", round(meter.max_ms, 3))
+    name = "kafka_server_share_coordinator_metrics_write_total"
+    w.family(name, "counter", "Share-group state writes.")
+    w.sample(name, sm.state_writes.count)
+
+    rows = []
+    for (group, topic_id, partition), sp in list(c.shares.partitions.items()):
+        if sp.status != "ACTIVE":
+            continue
+        info = c.logs.topic_by_id(topic_id)
+        if info is None:
+            continue
+        rows.append((group, info.name, partition, sp, info.logs[partition]))
+    for suffix, kind, help_, value in (
+            ("lag", "gauge", "Records not yet in a terminal state (KIP-1226): log end - SPSO - delivery complete "
+                             "count.", lambda sp, plog: max(plog.log_end_offset - sp.start_offset
+                                                            - sp.delivery_complete_count, 0)),
+            ("start_offset", "gauge", "Share-partition start offset (SPSO).", lambda sp, plog: sp.start_offset),
+            ("in_flight_records", "gauge", "Acquired (locked) records.", lambda sp, plog: sp.in_flight_count),
+            ("archived_records_total", "counter", "Records archived (rejected, or delivery limit reached).",
+             lambda sp, plog: getattr(sp, "archived_count", 0))):
+        name = f"sharebroker_share_partition_{suffix}"
+        w.family(name, kind, help_)
+        for group, topic, partition, sp, plog in rows:
+            w.sample(name, value(sp, plog), group=group, topic=topic, partition=partition)
+
+
+def _logs(w: _Writer, c) -> None:
+    logs = [(plog.topic, plog.partition, plog) for plog in c.logs.all_logs()]
+    for suffix, help_, value in (("logstartoffset", "First offset of the partition.", lambda p: p.log_start_offset),
+                                 ("logendoffset", "Next offset of the partition.", lambda p: p.log_end_offset),
+                                 ("size", "Bytes of the partition's segments.", lambda p: p.size_bytes)):
+        name = f"kafka_log_log_{suffix}"
+        w.family(name, "gauge", help_)
+        for topic, partition, plog in logs:
+            w.sample(name, value(plog), topic=topic, partition=partition)
+
+
+class MetricsServer:
+    """``GET /metrics`` over a plain asyncio listener on the broker's loop."""
+
+    def __init__(self, components, server, host: str, port: int):
+        self.components = components
+        self.server = server  # the Kafka listener (connection count)
+        self.host, self.port = host, port
+        self._listener: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self._listener = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        self.port = self._listener.sockets[0].getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            method, path, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            if method != "GET":
+                status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
+            elif path.split("?")[0] == "/metrics":
+                status, ctype = "200 OK", CONTENT_TYPE
+                body = render(self.components, len(self.server.connections))
+            else:
+                status, body, ctype = "404 Not Found", b"metrics are at /metrics\n", "text/plain"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                         f"Connection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError,
+                ValueError):
+            pass  # a broken or silent scraper: drop the connection
+        except Exception:
+            log.exception("metrics scrape failed")
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            await self._listener.wait_closed()
