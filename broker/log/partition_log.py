@@ -539,14 +539,9 @@ class PartitionLog:
         the refs' ``data`` is read on first use. For a sender that uses
         ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python.
         """
+        limit = self._read_limit(offset, max_offset)
         if lazy:
-            return self._read_headers(offset, max_bytes, max_offset, min_one)
-        if self._closed:
-            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
-        if offset < self._log_start or offset > self._leo:
-            raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range [{self._log_start}, {self._leo}] "
-                                                f"for {self.topic}-{self.partition}")
-        limit = self._leo if max_offset is None else min(max_offset, self._leo)
+            return self._read_headers(offset, max_bytes, limit, min_one)
         out: list[BatchRef] = []
         if offset >= limit:
             return out
@@ -594,13 +589,16 @@ class PartitionLog:
                 offset = segs[i].base_offset
         return out
 
-    def _read_headers(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool) -> list[BatchRef]:
+    def _read_limit(self, offset: int, max_offset: int | None) -> int:
+        """Check a read's start offset; return the offset reads stop before (log end or ``max_offset``)."""
         if self._closed:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
         if offset < self._log_start or offset > self._leo:
             raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range [{self._log_start}, {self._leo}] "
                                                 f"for {self.topic}-{self.partition}")
-        limit = self._leo if max_offset is None else min(max_offset, self._leo)
+        return self._leo if max_offset is None else min(max_offset, self._leo)
+
+    def _read_headers(self, offset: int, max_bytes: int, limit: int, min_one: bool) -> list[BatchRef]:
         out: list[BatchRef] = []
         total = 0
         i = bisect_right(self._bases, offset) - 1
