@@ -132,10 +132,10 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     share_metrics = ShareMetrics()
     shares = SharePartitionManager(config, logs=logs, watchers=watchers,
                                    persister=MeteredPersister(share_state, share_metrics),
-                                   group_configs=group_configs, scheduler=loop, now_ms=now_ms)
+                                   group_configs=group_configs, scheduler=loop, now_ms=now_ms,
+                                   metrics=share_metrics)
     group_configs.add_listener(shares.group_config_changed)
     topics.on_delete(shares.topic_deleted)
-    groups.on_share_member_removed(shares.member_removed)
 
     async def share_group_deleted(group_id: str) -> None:
         """After DeleteGroups removed a share group's records and durable state: its live partitions, configs."""
@@ -143,6 +143,8 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
         group_configs.delete_group(group_id)
 
     groups.on_group_deleted(share_group_deleted)
+    # AlterShareGroupOffsets / DeleteShareGroupOffsets (empty groups only): live share partitions reload.
+    groups.on_share_offsets_changed(shares.drop_group)
     group_configs.set_group_lister(lambda: sorted(groups.groups))
     return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",

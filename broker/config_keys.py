@@ -74,7 +74,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.consumer.min.assignment.interval.ms", INT, minimum=0),
     _k("group.consumer.max.assignment.interval.ms", INT, minimum=0),
     _k("group.consumer.assignor.offload.enable", BOOLEAN),
-    _k("group.consumer.lag.offset.reset", STRING, choices=("latest", "earliest")),
+    _k("group.consumer.lag.offset.reset", STRING, choices=("latest", "earliest", "none")),
     _k("offsets.retention.minutes", INT, minimum=1),
     _k("offsets.retention.check.interval.ms", LONG, minimum=1),
     _k("offset.metadata.max.bytes", INT, minimum=0),

@@ -15,6 +15,9 @@ respect (all bounds are themselves broker settings):
 | share.renew.acknowledge.enable   | group.share.renew.acknowledge.enable (true)| boolean                                           |
 | consumer.session.timeout.ms      | group.consumer.session.timeout.ms (45000)  | group.consumer.min/max.session.timeout.ms 45000/60000 |
 | consumer.heartbeat.interval.ms   | group.consumer.heartbeat.interval.ms (5000)| group.consumer.min/max.heartbeat.interval.ms 5000/15000 |
+| consumer.assignment.interval.ms  | group.consumer.assignment.interval.ms (1000)| group.consumer.min/max.assignment.interval.ms 0/15000 |
+| share.assignment.interval.ms     | group.share.assignment.interval.ms (1000)  | group.share.min/max.assignment.interval.ms 0/15000 |
+| consumer.auto.offset.reset (ours) | group.consumer.lag.offset.reset (earliest) | latest, earliest, none, by_duration:<ISO-8601>     |
 | errors.deadletterqueue.topic.name | "" (no DLQ)                               | any string                                        |
 | errors.deadletterqueue.copy.record.enable | false                             | boolean                                           |
 
@@ -73,6 +76,9 @@ _INT_KEYS: dict[str, tuple] = {
 }
 _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker default key, default, type)
     "share.auto.offset.reset": (None, "latest", STRING),
+    # Ours (seed 001): the reset policy the `lag` consumer assignor assumes for partitions the group
+    # never committed (latest -> lag 0; anything else -> log end - log start).
+    "consumer.auto.offset.reset": ("group.consumer.lag.offset.reset", "earliest", STRING),
     "share.isolation.level": (None, "read_uncommitted", STRING),
     "share.renew.acknowledge.enable": ("group.share.renew.acknowledge.enable", "true", BOOLEAN),
     "errors.deadletterqueue.topic.name": (None, "", STRING),
@@ -82,6 +88,7 @@ _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker defaul
     "share.assignor.offload.enable": ("group.share.assignor.offload.enable", "true", BOOLEAN),
 }
 KEYS = sorted(list(_INT_KEYS) + list(_OTHER_KEYS))
+CONSUMER_RESETS = ("latest", "earliest", "none")
 # Broker settings whose floor we lower to 1000 ms (Kafka's own floors are higher).
 LOCK_FLOOR_MS = 1000
 
@@ -180,6 +187,10 @@ class GroupConfigManager:
                     raise ConfigError(f"{key} must be less than or equal to {mxkey}")
             elif key == "share.auto.offset.reset":
                 _parse_auto_offset_reset(value)
+            elif key == "consumer.auto.offset.reset":
+                if value.strip().lower() not in CONSUMER_RESETS and not value.strip().startswith("by_duration:"):
+                    raise ConfigError(f"Invalid value {value} for configuration {key}: "
+                                      f"String must be one of: {', '.join(CONSUMER_RESETS)}, by_duration:<ISO-8601>")
             elif key == "share.isolation.level":
                 if value.strip().lower() not in ("read_uncommitted", "read_committed"):
                     raise ConfigError(f"Invalid value {value} for configuration {key}: "

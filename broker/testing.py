@@ -40,12 +40,15 @@ def tracebacks(lines: list[str]) -> list[str]:
 
 class BrokerProcess:
     started: list["BrokerProcess"] = []  # every instance whose start() ran (test harnesses check their logs)
+    # Settings every BrokerProcess starts with unless its own config says otherwise: a test suite
+    # sets them once (e.g. short share-group heartbeats so share consumers start quickly).
+    default_config: dict[str, str] = {}
 
     def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
                  port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="sharebroker-"))
-        self.config = dict(config or {})
+        self.config = {**BrokerProcess.default_config, **(config or {})}
         self.host = host
         self.port = port
         self.start_timeout = start_timeout

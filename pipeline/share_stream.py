@@ -102,8 +102,9 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
 
     # ------------------------------------------------------------------ Spark's calls
     def initialOffset(self) -> dict:
-        # Spark's first batch (id 0) ends at {"batch": 0}: every batch we add advances by one, so
-        # our batch numbers are Spark's batch ids (Spark only starts a batch when offsets advance).
+        # Every batch we add advances the offset by one. Our numbers are usually Spark's batch ids,
+        # but Spark may run an empty first batch (ending at -1) when the first poll finds nothing;
+        # nothing depends on them being equal: acknowledgements follow the offsets Spark hands back.
         return {"batch": -1}
 
     def read(self, start: dict) -> tuple[Iterator, dict]:

@@ -256,6 +256,12 @@ def elem_min_size(f: Field, msg: Message, v: int) -> int:
     return min_size(f.struct, msg, v)
 
 
+def null_message(f: Field, element: bool = False) -> str:
+    """Kafka's generated readers' words for a null where the schema allows none."""
+    name = f.name[:1].lower() + f.name[1:]
+    return f"non-nullable field {name}{' element' if element else ''} was serialized as null"
+
+
 def dec_field(f: Field, msg: Message, v: int, names: dict, ind: str, target: str) -> list[str]:
     """Statements decoding field f at position p into ``target``."""
     k = f.kind
@@ -268,13 +274,15 @@ def dec_field(f: Field, msg: Message, v: int, names: dict, ind: str, target: str
     elif k == "string":
         out.append(f"{ind}{target}, p = {'read_compact_string' if c else 'read_string'}(m, p)")
         if v not in f.nullable:
-            out.append(f"{ind}if {target} is None: raise DecodeError('null {f.name}')")
+            out.append(f"{ind}if {target} is None: raise DecodeError({null_message(f)!r})")
     elif k == "bytes":
         out.append(f"{ind}{target}, p = {'read_compact_bytes' if c else 'read_bytes'}(m, p)")
         if v not in f.nullable:
-            out.append(f"{ind}if {target} is None: raise DecodeError('null {f.name}')")
+            out.append(f"{ind}if {target} is None: raise DecodeError({null_message(f)!r})")
     elif k == "records":
         out.append(f"{ind}{target}, p = {'read_compact_records' if c else 'read_records'}(m, p)")
+        if v not in f.nullable:
+            out.append(f"{ind}if {target} is None: raise DecodeError({null_message(f)!r})")
     elif k == "struct":
         fn = names[(f.struct.name, v, "d")]
         if v in f.nullable:
@@ -292,7 +300,7 @@ def dec_field(f: Field, msg: Message, v: int, names: dict, ind: str, target: str
         if null_stmt:
             out.append(f"{ind}    {target} = None")
         else:
-            out.append(f"{ind}    raise DecodeError('null {f.name}')")
+            out.append(f"{ind}    raise DecodeError({null_message(f)!r})")
         out.append(f"{ind}else:")
         i2 = ind + "    "
         e = f.elem
@@ -311,9 +319,11 @@ def dec_field(f: Field, msg: Message, v: int, names: dict, ind: str, target: str
                 out.append(f"{i3}p += 16")
             elif e == "string":
                 out.append(f"{i3}x, p = {'read_compact_string' if c else 'read_string'}(m, p)")
+                out.append(f"{i3}if x is None: raise DecodeError({null_message(f, True)!r})")
                 out.append(f"{i3}a.append(x)")
             elif e in ("bytes", "records"):
                 out.append(f"{i3}x, p = {'read_compact_bytes' if c else 'read_bytes'}(m, p)")
+                out.append(f"{i3}if x is None: raise DecodeError({null_message(f, True)!r})")
                 out.append(f"{i3}a.append(x)")
             else:
                 fn = names[(f.struct.name, v, "d")]

@@ -25,7 +25,8 @@ APIS = [
     "ShareAcknowledge", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
     "DeleteShareGroupOffsets", "InitializeShareGroupState", "ReadShareGroupState",
     "WriteShareGroupState", "DeleteShareGroupState", "ReadShareGroupStateSummary",
-    "SaslHandshake", "SaslAuthenticate",
+    "SaslHandshake", "SaslAuthenticate", "CreateAcls", "DescribeAcls", "DeleteAcls",
+    "DescribeUserScramCredentials", "AlterUserScramCredentials",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

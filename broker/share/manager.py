@@ -18,8 +18,12 @@ capacity, SPSO move) notifies ``("share", group, topic_id, partition)``; new dat
 notifies ``("log", topic, partition)`` as for Fetch.
 
 Records go back to AVAILABLE when a member's share session closes (final epoch,
-connection closed) and when the member leaves the group or its session times
-out, as Kafka 4.4 does.
+connection closed, idle eviction), keeping their delivery count (KAFKA-19972). As in
+Kafka 4.4, a member leaving the group or timing out in the group coordinator does not
+touch its share session: only Kafka's ShareSessionCache ends one (final epoch,
+disconnect, eviction), so a closing consumer's final ShareAcknowledge, sent after its
+leave heartbeat, is still applied; records of a member that is gone but still
+connected come back when their acquisition locks run out.
 """
 from __future__ import annotations
 
@@ -73,11 +77,14 @@ class SharePartitionManager:
     ``watchers`` long polls wait on, the ``persister`` (share coordinator), the
     ``group_configs`` (per-group overrides), a ``scheduler`` (the event loop) and ``now_ms``.
     The builder connects its event methods (:meth:`group_config_changed`,
-    :meth:`topic_deleted`, :meth:`member_removed`) to their sources."""
+    :meth:`topic_deleted`) to their sources. A member leaving the group is not one of
+    them: as in Kafka 4.4, its share session ends only on its final epoch, on disconnect or on
+    eviction."""
 
-    def __init__(self, config, *, logs, watchers, persister, group_configs, scheduler,
+    def __init__(self, config, *, logs, watchers, persister, group_configs, scheduler, metrics=None,
                  now_ms: Callable[[], int]):
         self.logs = logs
+        self.metrics = metrics  # broker.metrics.ShareMetrics: acknowledgement counters (optional)
         self.watchers = watchers
         self.persister = persister
         self.group_configs = group_configs
@@ -183,6 +190,8 @@ class SharePartitionManager:
                                               has_acks=has_acks, connection_id=id(connection))
         self.track_connection(connection)
         config = self.group_config(group)
+        if has_acks and self.metrics is not None:
+            self.metrics.acknowledgements += 1
 
         for part in parts.values():
             if part.acks is not None:
@@ -216,6 +225,8 @@ class SharePartitionManager:
         group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
         session = self.sessions.acknowledge_context(group, member, epoch)
         config = self.group_config(group)
+        if self.metrics is not None:
+            self.metrics.acknowledgements += 1
         out = []
         for (tid, p), batches in acks.items():
             code = invalid.get((tid, p)) or await self._acknowledge(group, member, tid, p, batches)
@@ -232,17 +243,34 @@ class SharePartitionManager:
     async def _acknowledge(self, group: str, member: str, topic_id: bytes, partition: int, batches: list) -> int:
         try:
             sp = await self.partition(group, topic_id, partition)
-            return await sp.acknowledge(member, batches)
+            code = await sp.acknowledge(member, batches)
         except ShareError as e:
             return e.code
+        if code == Errors.NONE and self.metrics is not None:
+            for b in batches:  # records acknowledged, by type (one type for the batch, or one per offset)
+                types = b.acknowledge_types
+                if len(types) == 1:
+                    self.metrics.acknowledged(types[0], b.last_offset - b.first_offset + 1)
+                else:
+                    for t in types:
+                        self.metrics.acknowledged(t, 1)
+        return code
 
     async def _fetch_records(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> None:
         """Acquire into ``parts``; with nothing acquired wait up to MaxWaitMs for a wake-up, then try again."""
         deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
+        failed = -1
         while True:
             count = await self._acquire(group, member, parts, req)
-            if count or req.max_wait_ms <= 0 or not parts:
+            if count or req.max_wait_ms <= 0:
                 return
+            # Answer at once when every partition failed (Kafka: errorInAllPartitions) or one failed
+            # while waiting, e.g. its topic was deleted (Kafka completes the delayed share fetches of
+            # a share partition it removes).
+            now_failed = sum(1 for p in parts if p.error)
+            if now_failed == len(parts) or 0 <= failed < now_failed:
+                return
+            failed = now_failed
             keys: list = [("share", group, p.topic_id, p.partition) for p in parts]
             for p in parts:
                 info = self.logs.topic_by_id(p.topic_id)
@@ -314,13 +342,10 @@ class SharePartitionManager:
             return
         self.scheduler.create_task(self.release(session.group_id, session.member_id, list(session.partitions)))
 
-    def member_removed(self, group_id: str, member_id: str) -> None:
-        """A member left the group or timed out: close its session, release what it holds."""
-        self.sessions.close(group_id, member_id)
-        keys = [(tid, p) for (g, tid, p) in self.partitions if g == group_id]
-        self.scheduler.create_task(self.release(group_id, member_id, keys))
-
     def topic_deleted(self, name: str, topic_id: bytes) -> None:
+        """Forget the topic's share partitions; closing one wakes the ShareFetches waiting on it,
+        which then answer UNKNOWN_TOPIC_OR_PARTITION for it (Kafka removes the share partition,
+        fences it and completes its delayed share fetches)."""
         for key in [k for k in self.partitions if k[1] == topic_id]:
             self.partitions.pop(key).close()
 

@@ -37,9 +37,11 @@ Implemented, following Kafka 4.4's SharePartition:
   records in transition, write WriteShareGroupState and only then commit
   (success) or roll back (failure, error code returned; an expiry whose write
   failed is retried after `retry_backoff_ms`). Payloads follow Kafka:
-  StartOffset = the SPSO when the write starts, DeliveryCompleteCount = terminal
-  records at/after it including those being written, StateBatches = exactly the
-  records that changed (adjacent equal runs coalesced);
+  StartOffset = the SPSO when the write starts, DeliveryCompleteCount (KIP-1226)
+  = terminal records at/after it including those going terminal in the writes not
+  yet answered (this one too), so LEO - StartOffset - DeliveryCompleteCount is the
+  lag once the write is applied; StateBatches = exactly the records that changed
+  (adjacent equal runs coalesced);
 - SPSO advances over the contiguous terminal prefix and follows the log start
   offset; DeliveryCompleteCount (KIP-1226) is maintained;
 - initialization from ReadShareGroupState; an uninitialized SPSO (-1) is set
@@ -51,7 +53,9 @@ offsets of a split batch share one lock instead of one timer each (one write
 per expiry, as the KIP-932 example shows); a lock-expiry write is
 persist-then-commit like an acknowledgement; gaps in the persisted state are
 cached as AVAILABLE records with delivery count 0; records below a moved log
-start offset are archived at once, acquired ones included.
+start offset are archived at once, acquired ones included, and the moved SPSO is
+written at once (also when found at initialization), so the lag the share
+coordinator gives stays exact (Kafka writes it with the next acknowledgement).
 
 Not implemented: the dead-letter queue (ARCHIVING is never entered; persisted
 ARCHIVING loads as ARCHIVED), metrics, fetch-offset metadata caching.
@@ -86,8 +90,7 @@ BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 # Partition lifecycle.
 EMPTY, INITIALIZING, ACTIVE, FAILED, FENCED = "EMPTY", "INITIALIZING", "ACTIVE", "FAILED", "FENCED"
 
-_INCREASE, _NO_OP, _DECREASE = 1, 0, -1
-_ACK, _RELEASE, _EXPIRY = "ack", "release", "expiry"
+_ACK, _RELEASE, _EXPIRY, _LOG_START = "ack", "release", "expiry", "log start"
 
 
 def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: bool = False) -> int:
@@ -146,7 +149,9 @@ class SharePartition:
         self._batches: list[InFlightBatch] = []
         self._find_next = False        # some cached record may be AVAILABLE
         self._dcc = 0                  # committed terminal records at/after the SPSO
-        self._pending_terminal = 0     # terminal records in writes not yet answered
+        # (first, last) runs going terminal in each write not yet answered: they count in the
+        # DeliveryCompleteCount a write sends, clipped at the SPSO of that moment.
+        self._pending_terminal: list[list[tuple[int, int]]] = []
         self._status = EMPTY
         self._error = Errors.NONE
         self._init_task: asyncio.Task | None = None
@@ -238,6 +243,13 @@ class SharePartition:
             code = await self._store.write(self._write_request([]))
             if code:
                 raise ShareError(code, "writing the initial share-partition start offset failed")
+        elif self._log is not None and self._log.log_start_offset > start:
+            # The log start passed the persisted SPSO while this partition was not led (retention
+            # during a restart): persist the moved SPSO and DeliveryCompleteCount so the share
+            # coordinator's lag is exact again. A failure only leaves it to the next write.
+            code = await self._store.write(self._write_request([]))
+            if code:
+                log.info("%s: persisting the SPSO moved by the log start failed (%d)", self, code)
 
     def _reset_offset(self) -> int:
         strategy, duration_ms = self.config.reset_strategy
@@ -594,7 +606,7 @@ class SharePartition:
             if not renew_enabled:
                 return Errors.INVALID_RECORD_STATE
             renew.append((b, lo, hi))
-        elif self._begin(st, _ACK_TARGET[ack_type], _NO_OP, ""):
+        elif self._begin(st, _ACK_TARGET[ack_type]):
             changes.append((b, lo, hi))
         else:
             return Errors.INVALID_RECORD_STATE
@@ -617,8 +629,10 @@ class SharePartition:
     async def release_member(self, member_id: str) -> int:
         """Return every record `member_id` holds here to AVAILABLE (share session closed).
 
-        As Kafka, the delivery count is decremented (the records are deemed not delivered)
-        and the delivery count limit is not applied.
+        As Kafka 4.3+ (KAFKA-19972, `DeliveryCountOps.NO_OP` on session release), the
+        delivery count the acquisition gave is kept, so a consumer that keeps crashing
+        cannot loop a poison record forever: at the delivery count limit the record is
+        archived instead.
         """
         if self._status != ACTIVE:
             return Errors.NONE
@@ -626,7 +640,7 @@ class SharePartition:
         for b in self._batches:
             for lo, hi, st in b.states(b.first, b.last):
                 if st.state == ACQUIRED and st.member_id == member_id and st.rollback is None:
-                    self._begin(st, AVAILABLE, _DECREASE, "")
+                    self._begin(st, AVAILABLE)
                     changes.append((b, lo, hi))
         if not changes:
             return Errors.NONE
@@ -640,7 +654,7 @@ class SharePartition:
         changes = []
         for b, lo, hi, st in list(self._lock_states(lock)):
             if st.state == ACQUIRED and st.rollback is None:
-                self._begin(st, AVAILABLE, _NO_OP, "")
+                self._begin(st, AVAILABLE)
                 changes.append((b, lo, hi))
         if changes:
             self._start_write(changes, _EXPIRY)
@@ -658,25 +672,30 @@ class SharePartition:
 
     def _start_write(self, changes: list[tuple[InFlightBatch, int, int]], kind: str) -> asyncio.Task:
         runs = coalesce(changes)
-        start = self.start_offset
-        delta = sum(hi - max(lo, start) + 1 for lo, hi, s, _ in runs if terminal(s) and hi >= start)
-        self._pending_terminal += delta
+        going_terminal = [(lo, hi) for lo, hi, s, _ in runs if terminal(s)]
+        self._pending_terminal.append(going_terminal)
         req = self._write_request(runs)
-        return self._spawn(self._write_and_apply(req, changes, kind, delta))
+        return self._spawn(self._write_and_apply(req, changes, kind, going_terminal))
 
-    async def _write_and_apply(self, req: Any, changes: list, kind: str, delta: int) -> int:
+    async def _write_and_apply(self, req: Any, changes: list, kind: str, going_terminal: list) -> int:
         try:
             code = await self._store.write(req)
         finally:
-            self._pending_terminal -= delta
+            self._pending_terminal.remove(going_terminal)
         self._apply(changes, code == Errors.NONE, kind)
         if code in FENCING_ERRORS and self._status == ACTIVE:
             self._status, self._error = FENCED, code
         return code
 
     def _write_request(self, runs: list[tuple[int, int, int, int]]) -> WriteShareGroupStateRequest:
-        return self._store.write_request(state_epoch=self.state_epoch, start_offset=self.start_offset,
-                                         delivery_complete_count=self._dcc + self._pending_terminal, runs=runs)
+        """StartOffset = the SPSO now; DeliveryCompleteCount (KIP-1226: offsets at or after it whose
+        delivery is complete) = the committed terminal records plus those going terminal in the
+        writes not yet answered, this one included, so that LEO - StartOffset - DeliveryCompleteCount
+        is the lag once the write is applied."""
+        start = self.start_offset
+        pending = sum(hi - max(lo, start) + 1 for runs_ in self._pending_terminal for lo, hi in runs_ if hi >= start)
+        return self._store.write_request(state_epoch=self.state_epoch, start_offset=start,
+                                         delivery_complete_count=self._dcc + pending, runs=runs)
 
     def _apply(self, changes: list[tuple[InFlightBatch, int, int]], ok: bool, kind: str) -> None:
         """Commit (`ok`) or roll back the transitions started for `changes`."""
@@ -717,6 +736,10 @@ class SharePartition:
         """The log start offset moved (retention, DeleteRecords): the SPSO follows it up."""
         if self._status == ACTIVE and log_start_offset > self.start_offset:
             self._move_start_to_log_start(log_start_offset)
+            # Persisted at once (Kafka writes it with the next acknowledgement): the share
+            # coordinator's SPSO and DeliveryCompleteCount give the lag (KIP-1226), which must
+            # not count records that retention or DeleteRecords removed.
+            self._start_write([], _LOG_START)
             self._notify()
 
     def _follow_log_start(self) -> None:
@@ -808,19 +831,21 @@ class SharePartition:
         self._batches.insert(i + 1, rest)
         return rest
 
-    def _begin(self, st: InFlightState, target: int, op: int, member: str) -> bool:
-        """Start a persisted transition; False when it is not allowed."""
+    def _begin(self, st: InFlightState, target: int) -> bool:
+        """Start a persisted transition (the record leaves its member); False when it is not allowed.
+
+        The delivery count is left alone (Kafka's `DeliveryCountOps.NO_OP`: acquisition
+        counts a delivery, nothing else does); a record made AVAILABLE at the delivery
+        count limit is archived instead (InFlightState.tryUpdateState)."""
         cur = st.state
         if st.rollback is not None:
             return False
-        if target == AVAILABLE and op != _DECREASE and st.delivery_count >= self.config.delivery_count_limit:
+        if target == AVAILABLE and st.delivery_count >= self.config.delivery_count_limit:
             target = ARCHIVED
         if cur == target or terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
             return False
         st.rollback = (cur, st.delivery_count, st.member_id)
-        st.state, st.member_id = target, member
-        if target != ARCHIVED:
-            st.delivery_count += op
+        st.state, st.member_id = target, ""
         return True
 
     def _force_archive(self, st: InFlightState) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import uuid
 from collections import Counter
 
@@ -55,6 +56,8 @@ STABLE = "Stable"
 DEAD = "Dead"
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+
+log = logging.getLogger(__name__)
 
 
 def new_uuid_string() -> str:
@@ -416,6 +419,20 @@ class ClassicGroup(Group):
         return group
 
 
+def unique_protocols(protocols) -> list[tuple[str, bytes]]:
+    """A JoinGroup's protocols in preference order, a name listed again ignored (its first entry counts).
+
+    Kafka keys the request's protocol collection by name; counting a repeated name twice would
+    leave the group without a protocol every member supports."""
+    seen: set[str] = set()
+    out: list[tuple[str, bytes]] = []
+    for p in protocols:
+        if p.name not in seen:
+            seen.add(p.name)
+            out.append((p.name, bytes(p.metadata)))
+    return out
+
+
 def _commit_ts(om: OffsetAndMetadata) -> int:
     return om.commit_ts
 
@@ -494,7 +511,7 @@ class ClassicGroupManager:
         fut = self._future()
         writes: list[Write] = []
         group_id, member_id = req.group_id, req.member_id
-        protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
+        protocols = unique_protocols(req.protocols)
         existing = self.c.lookup(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
             if existing.GROUP_TYPE == "consumer" and existing.is_empty():
@@ -707,7 +724,11 @@ class ClassicGroupManager:
             self.timers.schedule(("classic-join", gid), group.rebalance_timeout_ms(),
                                  lambda: self.c.spawn_writes(self._complete_join_by_id(gid)))
             return []
-        group.init_next_generation(self._now())
+        try:
+            group.init_next_generation(self._now())
+        except Exception:  # noqa: BLE001 - the joiners must get an answer, never a timer traceback
+            log.exception("classic group %s: completing the join phase failed", gid)
+            return self._fail_join(group, Errors.UNKNOWN_SERVER_ERROR)
         if group.state == EMPTY:
             return [Write([R.group_metadata(group)])]
         for m in list(group.members.values()):
@@ -720,6 +741,15 @@ class ClassicGroupManager:
         self.timers.schedule(("classic-sync", gid), group.rebalance_timeout_ms(),
                              lambda: self.c.spawn_writes(self._expire_pending_sync(gid, generation)))
         return []
+
+    def _fail_join(self, group: ClassicGroup, error: int) -> list[Write]:
+        """Answer every parked JoinGroup with ``error`` and empty the group (a new, Empty generation)."""
+        for m in list(group.members.values()):
+            group.complete_join_future(m, _join_error(m.member_id, error))
+            self._cancel_heartbeat(group.group_id, m.member_id)
+            group.remove(m.member_id)
+        group.init_next_generation(self._now())
+        return [Write([R.group_metadata(group)])]
 
     def _expire_pending_sync(self, group_id: str, generation: int) -> list[Write]:
         group = self._group(group_id)

@@ -8,6 +8,9 @@ KIP-848 groups: ``group.consumer.session.timeout.ms`` (45000),
 Share groups: ``group.share.session.timeout.ms`` (45000), ``group.share.heartbeat.interval.ms``
 (5000), ``group.share.max.size`` (200); per-group ``share.*`` overrides come from the
 coordinator's ``group_configs``.
+KIP-1263 (Kafka 4.3+): ``group.consumer.assignment.interval.ms`` and
+``group.share.assignment.interval.ms`` (1000): a group's target assignment is computed again only
+once this long has passed since the last one (per-group ``consumer.`` / ``share.assignment.interval.ms``).
 Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
 (600000), ``offset.metadata.max.bytes`` (4096).
 
@@ -15,8 +18,10 @@ Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interv
 it overrides ``offsets.retention.minutes`` with a millisecond value, so test suites can
 exercise KIP-211 expiration in seconds instead of minutes.  Unset by default.
 
-``group.consumer.lag.offset.reset`` (``latest``) is ours: the reset policy the lag assignor
-assumes for partitions the group never committed (see README.md, "Lag-aware assignor").
+``group.consumer.lag.offset.reset`` (``earliest``) is ours: the reset policy the lag assignor
+assumes for partitions the group never committed, overridden per group by
+``consumer.auto.offset.reset`` (see README.md, "Lag-aware assignor").  The broker cannot see
+the client's ``auto.offset.reset``; seed 001 counts a backlog for every value but ``latest``.
 """
 from __future__ import annotations
 
@@ -39,10 +44,12 @@ class GroupConfig:
     offsets_retention_ms: int = 10080 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
-    lag_offset_reset: str = "latest"
+    lag_offset_reset: str = "earliest"
     share_session_timeout_ms: int = 45000
     share_heartbeat_interval_ms: int = 5000
     share_max_size: int = 200
+    consumer_assignment_interval_ms: int = 1000
+    share_assignment_interval_ms: int = 1000
 
     @classmethod
     def from_broker_config(cls, config) -> "GroupConfig":
@@ -72,8 +79,11 @@ class GroupConfig:
             offsets_retention_check_interval_ms=gi("offsets.retention.check.interval.ms",
                                                    d.offsets_retention_check_interval_ms),
             offset_metadata_max_bytes=gi("offset.metadata.max.bytes", d.offset_metadata_max_bytes),
-            lag_offset_reset=(config.get("group.consumer.lag.offset.reset", None) or "latest").lower(),
+            lag_offset_reset=(config.get("group.consumer.lag.offset.reset", None) or "earliest").lower(),
             share_session_timeout_ms=gi("group.share.session.timeout.ms", d.share_session_timeout_ms),
             share_heartbeat_interval_ms=gi("group.share.heartbeat.interval.ms", d.share_heartbeat_interval_ms),
             share_max_size=gi("group.share.max.size", d.share_max_size),
+            consumer_assignment_interval_ms=gi("group.consumer.assignment.interval.ms",
+                                               d.consumer_assignment_interval_ms),
+            share_assignment_interval_ms=gi("group.share.assignment.interval.ms", d.share_assignment_interval_ms),
         )

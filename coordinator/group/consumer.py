@@ -31,8 +31,10 @@ Lag-aware assignor: lag = log end offset - committed offset; a partition the
 group never committed counts 0 under reset policy "latest" and log end - log
 start otherwise.  KIP-848 heartbeats do not carry the client's
 ``auto.offset.reset``, so the policy is the group config
-``consumer.auto.offset.reset`` if set (``GroupCoordinator.set_group_config``),
-else the broker config ``group.consumer.lag.offset.reset`` (default latest).
+``consumer.auto.offset.reset`` if set (an IncrementalAlterConfigs GROUP config, or
+``GroupCoordinator.set_group_config``), else the broker config
+``group.consumer.lag.offset.reset`` (default earliest: seed 001 counts a backlog for every
+value but latest, and the broker cannot see the client's setting).
 
 Not implemented: classic-protocol members inside a consumer group (online
 upgrade/downgrade; an Empty classic group is converted, a non-empty one gets
@@ -290,6 +292,12 @@ class ConsumerGroupManager:
         return int(self.c.group_config(group_id).get("consumer.session.timeout.ms",
                                                      self.cfg.consumer_session_timeout_ms))
 
+    def assignment_interval_ms(self, group_id: str) -> int:
+        """KIP-1263: ``consumer.assignment.interval.ms`` of the group, else the broker's
+        ``group.consumer.assignment.interval.ms``: the least time between two target assignments."""
+        return int(self.c.group_config(group_id).get("consumer.assignment.interval.ms",
+                                                     self.cfg.consumer_assignment_interval_ms))
+
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return int(self.c.group_config(group_id).get("consumer.heartbeat.interval.ms",
                                                      self.cfg.consumer_heartbeat_interval_ms))
@@ -460,7 +468,8 @@ class ConsumerGroupManager:
         new_hash = metadata_hash(self.c.cluster, group.subscribed_topic_names())
         if bump or new_hash != group.metadata_hash:
             self._emit(group, records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
-        if group.group_epoch > group.assignment_epoch:
+        if group.group_epoch > group.assignment_epoch and \
+                self.c.now_ms() - group.assignment_timestamp >= self.assignment_interval_ms(gid):
             self._update_target_assignment(group, records)
 
         current = group.members[member_id]

@@ -24,10 +24,11 @@ from ``now_ms`` (default: the scheduler's ``now_ms`` if it has one, else
 ``time.time``).  Timer work that writes records runs as runtime tasks; :meth:`drain`
 awaits them (tests, shutdown).
 
-Share groups need the share-state persister (``share_state``: ``initialize_state``
-and ``delete_state`` taking and returning the generated share-state messages): a
-partition's state is initialized before it is first assigned, and deleting a share
-group deletes its durable state before telling the :meth:`on_group_deleted` listeners.
+Share groups need the share-state persister (``share_state``: ``initialize_state``,
+``delete_state`` and ``read_state_summary`` taking and returning the generated share-state
+messages): a partition's state is initialized before it is first assigned, deleting a share
+group deletes its durable state before telling the :meth:`on_group_deleted` listeners, and
+the share-group offset admin APIs (:mod:`coordinator.group.share_offsets`) read and reset it.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ from .config import GroupConfig
 from .consumer import GROUP_AUTHORIZED_OPERATIONS, INT_MIN, ConsumerGroup, ConsumerGroupManager
 from .offsets import OffsetManager, OffsetStore
 from .share import SHARE_RECORD_TYPES, ShareGroup, ShareGroupManager
+from .share_offsets import ShareOffsetsManager
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class GroupCoordinator:
         self.classic = ClassicGroupManager(self)
         self.consumer = ConsumerGroupManager(self)
         self.share = ShareGroupManager(self, share_state)
+        self.share_offsets = ShareOffsetsManager(self, share_state)
         self.offset_manager = OffsetManager(self)
         self._group_configs: dict[str, dict[str, str]] = {}
         self._external_configs = group_configs  # anything with overrides(group_id) -> dict
@@ -95,6 +98,11 @@ class GroupCoordinator:
     def on_share_member_removed(self, fn: Callable[[str, str], None]) -> None:
         """``fn(group_id, member_id)`` runs after a share group member left or expired."""
         self.share.on_member_removed(fn)
+
+    def on_share_offsets_changed(self, fn: Callable[[str], object]) -> None:
+        """``fn(group_id)`` (may be async) runs after AlterShareGroupOffsets / DeleteShareGroupOffsets
+        changed an (empty) share group's durable share state: live share partitions must reload it."""
+        self.share_offsets.on_changed(fn)
 
     def on_group_deleted(self, fn: Callable[[str], object]) -> None:
         """``fn(group_id)`` (may be async) runs after DeleteGroups deleted a share group and its share state."""
@@ -263,14 +271,22 @@ class GroupCoordinator:
             return JoinGroupResponse(error_code=Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id)
         if version == 0:
             req.rebalance_timeout_ms = req.session_timeout_ms
-        fut, writes = self.classic.join(req, version, client_id or "", client_host or "")
+        try:
+            fut, writes = self.classic.join(req, version, client_id or "", client_host or "")
+        except Exception:  # noqa: BLE001 - a coordinator error is an error code, not a closed connection
+            log.exception("JoinGroup of group %s failed", req.group_id)
+            return JoinGroupResponse(error_code=Errors.UNKNOWN_SERVER_ERROR, member_id=req.member_id)
         await self._run_writes(writes)
         return await fut
 
     async def sync_group(self, req, version: int) -> SyncGroupResponse:
         if not req.group_id:
             return SyncGroupResponse(error_code=Errors.INVALID_GROUP_ID)
-        fut, writes = self.classic.sync(req, version)
+        try:
+            fut, writes = self.classic.sync(req, version)
+        except Exception:  # noqa: BLE001
+            log.exception("SyncGroup of group %s failed", req.group_id)
+            return SyncGroupResponse(error_code=Errors.UNKNOWN_SERVER_ERROR)
         await self._run_writes(writes)
         return await fut
 
@@ -304,6 +320,18 @@ class GroupCoordinator:
 
     def share_group_describe(self, req, version: int = 1) -> ShareGroupDescribeResponse:
         return self.share.describe(list(req.group_ids))
+
+    async def describe_share_group_offsets(self, req, version: int):
+        """DescribeShareGroupOffsets v0-1 (v1: KIP-1226 lag)."""
+        return await self.share_offsets.describe(req, version)
+
+    async def alter_share_group_offsets(self, req, version: int = 0):
+        """AlterShareGroupOffsets v0: new start offsets for an empty share group."""
+        return await self.share_offsets.alter(req)
+
+    async def delete_share_group_offsets(self, req, version: int = 0):
+        """DeleteShareGroupOffsets v0: forget an empty share group's state for some topics."""
+        return await self.share_offsets.delete(req)
 
     # ------------------------------------------------------------ offsets
     async def offset_commit(self, req, version: int):

@@ -33,6 +33,7 @@ class ModernGroup(Group):
         self.group_epoch = 0
         self.metadata_hash = 0
         self.assignment_epoch = 0
+        self.assignment_timestamp = 0  # when the target assignment was last computed (KIP-1263)
         self.members: dict = {}
         self.target: dict[str, Parts] = {}
 
@@ -66,6 +67,7 @@ class ModernGroup(Group):
 
     def replay_target_epoch(self, value) -> None:
         self.assignment_epoch = -1 if value is None else value.assignment_epoch
+        self.assignment_timestamp = 0 if value is None else value.assignment_timestamp
 
     def replay_target_member(self, member_id: str, value) -> None:
         if value is None:

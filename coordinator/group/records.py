@@ -184,9 +184,10 @@ def share_target_member_tombstone(group_id: str, member_id: str) -> Rec:
     return record(ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None)
 
 
-def share_target_epoch(group_id: str, epoch: int) -> Rec:
+def share_target_epoch(group_id: str, epoch: int, timestamp_ms: int = 0) -> Rec:
+    """ShareGroupTargetAssignmentMetadata; ``timestamp_ms``: when the assignment was computed (KIP-1263)."""
     return record(ShareGroupTargetAssignmentMetadataKey(group_id=group_id),
-                  ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch))
+                  ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms))
 
 
 def share_target_epoch_tombstone(group_id: str) -> Rec:

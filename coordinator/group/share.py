@@ -13,22 +13,21 @@ Membership follows KIP-932 / Kafka 4.4:
   :mod:`coordinator.group.modern`); share groups have no revocation phase, so a
   member takes its target assignment, and the assignment epoch, on its next heartbeat;
 - before a partition is assigned for the first time its share state is initialized
-  through the share-state persister (InitializeShareGroupState) and recorded in
-  ShareGroupStatePartitionMetadata; only initialized partitions are assignable;
+  through the share-state persister (InitializeShareGroupState, at the group epoch) and
+  recorded in ShareGroupStatePartitionMetadata; only initialized partitions are assignable;
 - members that stop heartbeating for ``share.session.timeout.ms`` are removed;
   ``group.share.max.size`` (200) bounds the group (GROUP_MAX_SIZE_REACHED);
 - states: Empty (no members), Stable, Dead (deleted);
 - a group id already used by a consumer or classic group is refused with
   GROUP_ID_NOT_FOUND ("not a share group"), as Kafka does.
 
-A heartbeat is up to three runtime writes, each computed on the committed group:
-(1) the member's metadata and the group epoch; (2) when the group epoch is ahead of
-the assignment epoch, the share partitions still to initialize go to the persister
-(outside any write, so other requests are not held up by it) and the initialized
-ones are recorded; (3) the target assignment (if still behind) and the member's
-current assignment, and the response.  Kafka initializes asynchronously after the
-heartbeat and assigns the partitions on a later one; we wait for it, so a joining
-member gets its partitions in its first response, as before.
+A heartbeat is one runtime write computed on the committed group, as Kafka 4.4's
+``shareGroupHeartbeat``: member and group epoch; the target assignment when the group epoch
+is ahead and ``share.assignment.interval.ms`` (KIP-1263; broker default
+``group.share.assignment.interval.ms``, 1000) has passed since the last one; the member
+takes its target.  Share state is initialized after the heartbeat, in the background
+(``maybe_initialize``), and the partitions are assigned by a later heartbeat, so members
+joining together share the first assignment that has partitions.
 """
 from __future__ import annotations
 
@@ -51,6 +50,8 @@ SHARE_RECORD_TYPES = frozenset({10, 11, 12, 13, 14, 15})
 MAX_MEMBER_ID = 36
 SESSION_TIMEOUT = "share.session.timeout.ms"
 HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+ASSIGNMENT_INTERVAL = "share.assignment.interval.ms"
+INIT_RETRY_MS = 30000  # Kafka's group.share.initialize.retry.interval.ms default
 
 
 class ShareMember:
@@ -154,6 +155,7 @@ class ShareGroupManager:
         self.share_state = share_state
         self.assignor = get_assignor("simple")
         self._member_removed: list[Callable[[str, str], None]] = []
+        self._initializing: dict[str, dict[tuple[bytes, int], int]] = {}  # group -> partition -> since
 
     def on_member_removed(self, fn: Callable[[str, str], None]) -> None:
         self._member_removed.append(fn)
@@ -211,19 +213,21 @@ class ShareGroupManager:
             raise KafkaError(Errors.INVALID_REQUEST, f"MemberEpoch is invalid: {epoch}.")
         if epoch == 0 and not req.subscribed_topic_names:
             raise KafkaError(Errors.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+        if req.subscribed_topic_names is not None and any(
+                not isinstance(n, str) for n in req.subscribed_topic_names):
+            raise KafkaError(Errors.INVALID_REQUEST, "SubscribedTopicNames can't contain null.")
 
     async def _heartbeat(self, req, client_id: str, client_host: str) -> HbResp:
         self._validate(req)
         gid, mid = req.group_id, req.member_id
         runtime = self.c.runtime
         if req.member_epoch == -1:
-            await runtime.write(lambda: (None, self._leave(gid, mid)))
-            await self._assign(gid)
+            resp = await runtime.write(lambda: self._leave(gid, mid))
             self._notify_removed(gid, mid)
-            return HbResp(member_id=mid, member_epoch=-1, heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
-        await runtime.write(lambda: (None, self._join_or_update(req, client_id, client_host)))
-        await self._initialize_partitions(gid)
-        return await runtime.write(lambda: self._reconcile(gid, mid, req.member_epoch))
+            return resp
+        resp = await runtime.write(lambda: self._heartbeat_op(req, client_id, client_host))
+        self.maybe_initialize(gid)
+        return resp
 
     def _committed_group(self, group_id: str) -> ShareGroup | None:
         g = self.c.groups.get(group_id)
@@ -231,24 +235,33 @@ class ShareGroupManager:
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
         return g
 
-    def _leave(self, gid: str, mid: str) -> list:
+    def _leave(self, gid: str, mid: str) -> tuple[HbResp, list]:
         g = self._committed_group(gid)
         if g is None or mid not in g.members:
             raise _unknown_member(mid, gid)
-        return self._remove_member(g.copy(), mid)
+        resp = HbResp(member_id=mid, member_epoch=-1, heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
+        return resp, self._remove_member(g.copy(), mid)
 
     def _remove_member(self, draft: ShareGroup, mid: str) -> list:
+        """The member's records go, the group epoch is bumped; the remaining members get their new
+        target at their next heartbeat (Kafka's shareGroupFenceMember).  A group left empty gets its
+        assignment epoch at the group epoch at once (KAFKA-20442)."""
         gid = draft.group_id
         records: list = []
         for rec in (R.share_current_assignment_tombstone(gid, mid), R.share_target_member_tombstone(gid, mid),
                     R.share_member_metadata_tombstone(gid, mid)):
             self._emit(draft, records, rec)
         self._bump(draft, records)
+        if not draft.members:
+            self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, self.c.now_ms()))
         self.timers.cancel(("sg-session", gid, mid))
         return records
 
-    def _join_or_update(self, req, client_id: str, client_host: str) -> list:
-        """Step 1: the member's metadata and, when needed, a new group epoch."""
+    def _heartbeat_op(self, req, client_id: str, client_host: str) -> tuple[HbResp, list]:
+        """One heartbeat as Kafka 4.4's shareGroupHeartbeat: (1) the member and the group epoch,
+        (2) the target assignment when the group epoch is ahead of it and the assignment interval
+        has passed since the last one (KIP-1263), over initialized share partitions only, (3) the
+        member takes its target.  Initializing share state comes after, off this write."""
         gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
         committed = self._committed_group(gid)
         if committed is None and epoch != 0:
@@ -266,10 +279,11 @@ class ShareGroupManager:
             raise KafkaError(Errors.FENCED_MEMBER_EPOCH, f"The share group member has an invalid epoch "
                                                          f"{epoch}; the current epoch is {m.member_epoch}.")
         records: list = []
+        # (1) member metadata and group epoch
         subs = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
-        changed = m is None or epoch == 0 or (subs is not None and sorted(subs) != sorted(m.subscribed_topic_names)) \
+        changed = m is None or (subs is not None and sorted(subs) != sorted(m.subscribed_topic_names)) \
             or (req.rack_id is not None and req.rack_id != m.rack_id)
-        if changed:
+        if changed or epoch == 0 or m.client_id != client_id or m.client_host != client_host:
             updated = m.copy() if m is not None else ShareMember(mid)
             if req.rack_id is not None:
                 updated.rack_id = req.rack_id
@@ -277,25 +291,52 @@ class ShareGroupManager:
             if subs is not None:
                 updated.subscribed_topic_names = subs
             self._emit(g, records, R.share_member_metadata(gid, updated))
-        if changed or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash:
+        # Newly initialized partitions need an assignment: a new epoch, unless one is already pending.
+        pending = g.group_epoch == g.assignment_epoch and self._initialized_assignment_pending(g)
+        if changed or pending or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash:
             self._bump(g, records)
         self._schedule_session_timeout(gid, mid)
-        return records
+        # (2) target assignment
+        now = self.c.now_ms()
+        if g.group_epoch > g.assignment_epoch and now - g.assignment_timestamp >= self.assignment_interval_ms(gid):
+            self._update_target_assignment(g, records, now)
+        # (3) the member takes its target (no revocation in share groups)
+        m = g.members[mid]
+        send = epoch == 0 or subs is not None
+        target = g.target.get(mid, {})
+        if m.member_epoch != g.assignment_epoch or target != m.assigned:
+            updated = m.copy()
+            updated.member_epoch, updated.previous_member_epoch = g.assignment_epoch, m.member_epoch
+            updated.assigned = {t: set(ps) for t, ps in target.items()}
+            send |= updated.assigned != m.assigned
+            self._emit(g, records, R.share_current_assignment(gid, updated))
+            m = updated
+        resp = HbResp(member_id=mid, member_epoch=m.member_epoch,
+                      heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
+        if send:
+            resp.assignment = HbResp.Assignment(topic_partitions=[
+                HbResp.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())
+                if ps])
+        return resp, records
 
-    async def _assign(self, gid: str) -> None:
-        """Steps 2 and 3 without a member: initialize what will be assigned, then a new target assignment."""
-        await self._initialize_partitions(gid)
-        await self.c.runtime.write(lambda: (None, self._target_records(gid)))
+    def assignment_interval_ms(self, gid: str) -> int:
+        """``share.assignment.interval.ms`` of the group, else ``group.share.assignment.interval.ms``."""
+        value = self.c.group_config(gid).get(ASSIGNMENT_INTERVAL)
+        return int(value) if value is not None else self.cfg.share_assignment_interval_ms
 
-    def _target_records(self, gid: str) -> list:
-        g = self._group(gid)
-        if g is None or g.assignment_epoch >= g.group_epoch:
-            return []
-        records: list = []
-        self._update_target_assignment(g.copy(), records)
-        return records
+    def _initialized_assignment_pending(self, g: ShareGroup) -> bool:
+        """Kafka's initializedAssignmentPending: a subscribed topic's initialized partitions differ
+        from those in the target assignment."""
+        if not g.members or not g.initialized:
+            return False
+        names = g.subscribed_topic_names()
+        assigned: dict[bytes, set[int]] = {}
+        for parts in g.target.values():
+            for t, ps in parts.items():
+                assigned.setdefault(t, set()).update(ps)
+        return any(name in names and assigned.get(tid) != ps for tid, (name, ps) in g.initialized.items())
 
-    def _update_target_assignment(self, draft: ShareGroup, records: list) -> None:
+    def _update_target_assignment(self, draft: ShareGroup, records: list, now: int) -> None:
         init = draft.initialized
 
         def assign(specs, topics):
@@ -304,67 +345,62 @@ class ShareGroupManager:
         gid = draft.group_id
         for mid, new in new_target_assignment(draft, self.c.cluster, assign).items():
             self._emit(draft, records, R.share_target_member(gid, mid, new))
-        self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch))
+        self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, now))
 
-    def _reconcile(self, gid: str, mid: str, epoch: int) -> tuple[HbResp, list]:
-        """Step 3: the target assignment if still behind, then the member takes its target."""
+    # ------------------------------------------------------------ share state initialization
+    def maybe_initialize(self, gid: str) -> None:
+        """After a heartbeat: initialize, in the background, the share state of subscribed partitions
+        not yet initialized (Kafka's maybeCreateInitializeShareGroupStateRequest, then
+        persisterInitialize "async with respect to the heartbeat").  They are assigned by a later
+        heartbeat.  A partition already being initialized is not asked for again until
+        ``group.share.initialize.retry.interval.ms`` passed."""
         g = self._group(gid)
-        if g is None or mid not in g.members:
-            raise _unknown_member(mid, gid)  # removed while its share state was being initialized
-        draft = g.copy()
-        records: list = []
-        if draft.assignment_epoch < draft.group_epoch:
-            self._update_target_assignment(draft, records)
-        m = draft.members[mid]
-        send = epoch == 0
-        target = draft.target.get(mid, {})
-        if m.member_epoch != draft.assignment_epoch or target != m.assigned:
-            updated = m.copy()
-            updated.member_epoch, updated.previous_member_epoch = draft.assignment_epoch, m.member_epoch
-            updated.assigned = {t: set(ps) for t, ps in target.items()}
-            self._emit(draft, records, R.share_current_assignment(gid, updated))
-            send = True
-        resp = HbResp(member_id=mid, member_epoch=m.member_epoch,
-                      heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
-        if send or epoch != m.member_epoch:
-            resp.assignment = HbResp.Assignment(topic_partitions=[
-                HbResp.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())
-                if ps])
-        return resp, records
-
-    async def _initialize_partitions(self, gid: str) -> None:
-        """Step 2: initialize the share state of subscribed partitions that will be assignable."""
-        g = self._group(gid)
-        if g is None or g.assignment_epoch >= g.group_epoch or self.share_state is None:
+        if g is None or self.share_state is None or not g.members:
             return
         cluster = self.c.cluster
+        now = self.c.now_ms()
+        busy = self._initializing.setdefault(gid, {})
         todo: dict[bytes, tuple[str, list[int]]] = {}
-        for name in g.subscribed_topic_names():
+        for name in sorted(g.subscribed_topic_names()):
             tid = cluster.topic_id(name)
             if tid is None:
                 continue
             have = g.initialized.get(tid, (name, set()))[1]
-            missing = [p for p in range(cluster.partition_count(name)) if p not in have]
+            missing = [p for p in range(cluster.partition_count(name) or 0) if p not in have
+                       and now - busy.get((tid, p), -INIT_RETRY_MS) >= INIT_RETRY_MS]
             if missing:
                 todo[tid] = (name, missing)
-        if not todo:
-            return
-        req = InitReq(group_id=gid, topics=[
-            InitReq.InitializeStateData(topic_id=tid, partitions=[
-                InitReq.PartitionData(partition=p, state_epoch=0, start_offset=-1) for p in parts])
-            for tid, (_, parts) in todo.items()])
-        resp = await self.share_state.initialize_state(req)
-        done: dict[bytes, tuple[str, set[int]]] = {}
-        for t in resp.results:
-            for p in t.partitions:
-                if p.error_code == Errors.NONE:
-                    done.setdefault(t.topic_id, (todo[t.topic_id][0], set()))[1].add(p.partition)
-                else:
-                    log.warning("share group %s: initializing %s-%d failed: %s", gid, t.topic_id.hex(),
-                                p.partition, p.error_message)
-        await self.c.runtime.write(lambda: (None, self._initialized_records(gid, done)))
+                for p in missing:
+                    busy[(tid, p)] = now
+        if todo:
+            self.c.runtime.spawn(self._initialize(gid, todo, g.group_epoch), "share state initialization")
 
-    def _initialized_records(self, gid: str, done: dict[bytes, tuple[str, set[int]]]) -> list:
+    async def _initialize(self, gid: str, todo: dict[bytes, tuple[str, list[int]]], state_epoch: int) -> None:
+        busy = self._initializing.get(gid, {})
+        done: dict[bytes, tuple[str, set[int]]] = {}
+        try:
+            req = InitReq(group_id=gid, topics=[
+                InitReq.InitializeStateData(topic_id=tid, partitions=[
+                    InitReq.PartitionData(partition=p, state_epoch=state_epoch, start_offset=-1) for p in parts])
+                for tid, (_, parts) in todo.items()])
+            resp = await self.share_state.initialize_state(req)
+            for t in resp.results:
+                for p in t.partitions:
+                    if p.error_code == Errors.NONE:
+                        done.setdefault(t.topic_id, (todo[t.topic_id][0], set()))[1].add(p.partition)
+                    else:
+                        log.warning("share group %s: initializing %s-%d failed: %s", gid, t.topic_id.hex(),
+                                    p.partition, p.error_message)
+            await self.c.runtime.write(lambda: (None, self.initialized_records(gid, done)))
+        except Exception as e:  # noqa: BLE001 - the next heartbeat retries what was not recorded
+            log.warning("share group %s: initializing share state failed: %r", gid, e)
+        finally:
+            for tid, (_, parts) in todo.items():
+                for p in parts:
+                    busy.pop((tid, p), None)
+
+    def initialized_records(self, gid: str, done: dict[bytes, tuple[str, set[int]]]) -> list:
+        """The ShareGroupStatePartitionMetadata record adding ``done`` to the initialized partitions."""
         g = self._group(gid)
         if g is None or not done:
             return []
@@ -383,7 +419,6 @@ class ShareGroupManager:
             return True, self._remove_member(g.copy(), mid)
 
         if await self.c.runtime.write(op):
-            await self._assign(gid)
             self._notify_removed(gid, mid)
 
     def _notify_removed(self, gid: str, mid: str) -> None:

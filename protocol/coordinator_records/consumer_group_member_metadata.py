@@ -165,9 +165,9 @@ _ConsumerGroupMemberMetadataValue_ClassicProtocol.__qualname__ = 'ConsumerGroupM
 def _d_ConsumerGroupMemberMetadataKey_0(m, p):
     o = _new(ConsumerGroupMemberMetadataKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -180,9 +180,9 @@ def _e_ConsumerGroupMemberMetadataKey_0(b, o, sp):
 def _d_ConsumerGroupMemberMetadataValue_ClassicProtocol_0(m, p):
     o = _new(_ConsumerGroupMemberMetadataValue_ClassicProtocol)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.metadata, p = read_compact_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -203,7 +203,7 @@ def _d_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_0(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null SupportedProtocols')
+        raise DecodeError('non-nullable field supportedProtocols was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -234,17 +234,18 @@ def _d_ConsumerGroupMemberMetadataValue_0(m, p):
     o.instance_id, p = read_compact_string(m, p)
     o.rack_id, p = read_compact_string(m, p)
     o.client_id, p = read_compact_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_compact_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null SubscribedTopicNames')
+        raise DecodeError('non-nullable field subscribedTopicNames was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o.subscribed_topic_regex, p = read_compact_string(m, p)

@@ -159,7 +159,7 @@ _ConsumerGroupPartitionMetadataValue_PartitionMetadata.__qualname__ = 'ConsumerG
 def _d_ConsumerGroupPartitionMetadataKey_0(m, p):
     o = _new(ConsumerGroupPartitionMetadataKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -174,12 +174,13 @@ def _d_ConsumerGroupPartitionMetadataValue_PartitionMetadata_0(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Racks')
+        raise DecodeError('non-nullable field racks was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field racks element was serialized as null')
             a.append(x)
         o.racks = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -205,12 +206,12 @@ def _d_ConsumerGroupPartitionMetadataValue_TopicMetadata_0(m, p):
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o.num_partitions, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionMetadata')
+        raise DecodeError('non-nullable field partitionMetadata was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -242,7 +243,7 @@ def _d_ConsumerGroupPartitionMetadataValue_0(m, p):
     o = _new(ConsumerGroupPartitionMetadataValue)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 23)
         a = []

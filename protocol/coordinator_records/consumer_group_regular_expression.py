@@ -119,9 +119,9 @@ class ConsumerGroupRegularExpressionValue:
 def _d_ConsumerGroupRegularExpressionKey_0(m, p):
     o = _new(ConsumerGroupRegularExpressionKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.regular_expression, p = read_string(m, p)
-    if o.regular_expression is None: raise DecodeError('null RegularExpression')
+    if o.regular_expression is None: raise DecodeError('non-nullable field regularExpression was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -135,12 +135,13 @@ def _d_ConsumerGroupRegularExpressionValue_0(m, p):
     o = _new(ConsumerGroupRegularExpressionValue)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topics element was serialized as null')
             a.append(x)
         o.topics = a
     o.version, o.timestamp = _F_qq.unpack_from(m, p)

@@ -137,9 +137,9 @@ _ConsumerGroupTargetAssignmentMemberValue_TopicPartition.__qualname__ = 'Consume
 def _d_ConsumerGroupTargetAssignmentMemberKey_0(m, p):
     o = _new(ConsumerGroupTargetAssignmentMemberKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -155,7 +155,7 @@ def _d_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -178,7 +178,7 @@ def _d_ConsumerGroupTargetAssignmentMemberValue_0(m, p):
     o = _new(ConsumerGroupTargetAssignmentMemberValue)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicPartitions')
+        raise DecodeError('non-nullable field topicPartitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -149,7 +149,7 @@ _GroupMetadataValue_MemberMetadata.__qualname__ = 'GroupMetadataValue.MemberMeta
 def _d_GroupMetadataKey_0(m, p):
     o = _new(GroupMetadataKey)
     o.group, p = read_string(m, p)
-    if o.group is None: raise DecodeError('null group')
+    if o.group is None: raise DecodeError('non-nullable field group was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -161,17 +161,17 @@ def _e_GroupMetadataKey_0(b, o, sp):
 def _d_GroupMetadataValue_MemberMetadata_0(m, p):
     o = _new(_GroupMetadataValue_MemberMetadata)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null memberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.client_id, p = read_string(m, p)
-    if o.client_id is None: raise DecodeError('null clientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_string(m, p)
-    if o.client_host is None: raise DecodeError('null clientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.session_timeout, = _F_i.unpack_from(m, p)
     p += 4
     o.subscription, p = read_bytes(m, p)
-    if o.subscription is None: raise DecodeError('null subscription')
+    if o.subscription is None: raise DecodeError('non-nullable field subscription was serialized as null')
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o.group_instance_id = None
     o.rebalance_timeout = -1
     o._unknown_tagged_fields = None
@@ -190,17 +190,17 @@ def _e_GroupMetadataValue_MemberMetadata_0(b, o, sp):
 def _d_GroupMetadataValue_MemberMetadata_1(m, p):
     o = _new(_GroupMetadataValue_MemberMetadata)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null memberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.client_id, p = read_string(m, p)
-    if o.client_id is None: raise DecodeError('null clientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_string(m, p)
-    if o.client_host is None: raise DecodeError('null clientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.rebalance_timeout, o.session_timeout = _F_ii.unpack_from(m, p)
     p += 8
     o.subscription, p = read_bytes(m, p)
-    if o.subscription is None: raise DecodeError('null subscription')
+    if o.subscription is None: raise DecodeError('non-nullable field subscription was serialized as null')
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o.group_instance_id = None
     o._unknown_tagged_fields = None
     return o, p
@@ -218,18 +218,18 @@ def _e_GroupMetadataValue_MemberMetadata_1(b, o, sp):
 def _d_GroupMetadataValue_MemberMetadata_3(m, p):
     o = _new(_GroupMetadataValue_MemberMetadata)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null memberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.client_id, p = read_string(m, p)
-    if o.client_id is None: raise DecodeError('null clientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_string(m, p)
-    if o.client_host is None: raise DecodeError('null clientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.rebalance_timeout, o.session_timeout = _F_ii.unpack_from(m, p)
     p += 8
     o.subscription, p = read_bytes(m, p)
-    if o.subscription is None: raise DecodeError('null subscription')
+    if o.subscription is None: raise DecodeError('non-nullable field subscription was serialized as null')
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -247,18 +247,18 @@ def _e_GroupMetadataValue_MemberMetadata_3(b, o, sp):
 def _d_GroupMetadataValue_MemberMetadata_4(m, p):
     o = _new(_GroupMetadataValue_MemberMetadata)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null memberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.client_id, p = read_compact_string(m, p)
-    if o.client_id is None: raise DecodeError('null clientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_compact_string(m, p)
-    if o.client_host is None: raise DecodeError('null clientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.rebalance_timeout, o.session_timeout = _F_ii.unpack_from(m, p)
     p += 8
     o.subscription, p = read_compact_bytes(m, p)
-    if o.subscription is None: raise DecodeError('null subscription')
+    if o.subscription is None: raise DecodeError('non-nullable field subscription was serialized as null')
     o.assignment, p = read_compact_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -281,14 +281,14 @@ def _e_GroupMetadataValue_MemberMetadata_4(b, o, sp):
 def _d_GroupMetadataValue_0(m, p):
     o = _new(GroupMetadataValue)
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null protocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.generation, = _F_i.unpack_from(m, p)
     p += 4
     o.protocol, p = read_string(m, p)
     o.leader, p = read_string(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -316,14 +316,14 @@ def _e_GroupMetadataValue_0(b, o, sp):
 def _d_GroupMetadataValue_1(m, p):
     o = _new(GroupMetadataValue)
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null protocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.generation, = _F_i.unpack_from(m, p)
     p += 4
     o.protocol, p = read_string(m, p)
     o.leader, p = read_string(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -351,7 +351,7 @@ def _e_GroupMetadataValue_1(b, o, sp):
 def _d_GroupMetadataValue_2(m, p):
     o = _new(GroupMetadataValue)
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null protocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.generation, = _F_i.unpack_from(m, p)
     p += 4
     o.protocol, p = read_string(m, p)
@@ -360,7 +360,7 @@ def _d_GroupMetadataValue_2(m, p):
     p += 8
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -388,7 +388,7 @@ def _e_GroupMetadataValue_2(b, o, sp):
 def _d_GroupMetadataValue_3(m, p):
     o = _new(GroupMetadataValue)
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null protocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.generation, = _F_i.unpack_from(m, p)
     p += 4
     o.protocol, p = read_string(m, p)
@@ -397,7 +397,7 @@ def _d_GroupMetadataValue_3(m, p):
     p += 8
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 24)
         a = []
@@ -425,7 +425,7 @@ def _e_GroupMetadataValue_3(b, o, sp):
 def _d_GroupMetadataValue_4(m, p):
     o = _new(GroupMetadataValue)
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null protocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.generation, = _F_i.unpack_from(m, p)
     p += 4
     o.protocol, p = read_compact_string(m, p)
@@ -434,7 +434,7 @@ def _d_GroupMetadataValue_4(m, p):
     p += 8
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 15)
         a = []

@@ -121,9 +121,9 @@ class LegacyOffsetCommitValue:
 def _d_LegacyOffsetCommitKey_0(m, p):
     o = _new(LegacyOffsetCommitKey)
     o.group, p = read_string(m, p)
-    if o.group is None: raise DecodeError('null group')
+    if o.group is None: raise DecodeError('non-nullable field group was serialized as null')
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     o.partition, = _F_i.unpack_from(m, p)
     p += 4
     o._unknown_tagged_fields = None
@@ -141,7 +141,7 @@ def _d_LegacyOffsetCommitValue_0(m, p):
     o.offset, = _F_q.unpack_from(m, p)
     p += 8
     o.metadata, p = read_string(m, p)
-    if o.metadata is None: raise DecodeError('null metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.commit_timestamp, = _F_q.unpack_from(m, p)
     p += 8
     o._unknown_tagged_fields = None

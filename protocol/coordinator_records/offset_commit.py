@@ -126,9 +126,9 @@ class OffsetCommitValue:
 def _d_OffsetCommitKey_0(m, p):
     o = _new(OffsetCommitKey)
     o.group, p = read_string(m, p)
-    if o.group is None: raise DecodeError('null group')
+    if o.group is None: raise DecodeError('non-nullable field group was serialized as null')
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     o.partition, = _F_i.unpack_from(m, p)
     p += 4
     o._unknown_tagged_fields = None
@@ -146,7 +146,7 @@ def _d_OffsetCommitValue_0(m, p):
     o.offset, = _F_q.unpack_from(m, p)
     p += 8
     o.metadata, p = read_string(m, p)
-    if o.metadata is None: raise DecodeError('null metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.commit_timestamp, = _F_q.unpack_from(m, p)
     p += 8
     o.leader_epoch = -1
@@ -167,7 +167,7 @@ def _d_OffsetCommitValue_1(m, p):
     o.offset, = _F_q.unpack_from(m, p)
     p += 8
     o.metadata, p = read_string(m, p)
-    if o.metadata is None: raise DecodeError('null metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.commit_timestamp, o.expire_timestamp = _F_qq.unpack_from(m, p)
     p += 16
     o.leader_epoch = -1
@@ -187,7 +187,7 @@ def _d_OffsetCommitValue_3(m, p):
     o.offset, o.leader_epoch = _F_qi.unpack_from(m, p)
     p += 12
     o.metadata, p = read_string(m, p)
-    if o.metadata is None: raise DecodeError('null metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.commit_timestamp, = _F_q.unpack_from(m, p)
     p += 8
     o.expire_timestamp = -1
@@ -207,7 +207,7 @@ def _d_OffsetCommitValue_4(m, p):
     o.offset, o.leader_epoch = _F_qi.unpack_from(m, p)
     p += 12
     o.metadata, p = read_compact_string(m, p)
-    if o.metadata is None: raise DecodeError('null metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.commit_timestamp, = _F_q.unpack_from(m, p)
     p += 8
     o.expire_timestamp = -1

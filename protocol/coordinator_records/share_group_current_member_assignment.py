@@ -141,9 +141,9 @@ _ShareGroupCurrentMemberAssignmentValue_TopicPartitions.__qualname__ = 'ShareGro
 def _d_ShareGroupCurrentMemberAssignmentKey_0(m, p):
     o = _new(ShareGroupCurrentMemberAssignmentKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -159,7 +159,7 @@ def _d_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -184,7 +184,7 @@ def _d_ShareGroupCurrentMemberAssignmentValue_0(m, p):
     p += 9
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AssignedPartitions')
+        raise DecodeError('non-nullable field assignedPartitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -119,9 +119,9 @@ class ShareGroupMemberMetadataValue:
 def _d_ShareGroupMemberMetadataKey_0(m, p):
     o = _new(ShareGroupMemberMetadataKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -135,17 +135,18 @@ def _d_ShareGroupMemberMetadataValue_0(m, p):
     o = _new(ShareGroupMemberMetadataValue)
     o.rack_id, p = read_compact_string(m, p)
     o.client_id, p = read_compact_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_compact_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null SubscribedTopicNames')
+        raise DecodeError('non-nullable field subscribedTopicNames was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)

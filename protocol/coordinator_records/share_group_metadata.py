@@ -117,7 +117,7 @@ class ShareGroupMetadataValue:
 def _d_ShareGroupMetadataKey_0(m, p):
     o = _new(ShareGroupMetadataKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 

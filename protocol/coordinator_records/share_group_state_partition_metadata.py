@@ -159,7 +159,7 @@ _ShareGroupStatePartitionMetadataValue_TopicInfo.__qualname__ = 'ShareGroupState
 def _d_ShareGroupStatePartitionMetadataKey_0(m, p):
     o = _new(ShareGroupStatePartitionMetadataKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -173,10 +173,10 @@ def _d_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_0(m, p):
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -201,7 +201,7 @@ def _d_ShareGroupStatePartitionMetadataValue_TopicInfo_0(m, p):
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -220,7 +220,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(m, p):
     o = _new(ShareGroupStatePartitionMetadataValue)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null InitializingTopics')
+        raise DecodeError('non-nullable field initializingTopics was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -230,7 +230,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(m, p):
         o.initializing_topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null InitializedTopics')
+        raise DecodeError('non-nullable field initializedTopics was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -240,7 +240,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(m, p):
         o.initialized_topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null DeletingTopics')
+        raise DecodeError('non-nullable field deletingTopics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -149,7 +149,7 @@ _ShareSnapshotValue_StateBatch.__qualname__ = 'ShareSnapshotValue.StateBatch'
 def _d_ShareSnapshotKey_0(m, p):
     o = _new(ShareSnapshotKey)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.topic_id, o.partition = _F_Ui.unpack_from(m, p)
     p += 20
     o._unknown_tagged_fields = None
@@ -184,7 +184,7 @@ def _d_ShareSnapshotValue_0(m, p):
     p += 36
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StateBatches')
+        raise DecodeError('non-nullable field stateBatches was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []

@@ -221,10 +221,10 @@ def _e_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_0(b,
 def _d_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_0(m, p):
     o = _new(_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 13)
         a = []
@@ -253,10 +253,10 @@ def _e_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_0(b, o, 
 def _d_AlterShareGroupOffsetsRequest_0(m, p):
     o = _new(AlterShareGroupOffsetsRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -304,12 +304,12 @@ def _e_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartition_0(
 def _d_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_0(m, p):
     o = _new(_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -343,7 +343,7 @@ def _d_AlterShareGroupOffsetsResponse_0(m, p):
     o.error_message, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []

@@ -205,9 +205,9 @@ def _e_ApiVersionsRequest_0(b, o, sp):
 def _d_ApiVersionsRequest_3(m, p):
     o = _new(ApiVersionsRequest)
     o.client_software_name, p = read_compact_string(m, p)
-    if o.client_software_name is None: raise DecodeError('null ClientSoftwareName')
+    if o.client_software_name is None: raise DecodeError('non-nullable field clientSoftwareName was serialized as null')
     o.client_software_version, p = read_compact_string(m, p)
-    if o.client_software_version is None: raise DecodeError('null ClientSoftwareVersion')
+    if o.client_software_version is None: raise DecodeError('non-nullable field clientSoftwareVersion was serialized as null')
     o.cluster_id = None
     o.node_id = -1
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -227,9 +227,9 @@ def _e_ApiVersionsRequest_3(b, o, sp):
 def _d_ApiVersionsRequest_5(m, p):
     o = _new(ApiVersionsRequest)
     o.client_software_name, p = read_compact_string(m, p)
-    if o.client_software_name is None: raise DecodeError('null ClientSoftwareName')
+    if o.client_software_name is None: raise DecodeError('non-nullable field clientSoftwareName was serialized as null')
     o.client_software_version, p = read_compact_string(m, p)
-    if o.client_software_version is None: raise DecodeError('null ClientSoftwareVersion')
+    if o.client_software_version is None: raise DecodeError('non-nullable field clientSoftwareVersion was serialized as null')
     o.cluster_id, p = read_compact_string(m, p)
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
@@ -294,7 +294,7 @@ def _e_ApiVersionsResponse_SupportedFeatureKey_0(b, o, sp):
 def _d_ApiVersionsResponse_SupportedFeatureKey_3(m, p):
     o = _new(_ApiVersionsResponse_SupportedFeatureKey)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.min_version, o.max_version = _F_hh.unpack_from(m, p)
     p += 4
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -327,7 +327,7 @@ def _e_ApiVersionsResponse_FinalizedFeatureKey_0(b, o, sp):
 def _d_ApiVersionsResponse_FinalizedFeatureKey_3(m, p):
     o = _new(_ApiVersionsResponse_FinalizedFeatureKey)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.max_version_level, o.min_version_level = _F_hh.unpack_from(m, p)
     p += 4
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -350,7 +350,7 @@ def _d_ApiVersionsResponse_0(m, p):
     p += 2
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ApiKeys')
+        raise DecodeError('non-nullable field apiKeys was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -382,7 +382,7 @@ def _d_ApiVersionsResponse_1(m, p):
     p += 2
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ApiKeys')
+        raise DecodeError('non-nullable field apiKeys was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -416,7 +416,7 @@ def _d_ApiVersionsResponse_3(m, p):
     p += 2
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ApiKeys')
+        raise DecodeError('non-nullable field apiKeys was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -442,7 +442,7 @@ def _d_ApiVersionsResponse_3(m, p):
             if tag == 0:
                 n, p = read_compact_array_len(m, p)
                 if n < 0:
-                    raise DecodeError('null SupportedFeatures')
+                    raise DecodeError('non-nullable field supportedFeatures was serialized as null')
                 else:
                     check_count(m, p, n, 6)
                     a = []
@@ -456,7 +456,7 @@ def _d_ApiVersionsResponse_3(m, p):
             elif tag == 2:
                 n, p = read_compact_array_len(m, p)
                 if n < 0:
-                    raise DecodeError('null FinalizedFeatures')
+                    raise DecodeError('non-nullable field finalizedFeatures was serialized as null')
                 else:
                     check_count(m, p, n, 6)
                     a = []

@@ -196,7 +196,7 @@ def _d_ConsumerGroupHeartbeatRequest_TopicPartitions_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -218,9 +218,9 @@ def _e_ConsumerGroupHeartbeatRequest_TopicPartitions_0(b, o, sp):
 def _d_ConsumerGroupHeartbeatRequest_0(m, p):
     o = _new(ConsumerGroupHeartbeatRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.instance_id, p = read_compact_string(m, p)
@@ -235,6 +235,7 @@ def _d_ConsumerGroupHeartbeatRequest_0(m, p):
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o.server_assignor, p = read_compact_string(m, p)
@@ -281,9 +282,9 @@ def _e_ConsumerGroupHeartbeatRequest_0(b, o, sp):
 def _d_ConsumerGroupHeartbeatRequest_1(m, p):
     o = _new(ConsumerGroupHeartbeatRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.instance_id, p = read_compact_string(m, p)
@@ -298,6 +299,7 @@ def _d_ConsumerGroupHeartbeatRequest_1(m, p):
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o.subscribed_topic_regex, p = read_compact_string(m, p)
@@ -348,7 +350,7 @@ def _d_ConsumerGroupHeartbeatResponse_TopicPartitions_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -371,7 +373,7 @@ def _d_ConsumerGroupHeartbeatResponse_Assignment_0(m, p):
     o = _new(_ConsumerGroupHeartbeatResponse_Assignment)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicPartitions')
+        raise DecodeError('non-nullable field topicPartitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

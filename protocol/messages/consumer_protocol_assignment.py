@@ -94,10 +94,10 @@ _ConsumerProtocolAssignment_TopicPartition.__qualname__ = 'ConsumerProtocolAssig
 def _d_ConsumerProtocolAssignment_TopicPartition_0(m, p):
     o = _new(_ConsumerProtocolAssignment_TopicPartition)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -115,7 +115,7 @@ def _d_ConsumerProtocolAssignment_0(m, p):
     o = _new(ConsumerProtocolAssignment)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AssignedPartitions')
+        raise DecodeError('non-nullable field assignedPartitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []

@@ -110,10 +110,10 @@ def _e_ConsumerProtocolSubscription_TopicPartition_0(b, o, sp):
 def _d_ConsumerProtocolSubscription_TopicPartition_1(m, p):
     o = _new(_ConsumerProtocolSubscription_TopicPartition)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -131,12 +131,13 @@ def _d_ConsumerProtocolSubscription_0(m, p):
     o = _new(ConsumerProtocolSubscription)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topics element was serialized as null')
             a.append(x)
         o.topics = a
     o.user_data, p = read_bytes(m, p)
@@ -160,18 +161,19 @@ def _d_ConsumerProtocolSubscription_1(m, p):
     o = _new(ConsumerProtocolSubscription)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topics element was serialized as null')
             a.append(x)
         o.topics = a
     o.user_data, p = read_bytes(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OwnedPartitions')
+        raise DecodeError('non-nullable field ownedPartitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -203,18 +205,19 @@ def _d_ConsumerProtocolSubscription_2(m, p):
     o = _new(ConsumerProtocolSubscription)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topics element was serialized as null')
             a.append(x)
         o.topics = a
     o.user_data, p = read_bytes(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OwnedPartitions')
+        raise DecodeError('non-nullable field ownedPartitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -248,18 +251,19 @@ def _d_ConsumerProtocolSubscription_3(m, p):
     o = _new(ConsumerProtocolSubscription)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topics element was serialized as null')
             a.append(x)
         o.topics = a
     o.user_data, p = read_bytes(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OwnedPartitions')
+        raise DecodeError('non-nullable field ownedPartitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []

@@ -183,7 +183,7 @@ def _d_CreatePartitionsRequest_CreatePartitionsAssignment_0(m, p):
     o = _new(_CreatePartitionsRequest_CreatePartitionsAssignment)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null BrokerIds')
+        raise DecodeError('non-nullable field brokerIds was serialized as null')
     else:
         o.broker_ids, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -200,7 +200,7 @@ def _d_CreatePartitionsRequest_CreatePartitionsAssignment_2(m, p):
     o = _new(_CreatePartitionsRequest_CreatePartitionsAssignment)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null BrokerIds')
+        raise DecodeError('non-nullable field brokerIds was serialized as null')
     else:
         o.broker_ids, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -221,7 +221,7 @@ def _e_CreatePartitionsRequest_CreatePartitionsAssignment_2(b, o, sp):
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_0(m, p):
     o = _new(_CreatePartitionsRequest_CreatePartitionsTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.count, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_array_len(m, p)
@@ -251,7 +251,7 @@ def _e_CreatePartitionsRequest_CreatePartitionsTopic_0(b, o, sp):
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_2(m, p):
     o = _new(_CreatePartitionsRequest_CreatePartitionsTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.count, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_compact_array_len(m, p)
@@ -287,7 +287,7 @@ def _d_CreatePartitionsRequest_0(m, p):
     o = _new(CreatePartitionsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 10)
         a = []
@@ -314,7 +314,7 @@ def _d_CreatePartitionsRequest_2(m, p):
     o = _new(CreatePartitionsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -345,7 +345,7 @@ def _e_CreatePartitionsRequest_2(b, o, sp):
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_0(m, p):
     o = _new(_CreatePartitionsResponse_CreatePartitionsTopicResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_string(m, p)
@@ -362,7 +362,7 @@ def _e_CreatePartitionsResponse_CreatePartitionsTopicResult_0(b, o, sp):
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_2(m, p):
     o = _new(_CreatePartitionsResponse_CreatePartitionsTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_compact_string(m, p)
@@ -387,7 +387,7 @@ def _d_CreatePartitionsResponse_0(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -414,7 +414,7 @@ def _d_CreatePartitionsResponse_2(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []

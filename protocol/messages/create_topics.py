@@ -239,7 +239,7 @@ def _d_CreateTopicsRequest_CreatableReplicaAssignment_2(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null BrokerIds')
+        raise DecodeError('non-nullable field brokerIds was serialized as null')
     else:
         o.broker_ids, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -259,7 +259,7 @@ def _d_CreateTopicsRequest_CreatableReplicaAssignment_5(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null BrokerIds')
+        raise DecodeError('non-nullable field brokerIds was serialized as null')
     else:
         o.broker_ids, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -281,7 +281,7 @@ def _e_CreateTopicsRequest_CreatableReplicaAssignment_5(b, o, sp):
 def _d_CreateTopicsRequest_CreatableTopicConfig_2(m, p):
     o = _new(_CreateTopicsRequest_CreatableTopicConfig)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_string(m, p)
     o._unknown_tagged_fields = None
     return o, p
@@ -295,7 +295,7 @@ def _e_CreateTopicsRequest_CreatableTopicConfig_2(b, o, sp):
 def _d_CreateTopicsRequest_CreatableTopicConfig_5(m, p):
     o = _new(_CreateTopicsRequest_CreatableTopicConfig)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_compact_string(m, p)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
@@ -314,12 +314,12 @@ def _e_CreateTopicsRequest_CreatableTopicConfig_5(b, o, sp):
 def _d_CreateTopicsRequest_CreatableTopic_2(m, p):
     o = _new(_CreateTopicsRequest_CreatableTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.num_partitions, o.replication_factor = _F_ih.unpack_from(m, p)
     p += 6
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -329,7 +329,7 @@ def _d_CreateTopicsRequest_CreatableTopic_2(m, p):
         o.assignments = a
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -359,12 +359,12 @@ def _e_CreateTopicsRequest_CreatableTopic_2(b, o, sp):
 def _d_CreateTopicsRequest_CreatableTopic_5(m, p):
     o = _new(_CreateTopicsRequest_CreatableTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.num_partitions, o.replication_factor = _F_ih.unpack_from(m, p)
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -374,7 +374,7 @@ def _d_CreateTopicsRequest_CreatableTopic_5(m, p):
         o.assignments = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -410,7 +410,7 @@ def _d_CreateTopicsRequest_2(m, p):
     o = _new(CreateTopicsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 16)
         a = []
@@ -437,7 +437,7 @@ def _d_CreateTopicsRequest_5(m, p):
     o = _new(CreateTopicsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 10)
         a = []
@@ -483,7 +483,7 @@ def _e_CreateTopicsResponse_CreatableTopicConfigs_2(b, o, sp):
 def _d_CreateTopicsResponse_CreatableTopicConfigs_5(m, p):
     o = _new(_CreateTopicsResponse_CreatableTopicConfigs)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_compact_string(m, p)
     o.read_only, o.config_source, o.is_sensitive = _F_obo.unpack_from(m, p)
     p += 3
@@ -505,7 +505,7 @@ def _e_CreateTopicsResponse_CreatableTopicConfigs_5(b, o, sp):
 def _d_CreateTopicsResponse_CreatableTopicResult_2(m, p):
     o = _new(_CreateTopicsResponse_CreatableTopicResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_string(m, p)
@@ -527,7 +527,7 @@ def _e_CreateTopicsResponse_CreatableTopicResult_2(b, o, sp):
 def _d_CreateTopicsResponse_CreatableTopicResult_5(m, p):
     o = _new(_CreateTopicsResponse_CreatableTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_compact_string(m, p)
@@ -593,7 +593,7 @@ def _e_CreateTopicsResponse_CreatableTopicResult_5(b, o, sp):
 def _d_CreateTopicsResponse_CreatableTopicResult_7(m, p):
     o = _new(_CreateTopicsResponse_CreatableTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.topic_id, o.error_code = _F_Uh.unpack_from(m, p)
     p += 18
     o.error_message, p = read_compact_string(m, p)
@@ -661,7 +661,7 @@ def _d_CreateTopicsResponse_2(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -688,7 +688,7 @@ def _d_CreateTopicsResponse_5(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -720,7 +720,7 @@ def _d_CreateTopicsResponse_7(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 28)
         a = []

@@ -140,12 +140,13 @@ def _d_DeleteGroupsRequest_0(m, p):
     o = _new(DeleteGroupsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null GroupsNames')
+        raise DecodeError('non-nullable field groupsNames was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groupsNames element was serialized as null')
             a.append(x)
         o.groups_names = a
     o._unknown_tagged_fields = None
@@ -164,12 +165,13 @@ def _d_DeleteGroupsRequest_2(m, p):
     o = _new(DeleteGroupsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null GroupsNames')
+        raise DecodeError('non-nullable field groupsNames was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groupsNames element was serialized as null')
             a.append(x)
         o.groups_names = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -192,7 +194,7 @@ def _e_DeleteGroupsRequest_2(b, o, sp):
 def _d_DeleteGroupsResponse_DeletableGroupResult_0(m, p):
     o = _new(_DeleteGroupsResponse_DeletableGroupResult)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message = None
@@ -208,7 +210,7 @@ def _e_DeleteGroupsResponse_DeletableGroupResult_0(b, o, sp):
 def _d_DeleteGroupsResponse_DeletableGroupResult_2(m, p):
     o = _new(_DeleteGroupsResponse_DeletableGroupResult)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message = None
@@ -229,7 +231,7 @@ def _e_DeleteGroupsResponse_DeletableGroupResult_2(b, o, sp):
 def _d_DeleteGroupsResponse_DeletableGroupResult_3(m, p):
     o = _new(_DeleteGroupsResponse_DeletableGroupResult)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_compact_string(m, p)
@@ -254,7 +256,7 @@ def _d_DeleteGroupsResponse_0(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -281,7 +283,7 @@ def _d_DeleteGroupsResponse_2(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -313,7 +315,7 @@ def _d_DeleteGroupsResponse_3(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []

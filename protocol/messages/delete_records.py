@@ -230,10 +230,10 @@ def _e_DeleteRecordsRequest_DeleteRecordsPartition_2(b, o, sp):
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_0(m, p):
     o = _new(_DeleteRecordsRequest_DeleteRecordsTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -257,10 +257,10 @@ def _e_DeleteRecordsRequest_DeleteRecordsTopic_0(b, o, sp):
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_2(m, p):
     o = _new(_DeleteRecordsRequest_DeleteRecordsTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 13)
         a = []
@@ -290,7 +290,7 @@ def _d_DeleteRecordsRequest_0(m, p):
     o = _new(DeleteRecordsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -317,7 +317,7 @@ def _d_DeleteRecordsRequest_2(m, p):
     o = _new(DeleteRecordsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -377,10 +377,10 @@ def _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_2(b, o, sp):
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_0(m, p):
     o = _new(_DeleteRecordsResponse_DeleteRecordsTopicResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -404,10 +404,10 @@ def _e_DeleteRecordsResponse_DeleteRecordsTopicResult_0(b, o, sp):
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_2(m, p):
     o = _new(_DeleteRecordsResponse_DeleteRecordsTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 15)
         a = []
@@ -439,7 +439,7 @@ def _d_DeleteRecordsResponse_0(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -466,7 +466,7 @@ def _d_DeleteRecordsResponse_2(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []

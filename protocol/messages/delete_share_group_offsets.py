@@ -162,7 +162,7 @@ _DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic.__qualname
 def _d_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_0(m, p):
     o = _new(_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -179,10 +179,10 @@ def _e_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_0(b, o
 def _d_DeleteShareGroupOffsetsRequest_0(m, p):
     o = _new(DeleteShareGroupOffsetsRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
@@ -211,7 +211,7 @@ def _e_DeleteShareGroupOffsetsRequest_0(b, o, sp):
 def _d_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_0(m, p):
     o = _new(_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o.topic_id, o.error_code = _F_Uh.unpack_from(m, p)
     p += 18
     o.error_message, p = read_compact_string(m, p)
@@ -237,7 +237,7 @@ def _d_DeleteShareGroupOffsetsResponse_0(m, p):
     o.error_message, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 21)
         a = []

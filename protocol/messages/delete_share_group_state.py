@@ -219,7 +219,7 @@ def _d_DeleteShareGroupStateRequest_DeleteStateData_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -248,10 +248,10 @@ def _e_DeleteShareGroupStateRequest_DeleteStateData_0(b, o, sp):
 def _d_DeleteShareGroupStateRequest_0(m, p):
     o = _new(DeleteShareGroupStateRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -302,7 +302,7 @@ def _d_DeleteShareGroupStateResponse_DeleteStateResult_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -332,7 +332,7 @@ def _d_DeleteShareGroupStateResponse_0(m, p):
     o = _new(DeleteShareGroupStateResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -212,12 +212,13 @@ def _d_DeleteTopicsRequest_1(m, p):
     o = _new(DeleteTopicsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicNames')
+        raise DecodeError('non-nullable field topicNames was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topicNames element was serialized as null')
             a.append(x)
         o.topic_names = a
     o.timeout_ms, = _F_i.unpack_from(m, p)
@@ -240,12 +241,13 @@ def _d_DeleteTopicsRequest_4(m, p):
     o = _new(DeleteTopicsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicNames')
+        raise DecodeError('non-nullable field topicNames was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field topicNames element was serialized as null')
             a.append(x)
         o.topic_names = a
     o.timeout_ms, = _F_i.unpack_from(m, p)
@@ -273,7 +275,7 @@ def _d_DeleteTopicsRequest_6(m, p):
     o = _new(DeleteTopicsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -305,7 +307,7 @@ def _e_DeleteTopicsRequest_6(b, o, sp):
 def _d_DeleteTopicsResponse_DeletableTopicResult_1(m, p):
     o = _new(_DeleteTopicsResponse_DeletableTopicResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.topic_id = ZERO_UUID
@@ -322,7 +324,7 @@ def _e_DeleteTopicsResponse_DeletableTopicResult_1(b, o, sp):
 def _d_DeleteTopicsResponse_DeletableTopicResult_4(m, p):
     o = _new(_DeleteTopicsResponse_DeletableTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.topic_id = ZERO_UUID
@@ -344,7 +346,7 @@ def _e_DeleteTopicsResponse_DeletableTopicResult_4(b, o, sp):
 def _d_DeleteTopicsResponse_DeletableTopicResult_5(m, p):
     o = _new(_DeleteTopicsResponse_DeletableTopicResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.error_message, p = read_compact_string(m, p)
@@ -391,7 +393,7 @@ def _d_DeleteTopicsResponse_1(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -418,7 +420,7 @@ def _d_DeleteTopicsResponse_4(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -450,7 +452,7 @@ def _d_DeleteTopicsResponse_5(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -482,7 +484,7 @@ def _d_DeleteTopicsResponse_6(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 21)
         a = []

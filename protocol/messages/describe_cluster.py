@@ -209,7 +209,7 @@ def _d_DescribeClusterResponse_DescribeClusterBroker_0(m, p):
     o.broker_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -235,7 +235,7 @@ def _d_DescribeClusterResponse_DescribeClusterBroker_2(m, p):
     o.broker_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -264,12 +264,12 @@ def _d_DescribeClusterResponse_0(m, p):
     p += 6
     o.error_message, p = read_compact_string(m, p)
     o.cluster_id, p = read_compact_string(m, p)
-    if o.cluster_id is None: raise DecodeError('null ClusterId')
+    if o.cluster_id is None: raise DecodeError('non-nullable field clusterId was serialized as null')
     o.controller_id, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -310,12 +310,12 @@ def _d_DescribeClusterResponse_1(m, p):
     o.endpoint_type, = _F_b.unpack_from(m, p)
     p += 1
     o.cluster_id, p = read_compact_string(m, p)
-    if o.cluster_id is None: raise DecodeError('null ClusterId')
+    if o.cluster_id is None: raise DecodeError('non-nullable field clusterId was serialized as null')
     o.controller_id, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -356,12 +356,12 @@ def _d_DescribeClusterResponse_2(m, p):
     o.endpoint_type, = _F_b.unpack_from(m, p)
     p += 1
     o.cluster_id, p = read_compact_string(m, p)
-    if o.cluster_id is None: raise DecodeError('null ClusterId')
+    if o.cluster_id is None: raise DecodeError('non-nullable field clusterId was serialized as null')
     o.controller_id, = _F_i.unpack_from(m, p)
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []

@@ -217,7 +217,7 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_1(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
         o.configuration_keys = None
@@ -226,6 +226,7 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_1(m, p):
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field configurationKeys element was serialized as null')
             a.append(x)
         o.configuration_keys = a
     o._unknown_tagged_fields = None
@@ -247,7 +248,7 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_4(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
         o.configuration_keys = None
@@ -256,6 +257,7 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_4(m, p):
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field configurationKeys element was serialized as null')
             a.append(x)
         o.configuration_keys = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -281,7 +283,7 @@ def _d_DescribeConfigsRequest_1(m, p):
     o = _new(DescribeConfigsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Resources')
+        raise DecodeError('non-nullable field resources was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -309,7 +311,7 @@ def _d_DescribeConfigsRequest_3(m, p):
     o = _new(DescribeConfigsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Resources')
+        raise DecodeError('non-nullable field resources was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -336,7 +338,7 @@ def _d_DescribeConfigsRequest_4(m, p):
     o = _new(DescribeConfigsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Resources')
+        raise DecodeError('non-nullable field resources was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -367,7 +369,7 @@ def _e_DescribeConfigsRequest_4(b, o, sp):
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_1(m, p):
     o = _new(_DescribeConfigsResponse_DescribeConfigsSynonym)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_string(m, p)
     o.source, = _F_b.unpack_from(m, p)
     p += 1
@@ -384,7 +386,7 @@ def _e_DescribeConfigsResponse_DescribeConfigsSynonym_1(b, o, sp):
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_4(m, p):
     o = _new(_DescribeConfigsResponse_DescribeConfigsSynonym)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_compact_string(m, p)
     o.source, = _F_b.unpack_from(m, p)
     p += 1
@@ -406,13 +408,13 @@ def _e_DescribeConfigsResponse_DescribeConfigsSynonym_4(b, o, sp):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_1(m, p):
     o = _new(_DescribeConfigsResponse_DescribeConfigsResourceResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_string(m, p)
     o.read_only, o.config_source, o.is_sensitive = _F_obo.unpack_from(m, p)
     p += 3
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Synonyms')
+        raise DecodeError('non-nullable field synonyms was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -440,13 +442,13 @@ def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_1(b, o, sp):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_3(m, p):
     o = _new(_DescribeConfigsResponse_DescribeConfigsResourceResult)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_string(m, p)
     o.read_only, o.config_source, o.is_sensitive = _F_obo.unpack_from(m, p)
     p += 3
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Synonyms')
+        raise DecodeError('non-nullable field synonyms was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -477,13 +479,13 @@ def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_3(b, o, sp):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_4(m, p):
     o = _new(_DescribeConfigsResponse_DescribeConfigsResourceResult)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.value, p = read_compact_string(m, p)
     o.read_only, o.config_source, o.is_sensitive = _F_obo.unpack_from(m, p)
     p += 3
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Synonyms')
+        raise DecodeError('non-nullable field synonyms was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -524,10 +526,10 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_1(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -559,10 +561,10 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_3(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -594,10 +596,10 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_4(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -632,7 +634,7 @@ def _d_DescribeConfigsResponse_1(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -659,7 +661,7 @@ def _d_DescribeConfigsResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -686,7 +688,7 @@ def _d_DescribeConfigsResponse_4(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []

@@ -171,12 +171,13 @@ def _d_DescribeGroupsRequest_0(m, p):
     o = _new(DescribeGroupsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groups element was serialized as null')
             a.append(x)
         o.groups = a
     o.include_authorized_operations = False
@@ -196,12 +197,13 @@ def _d_DescribeGroupsRequest_3(m, p):
     o = _new(DescribeGroupsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groups element was serialized as null')
             a.append(x)
         o.groups = a
     o.include_authorized_operations, = _F_o.unpack_from(m, p)
@@ -223,12 +225,13 @@ def _d_DescribeGroupsRequest_5(m, p):
     o = _new(DescribeGroupsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groups element was serialized as null')
             a.append(x)
         o.groups = a
     o.include_authorized_operations, = _F_o.unpack_from(m, p)
@@ -254,15 +257,15 @@ def _e_DescribeGroupsRequest_5(b, o, sp):
 def _d_DescribeGroupsResponse_DescribedGroupMember_0(m, p):
     o = _new(_DescribeGroupsResponse_DescribedGroupMember)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.client_id, p = read_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.member_metadata, p = read_bytes(m, p)
-    if o.member_metadata is None: raise DecodeError('null MemberMetadata')
+    if o.member_metadata is None: raise DecodeError('non-nullable field memberMetadata was serialized as null')
     o.member_assignment, p = read_bytes(m, p)
-    if o.member_assignment is None: raise DecodeError('null MemberAssignment')
+    if o.member_assignment is None: raise DecodeError('non-nullable field memberAssignment was serialized as null')
     o.group_instance_id = None
     o._unknown_tagged_fields = None
     return o, p
@@ -279,16 +282,16 @@ def _e_DescribeGroupsResponse_DescribedGroupMember_0(b, o, sp):
 def _d_DescribeGroupsResponse_DescribedGroupMember_4(m, p):
     o = _new(_DescribeGroupsResponse_DescribedGroupMember)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.client_id, p = read_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.member_metadata, p = read_bytes(m, p)
-    if o.member_metadata is None: raise DecodeError('null MemberMetadata')
+    if o.member_metadata is None: raise DecodeError('non-nullable field memberMetadata was serialized as null')
     o.member_assignment, p = read_bytes(m, p)
-    if o.member_assignment is None: raise DecodeError('null MemberAssignment')
+    if o.member_assignment is None: raise DecodeError('non-nullable field memberAssignment was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -305,16 +308,16 @@ def _e_DescribeGroupsResponse_DescribedGroupMember_4(b, o, sp):
 def _d_DescribeGroupsResponse_DescribedGroupMember_5(m, p):
     o = _new(_DescribeGroupsResponse_DescribedGroupMember)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.client_id, p = read_compact_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_compact_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     o.member_metadata, p = read_compact_bytes(m, p)
-    if o.member_metadata is None: raise DecodeError('null MemberMetadata')
+    if o.member_metadata is None: raise DecodeError('non-nullable field memberMetadata was serialized as null')
     o.member_assignment, p = read_compact_bytes(m, p)
-    if o.member_assignment is None: raise DecodeError('null MemberAssignment')
+    if o.member_assignment is None: raise DecodeError('non-nullable field memberAssignment was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -338,16 +341,16 @@ def _d_DescribeGroupsResponse_DescribedGroup_0(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.protocol_data, p = read_string(m, p)
-    if o.protocol_data is None: raise DecodeError('null ProtocolData')
+    if o.protocol_data is None: raise DecodeError('non-nullable field protocolData was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -379,16 +382,16 @@ def _d_DescribeGroupsResponse_DescribedGroup_3(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.protocol_data, p = read_string(m, p)
-    if o.protocol_data is None: raise DecodeError('null ProtocolData')
+    if o.protocol_data is None: raise DecodeError('non-nullable field protocolData was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -422,16 +425,16 @@ def _d_DescribeGroupsResponse_DescribedGroup_4(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.protocol_data, p = read_string(m, p)
-    if o.protocol_data is None: raise DecodeError('null ProtocolData')
+    if o.protocol_data is None: raise DecodeError('non-nullable field protocolData was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 16)
         a = []
@@ -465,16 +468,16 @@ def _d_DescribeGroupsResponse_DescribedGroup_5(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_compact_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.protocol_data, p = read_compact_string(m, p)
-    if o.protocol_data is None: raise DecodeError('null ProtocolData')
+    if o.protocol_data is None: raise DecodeError('non-nullable field protocolData was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -514,16 +517,16 @@ def _d_DescribeGroupsResponse_DescribedGroup_6(m, p):
     p += 2
     o.error_message, p = read_compact_string(m, p)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_compact_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.protocol_data, p = read_compact_string(m, p)
-    if o.protocol_data is None: raise DecodeError('null ProtocolData')
+    if o.protocol_data is None: raise DecodeError('non-nullable field protocolData was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -561,7 +564,7 @@ def _d_DescribeGroupsResponse_0(m, p):
     o = _new(DescribeGroupsResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -588,7 +591,7 @@ def _d_DescribeGroupsResponse_1(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -615,7 +618,7 @@ def _d_DescribeGroupsResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -642,7 +645,7 @@ def _d_DescribeGroupsResponse_4(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -669,7 +672,7 @@ def _d_DescribeGroupsResponse_5(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -701,7 +704,7 @@ def _d_DescribeGroupsResponse_6(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 13)
         a = []

@@ -228,10 +228,10 @@ _DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition.__
 def _d_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_0(m, p):
     o = _new(_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -253,7 +253,7 @@ def _e_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_0(
 def _d_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_0(m, p):
     o = _new(_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
         o.topics = None
@@ -286,7 +286,7 @@ def _d_DescribeShareGroupOffsetsRequest_0(m, p):
     o = _new(DescribeShareGroupOffsetsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -353,12 +353,12 @@ def _e_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartit
 def _d_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_0(m, p):
     o = _new(_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -388,12 +388,12 @@ def _e_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_
 def _d_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_1(m, p):
     o = _new(_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic)
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 28)
         a = []
@@ -423,10 +423,10 @@ def _e_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_
 def _d_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_0(m, p):
     o = _new(_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -460,10 +460,10 @@ def _e_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_
 def _d_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_1(m, p):
     o = _new(_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -500,7 +500,7 @@ def _d_DescribeShareGroupOffsetsResponse_0(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -532,7 +532,7 @@ def _d_DescribeShareGroupOffsetsResponse_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []

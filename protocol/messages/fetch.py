@@ -591,10 +591,10 @@ def _e_FetchRequest_FetchPartition_18(b, o, sp):
 def _d_FetchRequest_FetchTopic_4(m, p):
     o = _new(_FetchRequest_FetchTopic)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 16)
         a = []
@@ -619,10 +619,10 @@ def _e_FetchRequest_FetchTopic_4(b, o, sp):
 def _d_FetchRequest_FetchTopic_5(m, p):
     o = _new(_FetchRequest_FetchTopic)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 24)
         a = []
@@ -647,10 +647,10 @@ def _e_FetchRequest_FetchTopic_5(b, o, sp):
 def _d_FetchRequest_FetchTopic_9(m, p):
     o = _new(_FetchRequest_FetchTopic)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 28)
         a = []
@@ -675,10 +675,10 @@ def _e_FetchRequest_FetchTopic_9(b, o, sp):
 def _d_FetchRequest_FetchTopic_12(m, p):
     o = _new(_FetchRequest_FetchTopic)
     o.topic, p = read_compact_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -711,7 +711,7 @@ def _d_FetchRequest_FetchTopic_13(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -744,7 +744,7 @@ def _d_FetchRequest_FetchTopic_17(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -777,7 +777,7 @@ def _d_FetchRequest_FetchTopic_18(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -820,10 +820,10 @@ def _e_FetchRequest_ForgottenTopic_4(b, o, sp):
 def _d_FetchRequest_ForgottenTopic_7(m, p):
     o = _new(_FetchRequest_ForgottenTopic)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o.topic_id = ZERO_UUID
@@ -841,10 +841,10 @@ def _e_FetchRequest_ForgottenTopic_7(b, o, sp):
 def _d_FetchRequest_ForgottenTopic_12(m, p):
     o = _new(_FetchRequest_ForgottenTopic)
     o.topic, p = read_compact_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o.topic_id = ZERO_UUID
@@ -870,7 +870,7 @@ def _d_FetchRequest_ForgottenTopic_13(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o.topic = ''
@@ -896,7 +896,7 @@ def _d_FetchRequest_4(m, p):
     p += 17
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -929,7 +929,7 @@ def _d_FetchRequest_5(m, p):
     p += 17
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -962,7 +962,7 @@ def _d_FetchRequest_7(m, p):
     p += 25
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -972,7 +972,7 @@ def _d_FetchRequest_7(m, p):
         o.topics = a
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1007,7 +1007,7 @@ def _d_FetchRequest_9(m, p):
     p += 25
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1017,7 +1017,7 @@ def _d_FetchRequest_9(m, p):
         o.topics = a
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1052,7 +1052,7 @@ def _d_FetchRequest_11(m, p):
     p += 25
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1062,7 +1062,7 @@ def _d_FetchRequest_11(m, p):
         o.topics = a
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1071,7 +1071,7 @@ def _d_FetchRequest_11(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.cluster_id = None
     o.replica_state = _FetchRequest_ReplicaState()
     o._unknown_tagged_fields = None
@@ -1099,7 +1099,7 @@ def _d_FetchRequest_12(m, p):
     p += 25
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1109,7 +1109,7 @@ def _d_FetchRequest_12(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1118,7 +1118,7 @@ def _d_FetchRequest_12(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_compact_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.replica_state = _FetchRequest_ReplicaState()
     o.cluster_id = None
     u = None
@@ -1174,7 +1174,7 @@ def _d_FetchRequest_13(m, p):
     p += 25
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1184,7 +1184,7 @@ def _d_FetchRequest_13(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1193,7 +1193,7 @@ def _d_FetchRequest_13(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_compact_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.replica_state = _FetchRequest_ReplicaState()
     o.cluster_id = None
     u = None
@@ -1249,7 +1249,7 @@ def _d_FetchRequest_15(m, p):
     p += 21
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1259,7 +1259,7 @@ def _d_FetchRequest_15(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1268,7 +1268,7 @@ def _d_FetchRequest_15(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_compact_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.replica_id = -1
     o.cluster_id = None
     o.replica_state = _FetchRequest_ReplicaState()
@@ -1331,7 +1331,7 @@ def _d_FetchRequest_17(m, p):
     p += 21
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1341,7 +1341,7 @@ def _d_FetchRequest_17(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1350,7 +1350,7 @@ def _d_FetchRequest_17(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_compact_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.replica_id = -1
     o.cluster_id = None
     o.replica_state = _FetchRequest_ReplicaState()
@@ -1413,7 +1413,7 @@ def _d_FetchRequest_18(m, p):
     p += 21
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1423,7 +1423,7 @@ def _d_FetchRequest_18(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1432,7 +1432,7 @@ def _d_FetchRequest_18(m, p):
             a.append(x)
         o.forgotten_topics_data = a
     o.rack_id, p = read_compact_string(m, p)
-    if o.rack_id is None: raise DecodeError('null RackId')
+    if o.rack_id is None: raise DecodeError('non-nullable field rackId was serialized as null')
     o.replica_id = -1
     o.cluster_id = None
     o.replica_state = _FetchRequest_ReplicaState()
@@ -1785,10 +1785,10 @@ def _e_FetchResponse_PartitionData_12(b, o, sp):
 def _d_FetchResponse_FetchableTopicResponse_4(m, p):
     o = _new(_FetchResponse_FetchableTopicResponse)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 30)
         a = []
@@ -1813,10 +1813,10 @@ def _e_FetchResponse_FetchableTopicResponse_4(b, o, sp):
 def _d_FetchResponse_FetchableTopicResponse_5(m, p):
     o = _new(_FetchResponse_FetchableTopicResponse)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 38)
         a = []
@@ -1841,10 +1841,10 @@ def _e_FetchResponse_FetchableTopicResponse_5(b, o, sp):
 def _d_FetchResponse_FetchableTopicResponse_11(m, p):
     o = _new(_FetchResponse_FetchableTopicResponse)
     o.topic, p = read_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 42)
         a = []
@@ -1869,10 +1869,10 @@ def _e_FetchResponse_FetchableTopicResponse_11(b, o, sp):
 def _d_FetchResponse_FetchableTopicResponse_12(m, p):
     o = _new(_FetchResponse_FetchableTopicResponse)
     o.topic, p = read_compact_string(m, p)
-    if o.topic is None: raise DecodeError('null Topic')
+    if o.topic is None: raise DecodeError('non-nullable field topic was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 37)
         a = []
@@ -1905,7 +1905,7 @@ def _d_FetchResponse_FetchableTopicResponse_13(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 37)
         a = []
@@ -1969,7 +1969,7 @@ def _d_FetchResponse_NodeEndpoint_16(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -1995,7 +1995,7 @@ def _d_FetchResponse_4(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -2025,7 +2025,7 @@ def _d_FetchResponse_5(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -2055,7 +2055,7 @@ def _d_FetchResponse_7(m, p):
     p += 10
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -2083,7 +2083,7 @@ def _d_FetchResponse_11(m, p):
     p += 10
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -2111,7 +2111,7 @@ def _d_FetchResponse_12(m, p):
     p += 10
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -2144,7 +2144,7 @@ def _d_FetchResponse_13(m, p):
     p += 10
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -2177,7 +2177,7 @@ def _d_FetchResponse_16(m, p):
     p += 10
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -2198,7 +2198,7 @@ def _d_FetchResponse_16(m, p):
             if tag == 0:
                 n, p = read_compact_array_len(m, p)
                 if n < 0:
-                    raise DecodeError('null NodeEndpoints')
+                    raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
                 else:
                     check_count(m, p, n, 11)
                     a = []

@@ -151,7 +151,7 @@ _FindCoordinatorResponse_Coordinator.__qualname__ = 'FindCoordinatorResponse.Coo
 def _d_FindCoordinatorRequest_0(m, p):
     o = _new(FindCoordinatorRequest)
     o.key, p = read_string(m, p)
-    if o.key is None: raise DecodeError('null Key')
+    if o.key is None: raise DecodeError('non-nullable field key was serialized as null')
     o.key_type = 0
     o.coordinator_keys = []
     o._unknown_tagged_fields = None
@@ -165,7 +165,7 @@ def _e_FindCoordinatorRequest_0(b, o, sp):
 def _d_FindCoordinatorRequest_1(m, p):
     o = _new(FindCoordinatorRequest)
     o.key, p = read_string(m, p)
-    if o.key is None: raise DecodeError('null Key')
+    if o.key is None: raise DecodeError('non-nullable field key was serialized as null')
     o.key_type, = _F_b.unpack_from(m, p)
     p += 1
     o.coordinator_keys = []
@@ -181,7 +181,7 @@ def _e_FindCoordinatorRequest_1(b, o, sp):
 def _d_FindCoordinatorRequest_3(m, p):
     o = _new(FindCoordinatorRequest)
     o.key, p = read_compact_string(m, p)
-    if o.key is None: raise DecodeError('null Key')
+    if o.key is None: raise DecodeError('non-nullable field key was serialized as null')
     o.key_type, = _F_b.unpack_from(m, p)
     p += 1
     o.coordinator_keys = []
@@ -205,12 +205,13 @@ def _d_FindCoordinatorRequest_4(m, p):
     p += 1
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null CoordinatorKeys')
+        raise DecodeError('non-nullable field coordinatorKeys was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field coordinatorKeys element was serialized as null')
             a.append(x)
         o.coordinator_keys = a
     o.key = ''
@@ -271,11 +272,11 @@ def _e_FindCoordinatorResponse_Coordinator_3(b, o, sp):
 def _d_FindCoordinatorResponse_Coordinator_4(m, p):
     o = _new(_FindCoordinatorResponse_Coordinator)
     o.key, p = read_compact_string(m, p)
-    if o.key is None: raise DecodeError('null Key')
+    if o.key is None: raise DecodeError('non-nullable field key was serialized as null')
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, o.error_code = _F_ih.unpack_from(m, p)
     p += 6
     o.error_message, p = read_compact_string(m, p)
@@ -301,7 +302,7 @@ def _d_FindCoordinatorResponse_0(m, p):
     o.error_code, o.node_id = _F_hi.unpack_from(m, p)
     p += 6
     o.host, p = read_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.throttle_time_ms = 0
@@ -325,7 +326,7 @@ def _d_FindCoordinatorResponse_1(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.coordinators = []
@@ -349,7 +350,7 @@ def _d_FindCoordinatorResponse_3(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.coordinators = []
@@ -376,7 +377,7 @@ def _d_FindCoordinatorResponse_4(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Coordinators')
+        raise DecodeError('non-nullable field coordinators was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []

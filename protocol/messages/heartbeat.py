@@ -122,11 +122,11 @@ class HeartbeatResponse:
 def _d_HeartbeatRequest_0(m, p):
     o = _new(HeartbeatRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id = None
     o._unknown_tagged_fields = None
     return o, p
@@ -141,11 +141,11 @@ def _e_HeartbeatRequest_0(b, o, sp):
 def _d_HeartbeatRequest_3(m, p):
     o = _new(HeartbeatRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o._unknown_tagged_fields = None
     return o, p
@@ -161,11 +161,11 @@ def _e_HeartbeatRequest_3(b, o, sp):
 def _d_HeartbeatRequest_4(m, p):
     o = _new(HeartbeatRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p

@@ -185,7 +185,7 @@ _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse.__qualname__ = 'In
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_0(m, p):
     o = _new(_IncrementalAlterConfigsRequest_AlterableConfig)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.config_operation, = _F_b.unpack_from(m, p)
     p += 1
     o.value, p = read_string(m, p)
@@ -202,7 +202,7 @@ def _e_IncrementalAlterConfigsRequest_AlterableConfig_0(b, o, sp):
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_1(m, p):
     o = _new(_IncrementalAlterConfigsRequest_AlterableConfig)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.config_operation, = _F_b.unpack_from(m, p)
     p += 1
     o.value, p = read_compact_string(m, p)
@@ -226,10 +226,10 @@ def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_0(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -256,10 +256,10 @@ def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_1(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Configs')
+        raise DecodeError('non-nullable field configs was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -290,7 +290,7 @@ def _d_IncrementalAlterConfigsRequest_0(m, p):
     o = _new(IncrementalAlterConfigsRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Resources')
+        raise DecodeError('non-nullable field resources was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -317,7 +317,7 @@ def _d_IncrementalAlterConfigsRequest_1(m, p):
     o = _new(IncrementalAlterConfigsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Resources')
+        raise DecodeError('non-nullable field resources was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -353,7 +353,7 @@ def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -373,7 +373,7 @@ def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1(m, p):
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -396,7 +396,7 @@ def _d_IncrementalAlterConfigsResponse_0(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -423,7 +423,7 @@ def _d_IncrementalAlterConfigsResponse_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []

@@ -221,7 +221,7 @@ def _d_InitializeShareGroupStateRequest_InitializeStateData_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 17)
         a = []
@@ -250,10 +250,10 @@ def _e_InitializeShareGroupStateRequest_InitializeStateData_0(b, o, sp):
 def _d_InitializeShareGroupStateRequest_0(m, p):
     o = _new(InitializeShareGroupStateRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -304,7 +304,7 @@ def _d_InitializeShareGroupStateResponse_InitializeStateResult_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -334,7 +334,7 @@ def _d_InitializeShareGroupStateResponse_0(m, p):
     o = _new(InitializeShareGroupStateResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -176,9 +176,9 @@ _JoinGroupResponse_JoinGroupResponseMember.__qualname__ = 'JoinGroupResponse.Joi
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_0(m, p):
     o = _new(_JoinGroupRequest_JoinGroupRequestProtocol)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.metadata, p = read_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -191,9 +191,9 @@ def _e_JoinGroupRequest_JoinGroupRequestProtocol_0(b, o, sp):
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_6(m, p):
     o = _new(_JoinGroupRequest_JoinGroupRequestProtocol)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.metadata, p = read_compact_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -211,16 +211,16 @@ def _e_JoinGroupRequest_JoinGroupRequestProtocol_6(b, o, sp):
 def _d_JoinGroupRequest_0(m, p):
     o = _new(JoinGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.session_timeout_ms, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Protocols')
+        raise DecodeError('non-nullable field protocols was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -250,16 +250,16 @@ def _e_JoinGroupRequest_0(b, o, sp):
 def _d_JoinGroupRequest_1(m, p):
     o = _new(JoinGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.session_timeout_ms, o.rebalance_timeout_ms = _F_ii.unpack_from(m, p)
     p += 8
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Protocols')
+        raise DecodeError('non-nullable field protocols was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -288,17 +288,17 @@ def _e_JoinGroupRequest_1(b, o, sp):
 def _d_JoinGroupRequest_5(m, p):
     o = _new(JoinGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.session_timeout_ms, o.rebalance_timeout_ms = _F_ii.unpack_from(m, p)
     p += 8
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Protocols')
+        raise DecodeError('non-nullable field protocols was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -327,17 +327,17 @@ def _e_JoinGroupRequest_5(b, o, sp):
 def _d_JoinGroupRequest_6(m, p):
     o = _new(JoinGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.session_timeout_ms, o.rebalance_timeout_ms = _F_ii.unpack_from(m, p)
     p += 8
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Protocols')
+        raise DecodeError('non-nullable field protocols was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -371,17 +371,17 @@ def _e_JoinGroupRequest_6(b, o, sp):
 def _d_JoinGroupRequest_8(m, p):
     o = _new(JoinGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.session_timeout_ms, o.rebalance_timeout_ms = _F_ii.unpack_from(m, p)
     p += 8
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Protocols')
+        raise DecodeError('non-nullable field protocols was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -416,9 +416,9 @@ def _e_JoinGroupRequest_8(b, o, sp):
 def _d_JoinGroupResponse_JoinGroupResponseMember_0(m, p):
     o = _new(_JoinGroupResponse_JoinGroupResponseMember)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.metadata, p = read_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o.group_instance_id = None
     o._unknown_tagged_fields = None
     return o, p
@@ -432,10 +432,10 @@ def _e_JoinGroupResponse_JoinGroupResponseMember_0(b, o, sp):
 def _d_JoinGroupResponse_JoinGroupResponseMember_5(m, p):
     o = _new(_JoinGroupResponse_JoinGroupResponseMember)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.metadata, p = read_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -449,10 +449,10 @@ def _e_JoinGroupResponse_JoinGroupResponseMember_5(b, o, sp):
 def _d_JoinGroupResponse_JoinGroupResponseMember_6(m, p):
     o = _new(_JoinGroupResponse_JoinGroupResponseMember)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.metadata, p = read_compact_bytes(m, p)
-    if o.metadata is None: raise DecodeError('null Metadata')
+    if o.metadata is None: raise DecodeError('non-nullable field metadata was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -473,14 +473,14 @@ def _d_JoinGroupResponse_0(m, p):
     o.error_code, o.generation_id = _F_hi.unpack_from(m, p)
     p += 6
     o.protocol_name, p = read_string(m, p)
-    if o.protocol_name is None: raise DecodeError('null ProtocolName')
+    if o.protocol_name is None: raise DecodeError('non-nullable field protocolName was serialized as null')
     o.leader, p = read_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -512,14 +512,14 @@ def _d_JoinGroupResponse_2(m, p):
     o.throttle_time_ms, o.error_code, o.generation_id = _F_ihi.unpack_from(m, p)
     p += 10
     o.protocol_name, p = read_string(m, p)
-    if o.protocol_name is None: raise DecodeError('null ProtocolName')
+    if o.protocol_name is None: raise DecodeError('non-nullable field protocolName was serialized as null')
     o.leader, p = read_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -550,14 +550,14 @@ def _d_JoinGroupResponse_5(m, p):
     o.throttle_time_ms, o.error_code, o.generation_id = _F_ihi.unpack_from(m, p)
     p += 10
     o.protocol_name, p = read_string(m, p)
-    if o.protocol_name is None: raise DecodeError('null ProtocolName')
+    if o.protocol_name is None: raise DecodeError('non-nullable field protocolName was serialized as null')
     o.leader, p = read_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -588,14 +588,14 @@ def _d_JoinGroupResponse_6(m, p):
     o.throttle_time_ms, o.error_code, o.generation_id = _F_ihi.unpack_from(m, p)
     p += 10
     o.protocol_name, p = read_compact_string(m, p)
-    if o.protocol_name is None: raise DecodeError('null ProtocolName')
+    if o.protocol_name is None: raise DecodeError('non-nullable field protocolName was serialized as null')
     o.leader, p = read_compact_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -633,12 +633,12 @@ def _d_JoinGroupResponse_7(m, p):
     o.protocol_type, p = read_compact_string(m, p)
     o.protocol_name, p = read_compact_string(m, p)
     o.leader, p = read_compact_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -676,14 +676,14 @@ def _d_JoinGroupResponse_9(m, p):
     o.protocol_type, p = read_compact_string(m, p)
     o.protocol_name, p = read_compact_string(m, p)
     o.leader, p = read_compact_string(m, p)
-    if o.leader is None: raise DecodeError('null Leader')
+    if o.leader is None: raise DecodeError('non-nullable field leader was serialized as null')
     o.skip_assignment, = _F_o.unpack_from(m, p)
     p += 1
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []

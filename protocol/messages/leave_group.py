@@ -176,7 +176,7 @@ def _e_LeaveGroupRequest_MemberIdentity_0(b, o, sp):
 def _d_LeaveGroupRequest_MemberIdentity_3(m, p):
     o = _new(_LeaveGroupRequest_MemberIdentity)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.reason = None
     o._unknown_tagged_fields = None
@@ -191,7 +191,7 @@ def _e_LeaveGroupRequest_MemberIdentity_3(b, o, sp):
 def _d_LeaveGroupRequest_MemberIdentity_4(m, p):
     o = _new(_LeaveGroupRequest_MemberIdentity)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.reason = None
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -211,7 +211,7 @@ def _e_LeaveGroupRequest_MemberIdentity_4(b, o, sp):
 def _d_LeaveGroupRequest_MemberIdentity_5(m, p):
     o = _new(_LeaveGroupRequest_MemberIdentity)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.reason, p = read_compact_string(m, p)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -232,9 +232,9 @@ def _e_LeaveGroupRequest_MemberIdentity_5(b, o, sp):
 def _d_LeaveGroupRequest_0(m, p):
     o = _new(LeaveGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.members = []
     o._unknown_tagged_fields = None
     return o, p
@@ -248,10 +248,10 @@ def _e_LeaveGroupRequest_0(b, o, sp):
 def _d_LeaveGroupRequest_3(m, p):
     o = _new(LeaveGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -276,10 +276,10 @@ def _e_LeaveGroupRequest_3(b, o, sp):
 def _d_LeaveGroupRequest_4(m, p):
     o = _new(LeaveGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -309,10 +309,10 @@ def _e_LeaveGroupRequest_4(b, o, sp):
 def _d_LeaveGroupRequest_5(m, p):
     o = _new(LeaveGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -355,7 +355,7 @@ def _e_LeaveGroupResponse_MemberResponse_0(b, o, sp):
 def _d_LeaveGroupResponse_MemberResponse_3(m, p):
     o = _new(_LeaveGroupResponse_MemberResponse)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
@@ -372,7 +372,7 @@ def _e_LeaveGroupResponse_MemberResponse_3(b, o, sp):
 def _d_LeaveGroupResponse_MemberResponse_4(m, p):
     o = _new(_LeaveGroupResponse_MemberResponse)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
@@ -424,7 +424,7 @@ def _d_LeaveGroupResponse_3(m, p):
     p += 6
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -451,7 +451,7 @@ def _d_LeaveGroupResponse_4(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []

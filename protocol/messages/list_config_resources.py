@@ -155,7 +155,7 @@ def _d_ListConfigResourcesRequest_1(m, p):
     o = _new(ListConfigResourcesRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ResourceTypes')
+        raise DecodeError('non-nullable field resourceTypes was serialized as null')
     else:
         o.resource_types, p = read_fixed_array(m, p, n, 'b', 1)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -176,7 +176,7 @@ def _e_ListConfigResourcesRequest_1(b, o, sp):
 def _d_ListConfigResourcesResponse_ConfigResource_0(m, p):
     o = _new(_ListConfigResourcesResponse_ConfigResource)
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     o.resource_type = 16
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
@@ -194,7 +194,7 @@ def _e_ListConfigResourcesResponse_ConfigResource_0(b, o, sp):
 def _d_ListConfigResourcesResponse_ConfigResource_1(m, p):
     o = _new(_ListConfigResourcesResponse_ConfigResource)
     o.resource_name, p = read_compact_string(m, p)
-    if o.resource_name is None: raise DecodeError('null ResourceName')
+    if o.resource_name is None: raise DecodeError('non-nullable field resourceName was serialized as null')
     o.resource_type, = _F_b.unpack_from(m, p)
     p += 1
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -217,7 +217,7 @@ def _d_ListConfigResourcesResponse_0(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ConfigResources')
+        raise DecodeError('non-nullable field configResources was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
@@ -249,7 +249,7 @@ def _d_ListConfigResourcesResponse_1(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ConfigResources')
+        raise DecodeError('non-nullable field configResources was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []

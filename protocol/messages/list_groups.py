@@ -171,12 +171,13 @@ def _d_ListGroupsRequest_4(m, p):
     o = _new(ListGroupsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StatesFilter')
+        raise DecodeError('non-nullable field statesFilter was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field statesFilter element was serialized as null')
             a.append(x)
         o.states_filter = a
     o.types_filter = []
@@ -201,22 +202,24 @@ def _d_ListGroupsRequest_5(m, p):
     o = _new(ListGroupsRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StatesFilter')
+        raise DecodeError('non-nullable field statesFilter was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field statesFilter element was serialized as null')
             a.append(x)
         o.states_filter = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TypesFilter')
+        raise DecodeError('non-nullable field typesFilter was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field typesFilter element was serialized as null')
             a.append(x)
         o.types_filter = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -244,9 +247,9 @@ def _e_ListGroupsRequest_5(b, o, sp):
 def _d_ListGroupsResponse_ListedGroup_0(m, p):
     o = _new(_ListGroupsResponse_ListedGroup)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.protocol_type, p = read_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.group_state = ''
     o.group_type = ''
     o._unknown_tagged_fields = None
@@ -261,9 +264,9 @@ def _e_ListGroupsResponse_ListedGroup_0(b, o, sp):
 def _d_ListGroupsResponse_ListedGroup_3(m, p):
     o = _new(_ListGroupsResponse_ListedGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.group_state = ''
     o.group_type = ''
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -283,11 +286,11 @@ def _e_ListGroupsResponse_ListedGroup_3(b, o, sp):
 def _d_ListGroupsResponse_ListedGroup_4(m, p):
     o = _new(_ListGroupsResponse_ListedGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.group_state, p = read_compact_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.group_type = ''
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
@@ -307,13 +310,13 @@ def _e_ListGroupsResponse_ListedGroup_4(b, o, sp):
 def _d_ListGroupsResponse_ListedGroup_5(m, p):
     o = _new(_ListGroupsResponse_ListedGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.protocol_type, p = read_compact_string(m, p)
-    if o.protocol_type is None: raise DecodeError('null ProtocolType')
+    if o.protocol_type is None: raise DecodeError('non-nullable field protocolType was serialized as null')
     o.group_state, p = read_compact_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.group_type, p = read_compact_string(m, p)
-    if o.group_type is None: raise DecodeError('null GroupType')
+    if o.group_type is None: raise DecodeError('non-nullable field groupType was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -336,7 +339,7 @@ def _d_ListGroupsResponse_0(m, p):
     p += 2
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -364,7 +367,7 @@ def _d_ListGroupsResponse_1(m, p):
     p += 6
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -391,7 +394,7 @@ def _d_ListGroupsResponse_3(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -423,7 +426,7 @@ def _d_ListGroupsResponse_4(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -455,7 +458,7 @@ def _d_ListGroupsResponse_5(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []

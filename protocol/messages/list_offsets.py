@@ -251,10 +251,10 @@ def _e_ListOffsetsRequest_ListOffsetsPartition_6(b, o, sp):
 def _d_ListOffsetsRequest_ListOffsetsTopic_1(m, p):
     o = _new(_ListOffsetsRequest_ListOffsetsTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -278,10 +278,10 @@ def _e_ListOffsetsRequest_ListOffsetsTopic_1(b, o, sp):
 def _d_ListOffsetsRequest_ListOffsetsTopic_4(m, p):
     o = _new(_ListOffsetsRequest_ListOffsetsTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 16)
         a = []
@@ -305,10 +305,10 @@ def _e_ListOffsetsRequest_ListOffsetsTopic_4(b, o, sp):
 def _d_ListOffsetsRequest_ListOffsetsTopic_6(m, p):
     o = _new(_ListOffsetsRequest_ListOffsetsTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 17)
         a = []
@@ -340,7 +340,7 @@ def _d_ListOffsetsRequest_1(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -369,7 +369,7 @@ def _d_ListOffsetsRequest_2(m, p):
     p += 5
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -397,7 +397,7 @@ def _d_ListOffsetsRequest_4(m, p):
     p += 5
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -425,7 +425,7 @@ def _d_ListOffsetsRequest_6(m, p):
     p += 5
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -458,7 +458,7 @@ def _d_ListOffsetsRequest_10(m, p):
     p += 5
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -532,10 +532,10 @@ def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_6(b, o, sp):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_1(m, p):
     o = _new(_ListOffsetsResponse_ListOffsetsTopicResponse)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -559,10 +559,10 @@ def _e_ListOffsetsResponse_ListOffsetsTopicResponse_1(b, o, sp):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_4(m, p):
     o = _new(_ListOffsetsResponse_ListOffsetsTopicResponse)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -586,10 +586,10 @@ def _e_ListOffsetsResponse_ListOffsetsTopicResponse_4(b, o, sp):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_6(m, p):
     o = _new(_ListOffsetsResponse_ListOffsetsTopicResponse)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 27)
         a = []
@@ -619,7 +619,7 @@ def _d_ListOffsetsResponse_1(m, p):
     o = _new(ListOffsetsResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -646,7 +646,7 @@ def _d_ListOffsetsResponse_2(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -673,7 +673,7 @@ def _d_ListOffsetsResponse_4(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -700,7 +700,7 @@ def _d_ListOffsetsResponse_6(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []

@@ -224,7 +224,7 @@ _MetadataResponse_MetadataResponsePartition.__qualname__ = 'MetadataResponse.Met
 def _d_MetadataRequest_MetadataRequestTopic_0(m, p):
     o = _new(_MetadataRequest_MetadataRequestTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.topic_id = ZERO_UUID
     o._unknown_tagged_fields = None
     return o, p
@@ -237,7 +237,7 @@ def _e_MetadataRequest_MetadataRequestTopic_0(b, o, sp):
 def _d_MetadataRequest_MetadataRequestTopic_9(m, p):
     o = _new(_MetadataRequest_MetadataRequestTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.topic_id = ZERO_UUID
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
@@ -275,7 +275,7 @@ def _d_MetadataRequest_0(m, p):
     o = _new(MetadataRequest)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
@@ -475,7 +475,7 @@ def _d_MetadataResponse_MetadataResponseBroker_0(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack = None
@@ -494,7 +494,7 @@ def _d_MetadataResponse_MetadataResponseBroker_1(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_string(m, p)
@@ -514,7 +514,7 @@ def _d_MetadataResponse_MetadataResponseBroker_9(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -540,12 +540,12 @@ def _d_MetadataResponse_MetadataResponsePartition_0(m, p):
     p += 10
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ReplicaNodes')
+        raise DecodeError('non-nullable field replicaNodes was serialized as null')
     else:
         o.replica_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null IsrNodes')
+        raise DecodeError('non-nullable field isrNodes was serialized as null')
     else:
         o.isr_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     o.leader_epoch = -1
@@ -570,17 +570,17 @@ def _d_MetadataResponse_MetadataResponsePartition_5(m, p):
     p += 10
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ReplicaNodes')
+        raise DecodeError('non-nullable field replicaNodes was serialized as null')
     else:
         o.replica_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null IsrNodes')
+        raise DecodeError('non-nullable field isrNodes was serialized as null')
     else:
         o.isr_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OfflineReplicas')
+        raise DecodeError('non-nullable field offlineReplicas was serialized as null')
     else:
         o.offline_replicas, p = read_fixed_array(m, p, n, 'i', 4)
     o.leader_epoch = -1
@@ -607,17 +607,17 @@ def _d_MetadataResponse_MetadataResponsePartition_7(m, p):
     p += 14
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ReplicaNodes')
+        raise DecodeError('non-nullable field replicaNodes was serialized as null')
     else:
         o.replica_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null IsrNodes')
+        raise DecodeError('non-nullable field isrNodes was serialized as null')
     else:
         o.isr_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OfflineReplicas')
+        raise DecodeError('non-nullable field offlineReplicas was serialized as null')
     else:
         o.offline_replicas, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -643,17 +643,17 @@ def _d_MetadataResponse_MetadataResponsePartition_9(m, p):
     p += 14
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ReplicaNodes')
+        raise DecodeError('non-nullable field replicaNodes was serialized as null')
     else:
         o.replica_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null IsrNodes')
+        raise DecodeError('non-nullable field isrNodes was serialized as null')
     else:
         o.isr_nodes, p = read_fixed_array(m, p, n, 'i', 4)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null OfflineReplicas')
+        raise DecodeError('non-nullable field offlineReplicas was serialized as null')
     else:
         o.offline_replicas, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -683,10 +683,10 @@ def _d_MetadataResponse_MetadataResponseTopic_0(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -716,12 +716,12 @@ def _d_MetadataResponse_MetadataResponseTopic_1(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.is_internal, = _F_o.unpack_from(m, p)
     p += 1
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -751,12 +751,12 @@ def _d_MetadataResponse_MetadataResponseTopic_5(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.is_internal, = _F_o.unpack_from(m, p)
     p += 1
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -786,12 +786,12 @@ def _d_MetadataResponse_MetadataResponseTopic_7(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.is_internal, = _F_o.unpack_from(m, p)
     p += 1
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -821,12 +821,12 @@ def _d_MetadataResponse_MetadataResponseTopic_8(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.is_internal, = _F_o.unpack_from(m, p)
     p += 1
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -858,12 +858,12 @@ def _d_MetadataResponse_MetadataResponseTopic_9(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.is_internal, = _F_o.unpack_from(m, p)
     p += 1
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -900,12 +900,12 @@ def _d_MetadataResponse_MetadataResponseTopic_10(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     o.topic_id, o.is_internal = _F_Uo.unpack_from(m, p)
     p += 17
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -945,7 +945,7 @@ def _d_MetadataResponse_MetadataResponseTopic_12(m, p):
     p += 17
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -963,7 +963,7 @@ def _d_MetadataResponse_0(m, p):
     o = _new(MetadataResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 10)
         a = []
@@ -973,7 +973,7 @@ def _d_MetadataResponse_0(m, p):
         o.brokers = a
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -1007,7 +1007,7 @@ def _d_MetadataResponse_1(m, p):
     o = _new(MetadataResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1019,7 +1019,7 @@ def _d_MetadataResponse_1(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -1053,7 +1053,7 @@ def _d_MetadataResponse_2(m, p):
     o = _new(MetadataResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1066,7 +1066,7 @@ def _d_MetadataResponse_2(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -1102,7 +1102,7 @@ def _d_MetadataResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1115,7 +1115,7 @@ def _d_MetadataResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -1151,7 +1151,7 @@ def _d_MetadataResponse_5(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1164,7 +1164,7 @@ def _d_MetadataResponse_5(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -1200,7 +1200,7 @@ def _d_MetadataResponse_7(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1213,7 +1213,7 @@ def _d_MetadataResponse_7(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -1249,7 +1249,7 @@ def _d_MetadataResponse_8(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -1262,7 +1262,7 @@ def _d_MetadataResponse_8(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 13)
         a = []
@@ -1300,7 +1300,7 @@ def _d_MetadataResponse_9(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -1313,7 +1313,7 @@ def _d_MetadataResponse_9(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 10)
         a = []
@@ -1356,7 +1356,7 @@ def _d_MetadataResponse_10(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -1369,7 +1369,7 @@ def _d_MetadataResponse_10(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -1412,7 +1412,7 @@ def _d_MetadataResponse_11(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -1425,7 +1425,7 @@ def _d_MetadataResponse_11(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -1466,7 +1466,7 @@ def _d_MetadataResponse_12(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -1479,7 +1479,7 @@ def _d_MetadataResponse_12(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -1499,7 +1499,7 @@ def _d_MetadataResponse_13(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Brokers')
+        raise DecodeError('non-nullable field brokers was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -1512,7 +1512,7 @@ def _d_MetadataResponse_13(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []

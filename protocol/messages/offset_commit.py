@@ -259,10 +259,10 @@ def _e_OffsetCommitRequest_OffsetCommitRequestPartition_8(b, o, sp):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_2(m, p):
     o = _new(_OffsetCommitRequest_OffsetCommitRequestTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 14)
         a = []
@@ -287,10 +287,10 @@ def _e_OffsetCommitRequest_OffsetCommitRequestTopic_2(b, o, sp):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_6(m, p):
     o = _new(_OffsetCommitRequest_OffsetCommitRequestTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -315,10 +315,10 @@ def _e_OffsetCommitRequest_OffsetCommitRequestTopic_6(b, o, sp):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_8(m, p):
     o = _new(_OffsetCommitRequest_OffsetCommitRequestTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -351,7 +351,7 @@ def _d_OffsetCommitRequest_OffsetCommitRequestTopic_10(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -381,16 +381,16 @@ def _e_OffsetCommitRequest_OffsetCommitRequestTopic_10(b, o, sp):
 def _d_OffsetCommitRequest_2(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.retention_time_ms, = _F_q.unpack_from(m, p)
     p += 8
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -418,14 +418,14 @@ def _e_OffsetCommitRequest_2(b, o, sp):
 def _d_OffsetCommitRequest_5(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -453,14 +453,14 @@ def _e_OffsetCommitRequest_5(b, o, sp):
 def _d_OffsetCommitRequest_6(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -488,15 +488,15 @@ def _e_OffsetCommitRequest_6(b, o, sp):
 def _d_OffsetCommitRequest_7(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -524,15 +524,15 @@ def _e_OffsetCommitRequest_7(b, o, sp):
 def _d_OffsetCommitRequest_8(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -565,15 +565,15 @@ def _e_OffsetCommitRequest_8(b, o, sp):
 def _d_OffsetCommitRequest_10(m, p):
     o = _new(OffsetCommitRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id_or_member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -635,10 +635,10 @@ def _e_OffsetCommitResponse_OffsetCommitResponsePartition_8(b, o, sp):
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_2(m, p):
     o = _new(_OffsetCommitResponse_OffsetCommitResponseTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -663,10 +663,10 @@ def _e_OffsetCommitResponse_OffsetCommitResponseTopic_2(b, o, sp):
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_8(m, p):
     o = _new(_OffsetCommitResponse_OffsetCommitResponseTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -699,7 +699,7 @@ def _d_OffsetCommitResponse_OffsetCommitResponseTopic_10(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 7)
         a = []
@@ -730,7 +730,7 @@ def _d_OffsetCommitResponse_2(m, p):
     o = _new(OffsetCommitResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -757,7 +757,7 @@ def _d_OffsetCommitResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -784,7 +784,7 @@ def _d_OffsetCommitResponse_8(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -816,7 +816,7 @@ def _d_OffsetCommitResponse_10(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

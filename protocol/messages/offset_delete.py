@@ -212,10 +212,10 @@ def _e_OffsetDeleteRequest_OffsetDeleteRequestPartition_0(b, o, sp):
 def _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(m, p):
     o = _new(_OffsetDeleteRequest_OffsetDeleteRequestTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 4)
         a = []
@@ -239,10 +239,10 @@ def _e_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(b, o, sp):
 def _d_OffsetDeleteRequest_0(m, p):
     o = _new(OffsetDeleteRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -278,10 +278,10 @@ def _e_OffsetDeleteResponse_OffsetDeleteResponsePartition_0(b, o, sp):
 def _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_0(m, p):
     o = _new(_OffsetDeleteResponse_OffsetDeleteResponseTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -308,7 +308,7 @@ def _d_OffsetDeleteResponse_0(m, p):
     p += 6
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []

@@ -298,10 +298,10 @@ _OffsetFetchResponse_OffsetFetchResponsePartitions.__qualname__ = 'OffsetFetchRe
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_1(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionIndexes')
+        raise DecodeError('non-nullable field partitionIndexes was serialized as null')
     else:
         o.partition_indexes, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields = None
@@ -318,10 +318,10 @@ def _e_OffsetFetchRequest_OffsetFetchRequestTopic_1(b, o, sp):
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_6(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionIndexes')
+        raise DecodeError('non-nullable field partitionIndexes was serialized as null')
     else:
         o.partition_indexes, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -389,10 +389,10 @@ def _e_OffsetFetchRequest_OffsetFetchRequestTopics_6(b, o, sp):
 def _d_OffsetFetchRequest_OffsetFetchRequestTopics_8(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestTopics)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionIndexes')
+        raise DecodeError('non-nullable field partitionIndexes was serialized as null')
     else:
         o.partition_indexes, p = read_fixed_array(m, p, n, 'i', 4)
     o.topic_id = ZERO_UUID
@@ -418,7 +418,7 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopics_10(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionIndexes')
+        raise DecodeError('non-nullable field partitionIndexes was serialized as null')
     else:
         o.partition_indexes, p = read_fixed_array(m, p, n, 'i', 4)
     o.name = ''
@@ -473,7 +473,7 @@ def _e_OffsetFetchRequest_OffsetFetchRequestGroup_6(b, o, sp):
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_8(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
         o.topics = None
@@ -507,7 +507,7 @@ def _e_OffsetFetchRequest_OffsetFetchRequestGroup_8(b, o, sp):
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_9(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_compact_string(m, p)
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
@@ -544,7 +544,7 @@ def _e_OffsetFetchRequest_OffsetFetchRequestGroup_9(b, o, sp):
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_10(m, p):
     o = _new(_OffsetFetchRequest_OffsetFetchRequestGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_compact_string(m, p)
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
@@ -581,10 +581,10 @@ def _e_OffsetFetchRequest_OffsetFetchRequestGroup_10(b, o, sp):
 def _d_OffsetFetchRequest_1(m, p):
     o = _new(OffsetFetchRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -610,7 +610,7 @@ def _e_OffsetFetchRequest_1(b, o, sp):
 def _d_OffsetFetchRequest_2(m, p):
     o = _new(OffsetFetchRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
         o.topics = None
@@ -630,7 +630,7 @@ def _d_OffsetFetchRequest_2(m, p):
 def _d_OffsetFetchRequest_6(m, p):
     o = _new(OffsetFetchRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
         o.topics = None
@@ -664,7 +664,7 @@ def _e_OffsetFetchRequest_6(b, o, sp):
 def _d_OffsetFetchRequest_7(m, p):
     o = _new(OffsetFetchRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
         o.topics = None
@@ -701,7 +701,7 @@ def _d_OffsetFetchRequest_8(m, p):
     o = _new(OffsetFetchRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -735,7 +735,7 @@ def _d_OffsetFetchRequest_9(m, p):
     o = _new(OffsetFetchRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -769,7 +769,7 @@ def _d_OffsetFetchRequest_10(m, p):
     o = _new(OffsetFetchRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -878,10 +878,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponsePartition_8(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_1(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 16)
         a = []
@@ -905,10 +905,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopic_1(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_5(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseTopic)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -932,10 +932,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopic_5(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_6(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseTopic)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -1066,10 +1066,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopics_6(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopics_8(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseTopics)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -1102,7 +1102,7 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopics_10(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -1162,10 +1162,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponseGroup_6(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseGroup_8(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1197,10 +1197,10 @@ def _e_OffsetFetchResponse_OffsetFetchResponseGroup_8(b, o, sp):
 def _d_OffsetFetchResponse_OffsetFetchResponseGroup_10(m, p):
     o = _new(_OffsetFetchResponse_OffsetFetchResponseGroup)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1233,7 +1233,7 @@ def _d_OffsetFetchResponse_1(m, p):
     o = _new(OffsetFetchResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1260,7 +1260,7 @@ def _d_OffsetFetchResponse_2(m, p):
     o = _new(OffsetFetchResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1291,7 +1291,7 @@ def _d_OffsetFetchResponse_3(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1322,7 +1322,7 @@ def _d_OffsetFetchResponse_5(m, p):
     p += 4
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1353,7 +1353,7 @@ def _d_OffsetFetchResponse_6(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1389,7 +1389,7 @@ def _d_OffsetFetchResponse_8(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []
@@ -1423,7 +1423,7 @@ def _d_OffsetFetchResponse_10(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 5)
         a = []

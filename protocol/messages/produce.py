@@ -309,10 +309,10 @@ def _e_ProduceRequest_PartitionProduceData_9(b, o, sp):
 def _d_ProduceRequest_TopicProduceData_3(m, p):
     o = _new(_ProduceRequest_TopicProduceData)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionData')
+        raise DecodeError('non-nullable field partitionData was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -337,10 +337,10 @@ def _e_ProduceRequest_TopicProduceData_3(b, o, sp):
 def _d_ProduceRequest_TopicProduceData_9(m, p):
     o = _new(_ProduceRequest_TopicProduceData)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionData')
+        raise DecodeError('non-nullable field partitionData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -373,7 +373,7 @@ def _d_ProduceRequest_TopicProduceData_13(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionData')
+        raise DecodeError('non-nullable field partitionData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -407,7 +407,7 @@ def _d_ProduceRequest_3(m, p):
     p += 6
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicData')
+        raise DecodeError('non-nullable field topicData was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -436,7 +436,7 @@ def _d_ProduceRequest_9(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicData')
+        raise DecodeError('non-nullable field topicData was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -470,7 +470,7 @@ def _d_ProduceRequest_13(m, p):
     p += 6
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicData')
+        raise DecodeError('non-nullable field topicData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -624,7 +624,7 @@ def _d_ProduceResponse_PartitionProduceResponse_8(m, p):
     p += 30
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null RecordErrors')
+        raise DecodeError('non-nullable field recordErrors was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -654,7 +654,7 @@ def _d_ProduceResponse_PartitionProduceResponse_9(m, p):
     p += 30
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null RecordErrors')
+        raise DecodeError('non-nullable field recordErrors was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -689,7 +689,7 @@ def _d_ProduceResponse_PartitionProduceResponse_10(m, p):
     p += 30
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null RecordErrors')
+        raise DecodeError('non-nullable field recordErrors was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -744,10 +744,10 @@ def _e_ProduceResponse_PartitionProduceResponse_10(b, o, sp):
 def _d_ProduceResponse_TopicProduceResponse_3(m, p):
     o = _new(_ProduceResponse_TopicProduceResponse)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -772,10 +772,10 @@ def _e_ProduceResponse_TopicProduceResponse_3(b, o, sp):
 def _d_ProduceResponse_TopicProduceResponse_5(m, p):
     o = _new(_ProduceResponse_TopicProduceResponse)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 30)
         a = []
@@ -800,10 +800,10 @@ def _e_ProduceResponse_TopicProduceResponse_5(b, o, sp):
 def _d_ProduceResponse_TopicProduceResponse_8(m, p):
     o = _new(_ProduceResponse_TopicProduceResponse)
     o.name, p = read_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 36)
         a = []
@@ -828,10 +828,10 @@ def _e_ProduceResponse_TopicProduceResponse_8(b, o, sp):
 def _d_ProduceResponse_TopicProduceResponse_9(m, p):
     o = _new(_ProduceResponse_TopicProduceResponse)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -861,10 +861,10 @@ def _e_ProduceResponse_TopicProduceResponse_9(b, o, sp):
 def _d_ProduceResponse_TopicProduceResponse_10(m, p):
     o = _new(_ProduceResponse_TopicProduceResponse)
     o.name, p = read_compact_string(m, p)
-    if o.name is None: raise DecodeError('null Name')
+    if o.name is None: raise DecodeError('non-nullable field name was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -897,7 +897,7 @@ def _d_ProduceResponse_TopicProduceResponse_13(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null PartitionResponses')
+        raise DecodeError('non-nullable field partitionResponses was serialized as null')
     else:
         check_count(m, p, n, 33)
         a = []
@@ -961,7 +961,7 @@ def _d_ProduceResponse_NodeEndpoint_10(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -985,7 +985,7 @@ def _d_ProduceResponse_3(m, p):
     o = _new(ProduceResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1013,7 +1013,7 @@ def _d_ProduceResponse_5(m, p):
     o = _new(ProduceResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1041,7 +1041,7 @@ def _d_ProduceResponse_8(m, p):
     o = _new(ProduceResponse)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -1069,7 +1069,7 @@ def _d_ProduceResponse_9(m, p):
     o = _new(ProduceResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1102,7 +1102,7 @@ def _d_ProduceResponse_10(m, p):
     o = _new(ProduceResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -1125,7 +1125,7 @@ def _d_ProduceResponse_10(m, p):
             if tag == 0:
                 n, p = read_compact_array_len(m, p)
                 if n < 0:
-                    raise DecodeError('null NodeEndpoints')
+                    raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
                 else:
                     check_count(m, p, n, 11)
                     a = []
@@ -1171,7 +1171,7 @@ def _d_ProduceResponse_13(m, p):
     o = _new(ProduceResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -1194,7 +1194,7 @@ def _d_ProduceResponse_13(m, p):
             if tag == 0:
                 n, p = read_compact_array_len(m, p)
                 if n < 0:
-                    raise DecodeError('null NodeEndpoints')
+                    raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
                 else:
                     check_count(m, p, n, 11)
                     a = []

@@ -247,7 +247,7 @@ def _d_ReadShareGroupStateRequest_ReadStateData_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -276,10 +276,10 @@ def _e_ReadShareGroupStateRequest_ReadStateData_0(b, o, sp):
 def _d_ReadShareGroupStateRequest_0(m, p):
     o = _new(ReadShareGroupStateRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -331,7 +331,7 @@ def _d_ReadShareGroupStateResponse_PartitionResult_0(m, p):
     p += 12
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StateBatches')
+        raise DecodeError('non-nullable field stateBatches was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -365,7 +365,7 @@ def _d_ReadShareGroupStateResponse_ReadStateResult_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 21)
         a = []
@@ -395,7 +395,7 @@ def _d_ReadShareGroupStateResponse_0(m, p):
     o = _new(ReadShareGroupStateResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

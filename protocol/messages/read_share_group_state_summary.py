@@ -226,7 +226,7 @@ def _d_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 9)
         a = []
@@ -255,10 +255,10 @@ def _e_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_0(b, o, sp):
 def _d_ReadShareGroupStateSummaryRequest_0(m, p):
     o = _new(ReadShareGroupStateSummaryRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -335,7 +335,7 @@ def _d_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 24)
         a = []
@@ -367,7 +367,7 @@ def _d_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 28)
         a = []
@@ -397,7 +397,7 @@ def _d_ReadShareGroupStateSummaryResponse_0(m, p):
     o = _new(ReadShareGroupStateSummaryResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -426,7 +426,7 @@ def _d_ReadShareGroupStateSummaryResponse_1(m, p):
     o = _new(ReadShareGroupStateSummaryResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -29,12 +29,17 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
@@ -74,12 +79,17 @@ MODULES = {
     20: ("protocol.messages.delete_topics", "DeleteTopicsRequest", "DeleteTopicsResponse"),
     21: ("protocol.messages.delete_records", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     22: ("protocol.messages.init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
+    29: ("protocol.messages.describe_acls", "DescribeAclsRequest", "DescribeAclsResponse"),
+    30: ("protocol.messages.create_acls", "CreateAclsRequest", "CreateAclsResponse"),
+    31: ("protocol.messages.delete_acls", "DeleteAclsRequest", "DeleteAclsResponse"),
     32: ("protocol.messages.describe_configs", "DescribeConfigsRequest", "DescribeConfigsResponse"),
     36: ("protocol.messages.sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
     37: ("protocol.messages.create_partitions", "CreatePartitionsRequest", "CreatePartitionsResponse"),
     42: ("protocol.messages.delete_groups", "DeleteGroupsRequest", "DeleteGroupsResponse"),
     44: ("protocol.messages.incremental_alter_configs", "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse"),
     47: ("protocol.messages.offset_delete", "OffsetDeleteRequest", "OffsetDeleteResponse"),
+    50: ("protocol.messages.describe_user_scram_credentials", "DescribeUserScramCredentialsRequest", "DescribeUserScramCredentialsResponse"),
+    51: ("protocol.messages.alter_user_scram_credentials", "AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse"),
     60: ("protocol.messages.describe_cluster", "DescribeClusterRequest", "DescribeClusterResponse"),
     68: ("protocol.messages.consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"),
     69: ("protocol.messages.consumer_group_describe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"),

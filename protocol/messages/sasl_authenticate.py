@@ -120,7 +120,7 @@ class SaslAuthenticateResponse:
 def _d_SaslAuthenticateRequest_0(m, p):
     o = _new(SaslAuthenticateRequest)
     o.auth_bytes, p = read_bytes(m, p)
-    if o.auth_bytes is None: raise DecodeError('null AuthBytes')
+    if o.auth_bytes is None: raise DecodeError('non-nullable field authBytes was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -132,7 +132,7 @@ def _e_SaslAuthenticateRequest_0(b, o, sp):
 def _d_SaslAuthenticateRequest_2(m, p):
     o = _new(SaslAuthenticateRequest)
     o.auth_bytes, p = read_compact_bytes(m, p)
-    if o.auth_bytes is None: raise DecodeError('null AuthBytes')
+    if o.auth_bytes is None: raise DecodeError('non-nullable field authBytes was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -152,7 +152,7 @@ def _d_SaslAuthenticateResponse_0(m, p):
     p += 2
     o.error_message, p = read_string(m, p)
     o.auth_bytes, p = read_bytes(m, p)
-    if o.auth_bytes is None: raise DecodeError('null AuthBytes')
+    if o.auth_bytes is None: raise DecodeError('non-nullable field authBytes was serialized as null')
     o.session_lifetime_ms = 0
     o._unknown_tagged_fields = None
     return o, p
@@ -170,7 +170,7 @@ def _d_SaslAuthenticateResponse_1(m, p):
     p += 2
     o.error_message, p = read_string(m, p)
     o.auth_bytes, p = read_bytes(m, p)
-    if o.auth_bytes is None: raise DecodeError('null AuthBytes')
+    if o.auth_bytes is None: raise DecodeError('non-nullable field authBytes was serialized as null')
     o.session_lifetime_ms, = _F_q.unpack_from(m, p)
     p += 8
     o._unknown_tagged_fields = None
@@ -190,7 +190,7 @@ def _d_SaslAuthenticateResponse_2(m, p):
     p += 2
     o.error_message, p = read_compact_string(m, p)
     o.auth_bytes, p = read_compact_bytes(m, p)
-    if o.auth_bytes is None: raise DecodeError('null AuthBytes')
+    if o.auth_bytes is None: raise DecodeError('non-nullable field authBytes was serialized as null')
     o.session_lifetime_ms, = _F_q.unpack_from(m, p)
     p += 8
     o._unknown_tagged_fields, p = skip_tagged(m, p)

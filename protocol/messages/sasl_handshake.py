@@ -117,7 +117,7 @@ class SaslHandshakeResponse:
 def _d_SaslHandshakeRequest_0(m, p):
     o = _new(SaslHandshakeRequest)
     o.mechanism, p = read_string(m, p)
-    if o.mechanism is None: raise DecodeError('null Mechanism')
+    if o.mechanism is None: raise DecodeError('non-nullable field mechanism was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -132,12 +132,13 @@ def _d_SaslHandshakeResponse_0(m, p):
     p += 2
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Mechanisms')
+        raise DecodeError('non-nullable field mechanisms was serialized as null')
     else:
         check_count(m, p, n, 2)
         a = []
         for _ in range(n):
             x, p = read_string(m, p)
+            if x is None: raise DecodeError('non-nullable field mechanisms element was serialized as null')
             a.append(x)
         o.mechanisms = a
     o._unknown_tagged_fields = None

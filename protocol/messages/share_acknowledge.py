@@ -278,7 +278,7 @@ def _d_ShareAcknowledgeRequest_AcknowledgementBatch_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AcknowledgeTypes')
+        raise DecodeError('non-nullable field acknowledgeTypes was serialized as null')
     else:
         o.acknowledge_types, p = read_fixed_array(m, p, n, 'b', 1)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -303,7 +303,7 @@ def _d_ShareAcknowledgeRequest_AcknowledgePartition_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AcknowledgementBatches')
+        raise DecodeError('non-nullable field acknowledgementBatches was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -335,7 +335,7 @@ def _d_ShareAcknowledgeRequest_AcknowledgeTopic_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -369,7 +369,7 @@ def _d_ShareAcknowledgeRequest_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -406,7 +406,7 @@ def _d_ShareAcknowledgeRequest_2(m, p):
     p += 5
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -478,7 +478,7 @@ def _d_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 17)
         a = []
@@ -509,7 +509,7 @@ def _d_ShareAcknowledgeResponse_NodeEndpoint_1(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -536,7 +536,7 @@ def _d_ShareAcknowledgeResponse_1(m, p):
     o.error_message, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -546,7 +546,7 @@ def _d_ShareAcknowledgeResponse_1(m, p):
         o.responses = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null NodeEndpoints')
+        raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []
@@ -588,7 +588,7 @@ def _d_ShareAcknowledgeResponse_2(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -598,7 +598,7 @@ def _d_ShareAcknowledgeResponse_2(m, p):
         o.responses = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null NodeEndpoints')
+        raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []

@@ -334,7 +334,7 @@ def _d_ShareFetchRequest_AcknowledgementBatch_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AcknowledgeTypes')
+        raise DecodeError('non-nullable field acknowledgeTypes was serialized as null')
     else:
         o.acknowledge_types, p = read_fixed_array(m, p, n, 'b', 1)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -359,7 +359,7 @@ def _d_ShareFetchRequest_FetchPartition_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AcknowledgementBatches')
+        raise DecodeError('non-nullable field acknowledgementBatches was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -392,7 +392,7 @@ def _d_ShareFetchRequest_FetchTopic_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -424,7 +424,7 @@ def _d_ShareFetchRequest_ForgottenTopic_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -451,7 +451,7 @@ def _d_ShareFetchRequest_1(m, p):
     p += 24
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -461,7 +461,7 @@ def _d_ShareFetchRequest_1(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -504,7 +504,7 @@ def _d_ShareFetchRequest_2(m, p):
     p += 26
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -514,7 +514,7 @@ def _d_ShareFetchRequest_2(m, p):
         o.topics = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null ForgottenTopicsData')
+        raise DecodeError('non-nullable field forgottenTopicsData was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -591,9 +591,10 @@ def _d_ShareFetchResponse_PartitionData_1(m, p):
     o.acknowledge_error_message, p = read_compact_string(m, p)
     o.current_leader, p = _d_ShareFetchResponse_LeaderIdAndEpoch_1(m, p)
     o.records, p = read_compact_records(m, p)
+    if o.records is None: raise DecodeError('non-nullable field records was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null AcquiredRecords')
+        raise DecodeError('non-nullable field acquiredRecords was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -630,7 +631,7 @@ def _d_ShareFetchResponse_ShareFetchableTopicResponse_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -661,7 +662,7 @@ def _d_ShareFetchResponse_NodeEndpoint_1(m, p):
     o.node_id, = _F_i.unpack_from(m, p)
     p += 4
     o.host, p = read_compact_string(m, p)
-    if o.host is None: raise DecodeError('null Host')
+    if o.host is None: raise DecodeError('non-nullable field host was serialized as null')
     o.port, = _F_i.unpack_from(m, p)
     p += 4
     o.rack, p = read_compact_string(m, p)
@@ -690,7 +691,7 @@ def _d_ShareFetchResponse_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Responses')
+        raise DecodeError('non-nullable field responses was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -700,7 +701,7 @@ def _d_ShareFetchResponse_1(m, p):
         o.responses = a
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null NodeEndpoints')
+        raise DecodeError('non-nullable field nodeEndpoints was serialized as null')
     else:
         check_count(m, p, n, 11)
         a = []

@@ -215,12 +215,13 @@ def _d_ShareGroupDescribeRequest_1(m, p):
     o = _new(ShareGroupDescribeRequest)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null GroupIds')
+        raise DecodeError('non-nullable field groupIds was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field groupIds element was serialized as null')
             a.append(x)
         o.group_ids = a
     o.include_authorized_operations, = _F_o.unpack_from(m, p)
@@ -248,10 +249,10 @@ def _d_ShareGroupDescribeResponse_TopicPartitions_1(m, p):
     o.topic_id, = _F_U.unpack_from(m, p)
     p += 16
     o.topic_name, p = read_compact_string(m, p)
-    if o.topic_name is None: raise DecodeError('null TopicName')
+    if o.topic_name is None: raise DecodeError('non-nullable field topicName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -275,7 +276,7 @@ def _d_ShareGroupDescribeResponse_Assignment_1(m, p):
     o = _new(_ShareGroupDescribeResponse_Assignment)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicPartitions')
+        raise DecodeError('non-nullable field topicPartitions was serialized as null')
     else:
         check_count(m, p, n, 19)
         a = []
@@ -303,22 +304,23 @@ def _e_ShareGroupDescribeResponse_Assignment_1(b, o, sp):
 def _d_ShareGroupDescribeResponse_Member_1(m, p):
     o = _new(_ShareGroupDescribeResponse_Member)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.rack_id, p = read_compact_string(m, p)
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.client_id, p = read_compact_string(m, p)
-    if o.client_id is None: raise DecodeError('null ClientId')
+    if o.client_id is None: raise DecodeError('non-nullable field clientId was serialized as null')
     o.client_host, p = read_compact_string(m, p)
-    if o.client_host is None: raise DecodeError('null ClientHost')
+    if o.client_host is None: raise DecodeError('non-nullable field clientHost was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null SubscribedTopicNames')
+        raise DecodeError('non-nullable field subscribedTopicNames was serialized as null')
     else:
         check_count(m, p, n, 1)
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o.assignment, p = _d_ShareGroupDescribeResponse_Assignment_1(m, p)
@@ -351,16 +353,16 @@ def _d_ShareGroupDescribeResponse_DescribedGroup_1(m, p):
     p += 2
     o.error_message, p = read_compact_string(m, p)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.group_state, p = read_compact_string(m, p)
-    if o.group_state is None: raise DecodeError('null GroupState')
+    if o.group_state is None: raise DecodeError('non-nullable field groupState was serialized as null')
     o.group_epoch, o.assignment_epoch = _F_ii.unpack_from(m, p)
     p += 8
     o.assignor_name, p = read_compact_string(m, p)
-    if o.assignor_name is None: raise DecodeError('null AssignorName')
+    if o.assignor_name is None: raise DecodeError('non-nullable field assignorName was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Members')
+        raise DecodeError('non-nullable field members was serialized as null')
     else:
         check_count(m, p, n, 12)
         a = []
@@ -400,7 +402,7 @@ def _d_ShareGroupDescribeResponse_1(m, p):
     p += 4
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Groups')
+        raise DecodeError('non-nullable field groups was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []

@@ -168,9 +168,9 @@ _ShareGroupHeartbeatResponse_TopicPartitions.__qualname__ = 'ShareGroupHeartbeat
 def _d_ShareGroupHeartbeatRequest_1(m, p):
     o = _new(ShareGroupHeartbeatRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.member_epoch, = _F_i.unpack_from(m, p)
     p += 4
     o.rack_id, p = read_compact_string(m, p)
@@ -182,6 +182,7 @@ def _d_ShareGroupHeartbeatRequest_1(m, p):
         a = []
         for _ in range(n):
             x, p = read_compact_string(m, p)
+            if x is None: raise DecodeError('non-nullable field subscribedTopicNames element was serialized as null')
             a.append(x)
         o.subscribed_topic_names = a
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -211,7 +212,7 @@ def _d_ShareGroupHeartbeatResponse_TopicPartitions_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         o.partitions, p = read_fixed_array(m, p, n, 'i', 4)
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -234,7 +235,7 @@ def _d_ShareGroupHeartbeatResponse_Assignment_1(m, p):
     o = _new(_ShareGroupHeartbeatResponse_Assignment)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null TopicPartitions')
+        raise DecodeError('non-nullable field topicPartitions was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

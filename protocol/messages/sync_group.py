@@ -148,9 +148,9 @@ _SyncGroupRequest_SyncGroupRequestAssignment.__qualname__ = 'SyncGroupRequest.Sy
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_0(m, p):
     o = _new(_SyncGroupRequest_SyncGroupRequestAssignment)
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o._unknown_tagged_fields = None
     return o, p
 
@@ -163,9 +163,9 @@ def _e_SyncGroupRequest_SyncGroupRequestAssignment_0(b, o, sp):
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_4(m, p):
     o = _new(_SyncGroupRequest_SyncGroupRequestAssignment)
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.assignment, p = read_compact_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 
@@ -183,14 +183,14 @@ def _e_SyncGroupRequest_SyncGroupRequestAssignment_4(b, o, sp):
 def _d_SyncGroupRequest_0(m, p):
     o = _new(SyncGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -219,15 +219,15 @@ def _e_SyncGroupRequest_0(b, o, sp):
 def _d_SyncGroupRequest_3(m, p):
     o = _new(SyncGroupRequest)
     o.group_id, p = read_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_string(m, p)
     n, p = read_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 6)
         a = []
@@ -256,15 +256,15 @@ def _e_SyncGroupRequest_3(b, o, sp):
 def _d_SyncGroupRequest_4(m, p):
     o = _new(SyncGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -298,17 +298,17 @@ def _e_SyncGroupRequest_4(b, o, sp):
 def _d_SyncGroupRequest_5(m, p):
     o = _new(SyncGroupRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     o.generation_id, = _F_i.unpack_from(m, p)
     p += 4
     o.member_id, p = read_compact_string(m, p)
-    if o.member_id is None: raise DecodeError('null MemberId')
+    if o.member_id is None: raise DecodeError('non-nullable field memberId was serialized as null')
     o.group_instance_id, p = read_compact_string(m, p)
     o.protocol_type, p = read_compact_string(m, p)
     o.protocol_name, p = read_compact_string(m, p)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Assignments')
+        raise DecodeError('non-nullable field assignments was serialized as null')
     else:
         check_count(m, p, n, 3)
         a = []
@@ -344,7 +344,7 @@ def _d_SyncGroupResponse_0(m, p):
     o.error_code, = _F_h.unpack_from(m, p)
     p += 2
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o.throttle_time_ms = 0
     o.protocol_type = None
     o.protocol_name = None
@@ -362,7 +362,7 @@ def _d_SyncGroupResponse_1(m, p):
     o.throttle_time_ms, o.error_code = _F_ih.unpack_from(m, p)
     p += 6
     o.assignment, p = read_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o.protocol_type = None
     o.protocol_name = None
     o._unknown_tagged_fields = None
@@ -379,7 +379,7 @@ def _d_SyncGroupResponse_4(m, p):
     o.throttle_time_ms, o.error_code = _F_ih.unpack_from(m, p)
     p += 6
     o.assignment, p = read_compact_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o.protocol_type = None
     o.protocol_name = None
     o._unknown_tagged_fields, p = skip_tagged(m, p)
@@ -403,7 +403,7 @@ def _d_SyncGroupResponse_5(m, p):
     o.protocol_type, p = read_compact_string(m, p)
     o.protocol_name, p = read_compact_string(m, p)
     o.assignment, p = read_compact_bytes(m, p)
-    if o.assignment is None: raise DecodeError('null Assignment')
+    if o.assignment is None: raise DecodeError('non-nullable field assignment was serialized as null')
     o._unknown_tagged_fields, p = skip_tagged(m, p)
     return o, p
 

@@ -248,7 +248,7 @@ def _d_WriteShareGroupStateRequest_PartitionData_0(m, p):
     p += 20
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StateBatches')
+        raise DecodeError('non-nullable field stateBatches was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -281,7 +281,7 @@ def _d_WriteShareGroupStateRequest_PartitionData_1(m, p):
     p += 24
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null StateBatches')
+        raise DecodeError('non-nullable field stateBatches was serialized as null')
     else:
         check_count(m, p, n, 20)
         a = []
@@ -313,7 +313,7 @@ def _d_WriteShareGroupStateRequest_WriteStateData_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 22)
         a = []
@@ -345,7 +345,7 @@ def _d_WriteShareGroupStateRequest_WriteStateData_1(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 26)
         a = []
@@ -374,10 +374,10 @@ def _e_WriteShareGroupStateRequest_WriteStateData_1(b, o, sp):
 def _d_WriteShareGroupStateRequest_0(m, p):
     o = _new(WriteShareGroupStateRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -406,10 +406,10 @@ def _e_WriteShareGroupStateRequest_0(b, o, sp):
 def _d_WriteShareGroupStateRequest_1(m, p):
     o = _new(WriteShareGroupStateRequest)
     o.group_id, p = read_compact_string(m, p)
-    if o.group_id is None: raise DecodeError('null GroupId')
+    if o.group_id is None: raise DecodeError('non-nullable field groupId was serialized as null')
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Topics')
+        raise DecodeError('non-nullable field topics was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []
@@ -460,7 +460,7 @@ def _d_WriteShareGroupStateResponse_WriteStateResult_0(m, p):
     p += 16
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Partitions')
+        raise DecodeError('non-nullable field partitions was serialized as null')
     else:
         check_count(m, p, n, 8)
         a = []
@@ -490,7 +490,7 @@ def _d_WriteShareGroupStateResponse_0(m, p):
     o = _new(WriteShareGroupStateResponse)
     n, p = read_compact_array_len(m, p)
     if n < 0:
-        raise DecodeError('null Results')
+        raise DecodeError('non-nullable field results was serialized as null')
     else:
         check_count(m, p, n, 18)
         a = []

@@ -30,6 +30,25 @@ def assigned(resp) -> dict[bytes, list[int]]:
     return {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions} if resp.assignment else None
 
 
+def heartbeat_until(w: WireClient, group: str, member: str, epoch: int, done, what: str, timeout: float = 20):
+    """Heartbeat ``member`` (at the epoch each answer gives) until ``done(partitions)`` holds for the
+    member's latest assignment; return (member epoch, partitions). As in Kafka 4.4, a member's
+    partitions arrive on a heartbeat after the one that joined (share state is initialized in
+    between, and target assignments are at most one per share.assignment.interval.ms)."""
+    deadline = time.monotonic() + timeout
+    parts = None
+    while True:
+        r = heartbeat(w, group, member, epoch)
+        assert r.error_code == 0, r
+        epoch = r.member_epoch
+        if r.assignment is not None:
+            parts = sorted(p for ps in assigned(r).values() for p in ps)
+        if parts is not None and done(parts):
+            return epoch, parts
+        assert time.monotonic() < deadline, f"{what}: {member} holds {parts}"
+        time.sleep(0.1)  # heartbeat pace, not a wait for the outcome
+
+
 def alter(admin: AdminClient, group: str, **kv):
     res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
         ConfigEntry(k.replace("_", "."), str(v), incremental_operation=AlterConfigOpType.SET) for k, v in kv.items()])
@@ -47,19 +66,19 @@ def test_membership_epochs_and_assignment(sharebroker):
     group = f"g-{uuid.uuid4().hex[:8]}"
     with WireClient(sharebroker.bootstrap) as w:
         r1 = heartbeat(w, group, "m1", 0, [topic])
-        assert r1.error_code == 0 and r1.member_epoch == 1 and r1.heartbeat_interval_ms == 5000
-        assert list(assigned(r1).values()) == [[0, 1, 2, 3]]
+        assert r1.error_code == 0 and r1.member_epoch >= 1
+        assert r1.heartbeat_interval_ms == int(sharebroker.config["group.share.heartbeat.interval.ms"])
+        e1, mine = heartbeat_until(w, group, "m1", r1.member_epoch, lambda p: p == [0, 1, 2, 3], "m1 alone")
         r2 = heartbeat(w, group, "m2", 0, [topic])
-        assert r2.member_epoch == 2
-        # m1 learns of the new assignment on its next heartbeat: the 4 partitions are split 2/2
-        r1b = heartbeat(w, group, "m1", 1)
-        assert r1b.member_epoch == 2
-        mine, theirs = list(assigned(r1b).values())[0], list(assigned(r2).values())[0]
-        assert len(mine) == 2 and sorted(mine + theirs) == [0, 1, 2, 3]
+        assert r2.error_code == 0
+        # the 4 partitions end up split 2/2, each member learning its share on a later heartbeat
+        e2, theirs = heartbeat_until(w, group, "m2", r2.member_epoch, lambda p: len(p) == 2, "m2 joins")
+        e1, mine = heartbeat_until(w, group, "m1", e1, lambda p: len(p) == 2, "m1 gives up half")
+        assert sorted(mine + theirs) == [0, 1, 2, 3]
         # a steady heartbeat carries no assignment
-        assert heartbeat(w, group, "m1", 2).assignment is None
+        assert heartbeat(w, group, "m1", e1).assignment is None
         # errors
-        assert heartbeat(w, group, "m1", 7).error_code == Errors.FENCED_MEMBER_EPOCH
+        assert heartbeat(w, group, "m1", e1 + 7).error_code == Errors.FENCED_MEMBER_EPOCH
         assert heartbeat(w, group, "nobody", 3).error_code == Errors.UNKNOWN_MEMBER_ID
         assert heartbeat(w, group, "m3", 0, None).error_code == Errors.INVALID_REQUEST
         assert heartbeat(w, group, "x" * 37, 0, [topic]).error_code == Errors.INVALID_REQUEST
@@ -71,8 +90,7 @@ def test_membership_epochs_and_assignment(sharebroker):
         assert missing.error_code == Errors.GROUP_ID_NOT_FOUND
         # leaving gives the partitions back to the remaining member
         assert heartbeat(w, group, "m2", -1).member_epoch == -1
-        r = heartbeat(w, group, "m1", 2)
-        assert r.member_epoch == 3 and list(assigned(r).values()) == [[0, 1, 2, 3]]
+        e1, mine = heartbeat_until(w, group, "m1", e1, lambda p: p == [0, 1, 2, 3], "m2 left")
         assert heartbeat(w, group, "m1", -1).error_code == 0
         d = w.request(DescReq(group_ids=[group]), 1)
         assert d.groups[0].group_state == "Empty" and d.groups[0].members == []
@@ -85,15 +103,18 @@ def test_group_state_survives_restart(tmp_path):
         group = "g-restart"
         with WireClient(b.bootstrap) as w:
             r = heartbeat(w, group, "m1", 0, [topic])
-            assert r.member_epoch == 1
+            assert r.error_code == 0
+            epoch, parts = heartbeat_until(w, group, "m1", r.member_epoch, lambda p: p == [0, 1], "m1's partitions")
+            before = w.request(DescReq(group_ids=[group]), 1).groups[0]
         b.kill9()
         b.start()
         with WireClient(b.bootstrap) as w:
             d = w.request(DescReq(group_ids=[group]), 1).groups[0]
-            assert d.error_code == 0 and d.group_epoch == 1 and [m.member_id for m in d.members] == ["m1"]
+            assert d.error_code == 0 and d.group_epoch == before.group_epoch
+            assert [m.member_id for m in d.members] == ["m1"]
             assert sorted(d.members[0].assignment.topic_partitions[0].partitions) == [0, 1]
             # the member carries on with its epoch after the restart
-            assert heartbeat(w, group, "m1", 1).error_code == 0
+            assert heartbeat(w, group, "m1", epoch).error_code == 0
 
 
 def test_group_configs_validated_persisted_and_described(tmp_path):
@@ -141,11 +162,13 @@ def test_silent_member_is_removed_and_group_size_is_bounded(tmp_path):
         group = "g-expiry"
         alter(admin, group, share_session_timeout_ms=1500, share_heartbeat_interval_ms=300)
         with WireClient(b.bootstrap) as w:
-            assert heartbeat(w, group, "m1", 0, [topic]).member_epoch == 1
-            assert heartbeat(w, group, "m2", 0, [topic]).member_epoch == 2
+            first = heartbeat(w, group, "m1", 0, [topic])
+            assert first.error_code == 0
+            m2 = heartbeat(w, group, "m2", 0, [topic])
+            assert m2.error_code == 0
             assert heartbeat(w, group, "m3", 0, [topic]).error_code == Errors.GROUP_MAX_SIZE_REACHED
             # m1 keeps heartbeating, m2 goes silent: after 1.5 s m2 is removed and m1 gets everything
-            epoch = 1
+            epoch = first.member_epoch
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 r = heartbeat(w, group, "m1", epoch)
@@ -158,5 +181,5 @@ def test_silent_member_is_removed_and_group_size_is_bounded(tmp_path):
                 raise AssertionError("m2 was not removed")
             d = w.request(DescReq(group_ids=[group]), 1).groups[0]
             assert [m.member_id for m in d.members] == ["m1"]
-            assert heartbeat(w, group, "m2", 2).error_code == Errors.UNKNOWN_MEMBER_ID
+            assert heartbeat(w, group, "m2", m2.member_epoch).error_code == Errors.UNKNOWN_MEMBER_ID
             assert heartbeat(w, group, "m3", 0, [topic]).error_code == 0

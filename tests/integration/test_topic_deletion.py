@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
@@ -105,10 +104,6 @@ class ShareMember:
 SHARE_MAX_WAIT_MS = 10_000
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: a ShareFetch long poll is not completed when its topic is "
-                                       "deleted, it runs to MaxWaitMs; Kafka's ReplicaManager completes the delayed "
-                                       "share fetches of a partition it stops leading "
-                                       "(completeDelayedOperationsWhenNotPartitionLeader)")
 def test_share_fetch_long_poll_returns_when_its_topic_is_deleted(sharebroker):
     m = ShareMember(sharebroker.bootstrap)
     try:

@@ -47,7 +47,10 @@ def test_eight_tasks_on_two_partitions_each_record_accepted_once(spark, broker, 
     assert res.totals["ack_errors"] == 0
     by_record = rows_by_record(res.outputs)
     assert sorted(by_record) == list(range(n))
-    assert all(len(v) == 1 and v[0].delivery_count == 1 for v in by_record.values()), "a record came twice"
+    assert all(len(v) == 1 for v in by_record.values()), "a record was handled twice"
+    # A task that reaches its record cap closes with records acquired but not handled: they return to
+    # the group and keep their delivery count (Kafka 4.3+, KAFKA-19972), so another task sees them at 2.
+    assert all(v[0].delivery_count <= 2 for v in by_record.values())
     assert {(v[0].partition, v[0].offset) for v in by_record.values()} == {(p, o) for p in (0, 1)
                                                                             for o in range(n // 2)}
     assert kafka.leftovers(group, topic) == []

@@ -181,6 +181,18 @@ def _spec(name, n):
     return TopicSpec(name=name, num_partitions=n)
 
 
+async def test_default_reset_policy_counts_the_backlog():
+    """Issue 8.3 / seed 001: the broker cannot see the client's auto.offset.reset; by default a
+    partition the group never committed lags log end - log start (only ``latest`` means 0)."""
+    env = Env(topics={"t0": 1})
+    env.cluster.leo[("t0", 0)], env.cluster.lso[("t0", 0)] = 50, 8
+    lag = env.coord.consumer._lag_function("cg", {env.cluster.topic_id("t0"): _spec("t0", 1)})
+    assert lag(env.cluster.topic_id("t0"), 0) == 42
+    env.coord.set_group_config("cg", "consumer.auto.offset.reset", "latest")
+    lag = env.coord.consumer._lag_function("cg", {env.cluster.topic_id("t0"): _spec("t0", 1)})
+    assert lag(env.cluster.topic_id("t0"), 0) == 0
+
+
 async def test_group_config_overrides_reset_policy():
     env = Env(topics={"t0": 1})
     env.cluster.leo[("t0", 0)] = 50

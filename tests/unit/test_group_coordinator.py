@@ -426,3 +426,39 @@ async def test_failed_consumer_heartbeat_rolls_back():
     assert "cg" not in env.coord.groups
     r = await env.coord.consumer_group_heartbeat(cg_hb("cg", "m1"), 1, "c", "h")
     assert r.error_code == 0 and r.member_epoch == 1
+
+
+async def test_duplicate_protocol_names_are_ignored():
+    """Issue 8.1: a JoinGroup listing a protocol name twice counts it once (as Kafka keys protocols by
+    name); the group completes its rebalance and every member gets an answer."""
+    env = Env()
+    dup = [("range", subscription("foo")), ("range", subscription("foo")), ("roundrobin", subscription("foo"))]
+    t1, m1 = await first_join(env, protocols=dup)
+    t2, m2 = await first_join(env)  # a well-formed member
+    for _ in range(3):
+        await env.advance(3000)  # the initial delay, extended once for the second member
+    r1, r2 = t1.result(), t2.result()
+    assert r1.error_code == 0 and r2.error_code == 0
+    assert r1.protocol_name == r2.protocol_name == "range"
+    assert env.coord.groups["g"].supported_protocols["range"] == 2
+    # the duplicated member rejoins with the same (duplicated) list: no INCONSISTENT_GROUP_PROTOCOL
+    gen = r1.generation_id
+    s = [asyncio.ensure_future(env.coord.sync_group(sync_req("g", m, gen, {m1: b"a", m2: b"b"}
+                                                             if m == r1.leader else None), 3)) for m in (m1, m2)]
+    await env.advance(0)
+    assert all(x.result().error_code == 0 for x in s)
+
+
+async def test_failed_join_completion_answers_joiners(monkeypatch):
+    """Issue 8.1: an error while completing the join phase (in the timer) answers every parked
+    JoinGroup with an error code instead of leaving it unanswered."""
+    env = Env()
+
+    def broken(self):
+        raise ValueError("member does not support any candidate protocol")
+
+    monkeypatch.setattr("coordinator.group.classic.ClassicGroup.select_protocol", broken)
+    t1, m1 = await first_join(env)
+    await env.advance(3000)
+    assert t1.done() and t1.result().error_code == Errors.UNKNOWN_SERVER_ERROR
+    assert env.coord.groups["g"].state == EMPTY

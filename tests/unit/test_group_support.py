@@ -6,11 +6,12 @@ time order; ``now_ms`` is the wall clock the coordinator stamps records with.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import itertools
 import struct
 
-from coordinator.group import GroupCoordinator
+from coordinator.group import GroupConfig, GroupCoordinator
 from coordinator.runtime import MemoryRecordLog
 from coordinator.share_state import ShareCoordinator
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
@@ -108,7 +109,13 @@ class FakeCluster:
 class Env:
     """A coordinator over a memory log, fake cluster and fake clock."""
 
-    def __init__(self, topics=None, config=None, log=None, cluster=None, sched=None, share_state=None):
+    def __init__(self, topics=None, config=None, log=None, cluster=None, sched=None, share_state=None,
+                 batching: bool = False):
+        """``batching``: keep KIP-1263's assignment intervals; without it they are 0 (every heartbeat
+        that needs one computes a new target assignment), as Kafka runs its request tests."""
+        if not batching:
+            config = dataclasses.replace(config or GroupConfig(), consumer_assignment_interval_ms=0,
+                                         share_assignment_interval_ms=0)
         self.sched = sched or FakeScheduler()
         self.cluster = cluster or FakeCluster(topics if topics is not None else {"foo": 3, "bar": 2})
         self.log = log or MemoryRecordLog()
@@ -121,7 +128,7 @@ class Env:
         """A fresh coordinator replaying the same log (same clock, cluster and share state)."""
         await self.coord.close()
         env = Env(config=self.config, log=self.log, cluster=self.cluster, sched=self.sched,
-                  share_state=self.share_state)
+                  share_state=self.share_state, batching=True)
         await env.coord.load()
         return env
 

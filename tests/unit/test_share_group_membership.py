@@ -17,31 +17,70 @@ def describe(env, *groups):
     return env.coord.share_group_describe(ShareGroupDescribeRequest(group_ids=list(groups))).groups
 
 
-async def test_first_heartbeat_initializes_share_state_and_gets_every_partition():
+async def test_first_heartbeat_initializes_share_state_then_a_later_one_assigns():
+    """Kafka 4.4: the joining heartbeat answers at once (nothing initialized, nothing assigned);
+    InitializeShareGroupState runs after it, and the next heartbeat assigns the partitions."""
     env = Env()
     r = await env.share_hb("sg", "s1", topics=["foo"])
     foo = env.cluster.topic_id("foo")
-    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {foo: {0, 1, 2}}
+    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {}
+    await env.advance(0)  # the background initialization
     assert all(env.share_state.state_of("sg", foo, p) is not None for p in range(3))
     g = env.coord.groups["sg"]
     assert (g.group_epoch, g.assignment_epoch, g.initialized[foo][1]) == (1, 1, {0, 1, 2})
+    r = await env.share_hb("sg", "s1", epoch=1, topics=None)
+    assert r.member_epoch == 2 and assignment_of(r) == {foo: {0, 1, 2}}
     d = describe(env, "sg")[0]
-    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 1, 1, "simple")
-    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 1
+    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 2, 2, "simple")
+    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 2
+    assert env.share_state.state_of("sg", foo, 0).state_epoch == 1  # initialized at the group epoch
 
 
 async def test_second_member_rebalances_without_revocation():
     env = Env()
     foo = env.cluster.topic_id("foo")
     await env.share_hb("sg", "s1")
+    await env.advance(0)
+    await env.share_hb("sg", "s1", epoch=1, topics=None)
     r2 = await env.share_hb("sg", "s2")
-    assert r2.member_epoch == 2
-    r1 = await env.share_hb("sg", "s1", epoch=1, topics=None)
-    assert r1.member_epoch == 2  # takes its new target at once: share groups do not revoke
+    assert r2.member_epoch == 3
+    r1 = await env.share_hb("sg", "s1", epoch=2, topics=None)
+    assert r1.member_epoch == 3  # takes its new target at once: share groups do not revoke
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
-    assert a1 | a2 == {0, 1, 2}
-    steady = await env.share_hb("sg", "s1", epoch=2, topics=None)
-    assert steady.member_epoch == 2 and steady.assignment is None
+    assert a1 | a2 == {0, 1, 2} and not a1 & a2
+    steady = await env.share_hb("sg", "s1", epoch=3, topics=None)
+    assert steady.member_epoch == 3 and steady.assignment is None
+
+
+async def test_members_joining_together_share_the_first_assignment():
+    """Issue 8.6 (librdkafka 0172): two members join a new group within the assignment interval;
+    neither gets every partition first; the first assignment with partitions splits them."""
+    env = Env(topics={"foo": 4}, batching=True)
+    foo = env.cluster.topic_id("foo")
+    r1 = await env.share_hb("sg", "s1")
+    r2 = await env.share_hb("sg", "s2")
+    assert assignment_of(r1) == {} and assignment_of(r2) == {}
+    await env.advance(0)  # initialized now, but the interval since the first assignment has not passed
+    r1 = await env.share_hb("sg", "s1", epoch=r1.member_epoch, topics=None)
+    assert assignment_of(r1) in ({}, None)
+    await env.advance(1000)  # group.share.assignment.interval.ms
+    r1 = await env.share_hb("sg", "s1", epoch=r1.member_epoch, topics=None)
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
+    assert len(a1) == len(a2) == 2 and a1 | a2 == {0, 1, 2, 3}
+
+
+async def test_assignment_interval_group_override():
+    env = Env(topics={"foo": 2}, batching=True)
+    env.coord.set_group_config("sg", "share.assignment.interval.ms", "5000")
+    foo = env.cluster.topic_id("foo")
+    r = await env.share_hb("sg", "s1")
+    await env.advance(1000)
+    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    assert not assignment_of(r)  # 1 s is not enough under the group's 5 s interval
+    await env.advance(4000)
+    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    assert assignment_of(r) == {foo: {0, 1}}
 
 
 async def test_concurrent_joins_compute_on_committed_state():
@@ -62,8 +101,9 @@ async def test_leave_and_session_expiry_tell_the_listener():
     r = await env.share_hb("sg", "s1", epoch=-1, topics=None)
     assert r.error_code == 0 and r.member_epoch == -1 and removed == [("sg", "s1")]
     g = env.coord.groups["sg"]
-    assert list(g.members) == ["s2"] and g.group_epoch == 3 and g.assignment_epoch == 3
+    assert list(g.members) == ["s2"] and g.group_epoch == 3 and g.assignment_epoch == 2
     await env.advance(SESSION)
+    assert env.coord.groups["sg"].assignment_epoch == env.coord.groups["sg"].group_epoch  # empty: caught up
     assert removed == [("sg", "s1"), ("sg", "s2")] and env.coord.groups["sg"].state_name() == "Empty"
 
 
@@ -145,3 +185,16 @@ async def test_delete_groups_removes_records_and_share_state_then_tells_the_list
     assert "sg" not in env.coord.groups and env.share_state.state_of("sg", foo, 0) is None
     env2 = await env.restart()
     assert "sg" not in env2.coord.groups
+
+
+async def test_null_topic_name_is_refused_before_anything_is_written():
+    """Issue 8.2: a null in SubscribedTopicNames (possible in-process; the codec refuses it on the
+    wire) answers INVALID_REQUEST and writes nothing; the group stays usable."""
+    env = Env()
+    records_before = len(env.log.records)
+    r = await env.share_hb("sg", "s1", topics=[None, "foo"])
+    assert r.error_code == Errors.INVALID_REQUEST and len(env.log.records) == records_before
+    assert "sg" not in env.coord.groups
+    assert (await env.share_hb("sg", "s1", topics=["foo"])).error_code == 0
+    env = await env.restart()
+    assert (await env.share_hb("sg", "s2", topics=["foo"])).error_code == 0

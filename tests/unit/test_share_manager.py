@@ -37,9 +37,10 @@ class TopicInfo:
 class Logs:
     def __init__(self, *logs):
         self.info = TopicInfo("t", list(logs))
+        self.deleted = False
 
     def topic_by_id(self, topic_id):
-        return self.info if topic_id == TOPIC else None
+        return self.info if topic_id == TOPIC and not self.deleted else None
 
 
 class Config:
@@ -148,7 +149,7 @@ async def test_final_epoch_releases_and_fetches_nothing(env):
     res = await fetch(mgr, conn, -1, acks={0: [AckBatch(0, 4, [1])]})
     assert acquired(res) == {} and [p.ack_error for p in res.partitions] == [Errors.NONE]
     sp = await mgr.partition(GROUP, TOPIC, 0)
-    assert sp.start_offset == 5 and sp.record_state(5)[:2] == (AVAILABLE, 0)
+    assert sp.start_offset == 5 and sp.record_state(5)[:2] == (AVAILABLE, 1)   # count kept (KAFKA-19972)
     with pytest.raises(ShareError) as e:
         await fetch(mgr, conn, 1)
     assert e.value.code == Errors.SHARE_SESSION_NOT_FOUND
@@ -210,5 +211,57 @@ async def test_closing_the_connection_releases_the_members_records(env):
     for _ in range(5):
         await asyncio.sleep(0)
     await sp.drain()
-    assert sp.record_state(0)[:2] == (AVAILABLE, 0)
+    assert sp.record_state(0)[:2] == (AVAILABLE, 1)
     assert all(s.member_id != MEMBER for s in mgr.sessions.sessions())
+
+
+async def test_final_acknowledge_of_a_session_is_applied(env):
+    # Kafka: leaving the group (heartbeat epoch -1, session timeout) does not end the share session
+    # (nothing tells the share-partition manager); librdkafka's close() sends its final
+    # ShareAcknowledge after the leave heartbeat, and it is applied.
+    mgr, _ = env
+    conn = Connection()
+    await fetch(mgr, conn, 0)                                # takes 0-14
+    sp = await mgr.partition(GROUP, TOPIC, 0)
+    assert sp.record_state(0) == (ACQUIRED, 1, MEMBER, False)
+    A = ShareAcknowledgeRequest
+    batches = [A.AcknowledgementBatch(first_offset=0, last_offset=14, acknowledge_types=[1])]
+    req = A(group_id=GROUP, member_id=MEMBER, share_session_epoch=-1, topics=[A.AcknowledgeTopic(
+        topic_id=TOPIC, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=batches)])])
+    res = await mgr.acknowledge(req, {(TOPIC, 0): batches}, {})
+    assert res.partitions == [(TOPIC, 0, Errors.NONE)]
+    assert sp.start_offset == 15 and mgr.sessions.get(GROUP, MEMBER) is None
+
+
+async def test_long_poll_returns_when_the_topic_is_deleted(env):
+    mgr, logs = env
+    conn = Connection()
+    await fetch(mgr, conn, 0)                                # takes 0-14: nothing left to acquire
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = asyncio.ensure_future(fetch(mgr, conn, 1, max_wait_ms=30_000))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    logs.deleted = True                                      # as Topics.delete: the log goes, then listeners
+    mgr.topic_deleted("t", TOPIC)
+    res = await asyncio.wait_for(waiting, 1)
+    assert loop.time() - started < 1
+    assert [(p.partition, p.error) for p in res.partitions] == [(0, Errors.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert acquired(res) == {}
+
+
+async def test_long_poll_still_waits_when_only_an_already_failed_partition_is_known(env):
+    # a partition that failed before the wait does not end the long poll of the others
+    mgr, logs = env
+    conn = Connection()
+    await fetch(mgr, conn, 0, partitions=(0, 1))
+    waiting = asyncio.ensure_future(fetch(mgr, conn, 1, partitions=(0, 1, 7), max_wait_ms=5_000))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    logs.info.logs[1].append(2)
+    mgr.watchers.notify(("log", "t", 1))
+    res = await asyncio.wait_for(waiting, 1)
+    assert acquired(res) == {1: [(10, 11, 1)]}
+    assert {p.partition: p.error for p in res.partitions if p.error} == {7: Errors.UNKNOWN_TOPIC_OR_PARTITION}

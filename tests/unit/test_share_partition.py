@@ -413,6 +413,21 @@ async def test_max_record_locks_bounds_the_in_flight_window():
     assert wakeups >= 1
 
 
+async def test_max_record_locks_binds_at_log_batch_boundaries_as_kafka_4_4():
+    # Kafka 4.4 SharePartition: lastOffsetAndMaxRecordsToAcquire caps the records to acquire at
+    # min(MaxRecords, locks - in flight); in batch_optimized mode acquireNewBatchRecords then extends
+    # to the end of the log batch holding the last allowed record (lastOffsetFromBatchWithRequestOffset)
+    h = await make(sizes=(10,) * 20, start=0, partition_max_record_locks=100)
+    assert h.fetch("a", max_records=200) == [(0, 99, 1)]          # 10-record batches: exactly the cap
+    h = await make(sizes=(1, 199, 10), start=0, partition_max_record_locks=100)
+    assert h.fetch("a", max_records=200) == [(0, 199, 1)]         # the batch holding offset 99 is whole
+    assert h.sp.in_flight_count == 200 and h.fetch("b") == []
+    assert await h.ack("a", 0, 150, ACC) == 0                     # 49 in flight: 51 locks free
+    assert h.fetch("b", max_records=200) == [(200, 209, 1)]
+    h = await make(sizes=(200,), start=0, partition_max_record_locks=100)
+    assert h.fetch("a", max_records=200, mode=RECORD_LIMIT) == [(0, 99, 1)]   # record_limit is exact
+
+
 async def test_window_shrinks_with_config_change():
     cfg = ShareGroupConfig()
     h = await make(sizes=(5,) * 6, start=0, config=cfg)
@@ -674,11 +689,25 @@ async def test_release_member_on_session_close():
     assert h.fetch("a", max_records=5) == [(0, 4, 2)]
     assert await h.ack("a", 2, 2, ACC) == 0
     assert await h.sp.release_member("a") == 0
-    # as Kafka: released on close means not delivered, the count goes back down
-    assert h.last_write() == (0, 1, [(0, 1, AVAILABLE, 1), (3, 4, AVAILABLE, 1)])
+    # as Kafka 4.3+ (KAFKA-19972): the release keeps the delivery count the acquisition gave
+    assert h.last_write() == (0, 1, [(0, 1, AVAILABLE, 2), (3, 4, AVAILABLE, 2)])
     assert h.state(7) == (ACQUIRED, 1, "b", False)
     assert h.t.pending() == [30_000]
     assert await h.sp.release_member("nobody") == 0 and len(h.p.writes) == 3
+    assert h.fetch("c", max_records=4) == [(0, 1, 3), (3, 4, 3)]
+
+
+async def test_session_close_releases_count_toward_the_delivery_limit():
+    # A consumer that crashes on a poison record (its session closes every time) no longer
+    # gets it forever: each release keeps the count and the limit archives it.
+    h = await make(sizes=(1, 4), start=0, delivery_count_limit=3)
+    for attempt in (1, 2, 3):
+        assert h.fetch(f"m{attempt}", max_records=1) == [(0, 0, attempt)]
+        assert await h.sp.release_member(f"m{attempt}") == 0
+    assert h.last_write() == (0, 1, [(0, 0, ARCHIVED, 3)])
+    assert h.sp.start_offset == 1 and h.state(0) is None   # archived, below the SPSO
+    assert h.fetch("m4") == [(1, 4, 1)]
+    h.check_dcc()
 
 
 # ---------------------------------------------------------------- persist, then commit
@@ -841,8 +870,13 @@ async def test_log_start_moving_during_a_write():
     accept = asyncio.ensure_future(h.ack("a", 0, 9, ACC))
     await h.p.wait_held(1)
     h.sp.update_log_start_offset(5)
+    await h.p.wait_held(2)
+    # the moved SPSO is written at once; of the acknowledgement in flight only 5-9 count (KIP-1226)
+    assert payload(h.p.writes[-1]) == (5, 5, [])
     h.p.complete(0, Errors.COORDINATOR_NOT_AVAILABLE)
     assert await accept == Errors.COORDINATOR_NOT_AVAILABLE
+    h.p.complete(0)
+    await h.sp.drain()
     assert h.state(2) == (ARCHIVED, 1, "", False) and h.state(5) == (ACQUIRED, 1, "a", False)
     assert h.sp.start_offset == 5
     h.check_dcc()
@@ -900,6 +934,179 @@ def test_auto_offset_reset_values():
     for bad in ("by_duration:-PT5M", "by_duration:", "none", "by_duration"):
         with pytest.raises(ValueError):
             parse_auto_offset_reset(bad)
+
+
+# ---------------------------------------------------------------- KIP-1226 DeliveryCompleteCount
+
+class CoordinatorModel:
+    """What the share coordinator keeps of the writes: the last StartOffset and DeliveryCompleteCount,
+    and the state of every offset at or after the StartOffset (later writes win)."""
+
+    def __init__(self, persister):
+        """Starts from the state the persister answered the partition's ReadShareGroupState with."""
+        self.start, self.states, self.seen = persister.start_offset, {}, 0
+        for first, last, state, count in persister.batches:
+            for off in range(max(first, self.start), last + 1):
+                self.states[off] = (state, count)
+        self.dcc = sum(1 for st, _ in self.states.values() if st in (ACKNOWLEDGED, ARCHIVED))
+
+    def take(self, persister, upto=None):
+        """Apply the writes not taken yet (up to index `upto`: later ones were lost in a crash)."""
+        upto = len(persister.writes) if upto is None else upto
+        for req in persister.writes[self.seen:upto]:
+            start, dcc, batches = payload(req)
+            self.start, self.dcc = start, dcc
+            for first, last, state, count in batches:
+                for off in range(first, last + 1):
+                    self.states[off] = (state, count)
+            self.states = {o: v for o, v in self.states.items() if o >= start}
+        self.seen = upto
+
+    def lag(self, leo):
+        return leo - self.start - self.dcc
+
+    def batches(self):
+        return [(o, o, st, dc) for o, (st, dc) in sorted(self.states.items())]
+
+
+def brute_lag(sp, leo):
+    """LEO - SPSO - (settled ACKNOWLEDGED/ARCHIVED offsets at or after the SPSO), counted offset by offset."""
+    done = 0
+    for off in range(sp.start_offset, sp.end_offset):
+        st = sp.record_state(off)
+        if st is not None and st[0] in (ACKNOWLEDGED, ARCHIVED) and not st[3]:
+            done += 1
+    return leo - sp.start_offset - done
+
+
+async def settle(h, coord):
+    """Let every write finish, feed them to the coordinator model and check what was sent."""
+    await h.sp.drain()
+    coord.take(h.p)
+    h.check_dcc()
+    leo = h.log.log_end_offset
+    assert coord.lag(leo) == brute_lag(h.sp, leo), (coord.start, coord.dcc, h.sp)
+    # the count agrees with the terminal states the coordinator was sent (what a restart loads)
+    assert coord.dcc == sum(1 for st, _ in coord.states.values() if st in (ACKNOWLEDGED, ARCHIVED))
+
+
+async def restarted(h, coord, log=None):
+    """A new leader of the same partition, loaded from what the coordinator kept."""
+    h2 = H(None, FakeTimers(), FakePersister(start_offset=coord.start, batches=coord.batches()), log or h.log)
+    h2.sp = SharePartition(GROUP, TOPIC, 0, log=h2.log, persister=h2.p, config=h.sp.config, scheduler=h2.t,
+                           now_ms=h2.t.now_ms, leader_epoch=7)
+    await h2.sp.initialize()
+    return h2
+
+
+async def test_delivery_complete_count_sent_gives_the_exact_lag():
+    h = await make(sizes=(10,) * 6, start=0, delivery_count_limit=3)
+    coord = CoordinatorModel(h.p)
+    await settle(h, coord)
+    assert h.fetch("a", max_records=10) == [(0, 9, 1)]
+    assert h.fetch("b", max_records=10) == [(10, 19, 1)]
+    # acknowledgements of every type, partial: 0-2 ACCEPT, 3 REJECT, 4 GAP, 5-6 RELEASE, 7-9 held
+    assert await h.ack("a", 0, 6, ACC, ACC, ACC, REJ, GAP, REL, REL) == 0
+    await settle(h, coord)
+    assert (coord.start, coord.dcc) == (0, 5) and h.sp.start_offset == 5
+    assert await h.ack("b", 12, 13, ACC) == 0                    # terminal records past a hole
+    await settle(h, coord)
+    assert await h.sp.release_member("a") == 0                   # session closed: 7-9 released
+    await settle(h, coord)
+    h.t.advance(30_000)                                          # b's locks run out
+    await settle(h, coord)
+    # redeliveries up to the delivery count limit: RELEASE, then lock expiry, archive at the limit
+    for attempt in (2, 3):
+        got = h.fetch("c", max_records=50)
+        assert got and {dc for _, _, dc in got} <= {attempt, attempt + 1, 1}
+        if attempt == 2:
+            assert await h.sp.acknowledge("c", [AckBatch(f, last, [REL]) for f, last, _ in got]) == 0
+        else:
+            h.t.advance(30_000)
+        await settle(h, coord)
+    # retention moves the log start into the in-flight records (acquired ones included)
+    h.fetch("d", max_records=25)
+    h.log.log_start_offset = 23
+    h.sp.next_fetch_offset()
+    await settle(h, coord)
+    assert coord.start == h.sp.start_offset >= 23
+    # a clean restart: the new leader's state gives the same lag as the coordinator's numbers
+    assert await h.sp.acknowledge("d", [AckBatch(h.sp.start_offset, h.sp.start_offset, [ACC])]) in (0, Errors.INVALID_RECORD_STATE)
+    await settle(h, coord)
+    h2 = await restarted(h, coord)
+    leo = h.log.log_end_offset
+    assert brute_lag(h2.sp, leo) == coord.lag(leo)
+    assert h2.sp.delivery_complete_count + h2.sp.start_offset == coord.dcc + coord.start
+    # kill -9 with an acknowledgement in flight: the coordinator never got it, the restart agrees
+    got = h2.fetch("e", max_records=5)
+    h2.p.hold = True
+    lost = asyncio.ensure_future(h2.sp.acknowledge("e", [AckBatch(got[0][0], got[0][0], [ACC])]))
+    await h2.p.wait_held(1)
+    coord2 = CoordinatorModel(h2.p)
+    coord2.take(h2.p, upto=len(h2.p.writes) - 1)       # everything but the write still held
+    assert payload(h2.p.writes[-1])[2] == [(got[0][0], got[0][0], ACKNOWLEDGED, got[0][2])]
+    h3 = await restarted(h2, coord2)
+    assert brute_lag(h3.sp, leo) == coord2.lag(leo)
+    lost.cancel()
+    # retention while no leader ran: the new leader persists the moved SPSO at once
+    h.log.log_start_offset = 41
+    h4 = await restarted(h3, coord2)
+    coord2.seen = 0
+    coord2.take(h4.p)
+    assert coord2.start == 41 and coord2.lag(leo) == brute_lag(h4.sp, leo)
+    for x in (h, h2, h3, h4):
+        x.sp.close()
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_delivery_complete_count_against_brute_force_counts(seed):
+    """Random acquisitions, acknowledgements of every type, releases, lock expiries, delivery-limit
+    archiving, log start moves, appends and restarts: after every step the last WriteShareGroupState
+    gives LEO - StartOffset - DeliveryCompleteCount = the lag counted record by record."""
+    import random
+    rnd = random.Random(seed)
+    h = await make(sizes=[rnd.randint(1, 8) for _ in range(12)], start=0, delivery_count_limit=rnd.choice((2, 3, 5)),
+                   partition_max_record_locks=rnd.choice((10, 40, 2000)))
+    coord = CoordinatorModel(h.p)
+    await settle(h, coord)
+    members = ["a", "b", "c"]
+    for _ in range(60):
+        op = rnd.random()
+        sp = h.sp
+        if op < 0.3:
+            h.fetch(rnd.choice(members), max_records=rnd.randint(1, 12), mode=rnd.choice((0, RECORD_LIMIT)))
+        elif op < 0.6:
+            m = rnd.choice(members)
+            held = [o for o in range(sp.start_offset, sp.end_offset)
+                    if (st := sp.record_state(o)) and st[0] == ACQUIRED and st[2] == m and not st[3]]
+            if held:
+                i = rnd.randrange(len(held))
+                j = i
+                while j + 1 < len(held) and held[j + 1] == held[j] + 1 and rnd.random() < 0.8:
+                    j += 1
+                first, last = held[i], held[j]
+                if rnd.random() < 0.5:
+                    types = [rnd.choice((ACC, REL, REJ, GAP))]
+                else:
+                    types = [rnd.choice((ACC, REL, REJ, GAP)) for _ in range(last - first + 1)]
+                assert await sp.acknowledge(m, [AckBatch(first, last, types)]) == 0
+        elif op < 0.68:
+            await sp.release_member(rnd.choice(members))
+        elif op < 0.78:
+            h.t.advance(rnd.choice((10_000, 30_000)))
+        elif op < 0.86:
+            h.log.append(rnd.randint(1, 6))
+        elif op < 0.93:
+            lso = min(h.log.log_end_offset, h.log.log_start_offset + rnd.randint(1, 6))
+            h.log.log_start_offset = max(h.log.log_start_offset, lso)
+            sp.next_fetch_offset()
+        else:
+            await settle(h, coord)
+            h.sp.close()
+            h = await restarted(h, coord)
+            coord.seen = 0
+        await settle(h, coord)
+    h.sp.close()
 
 
 # ---------------------------------------------------------------- KIP-932 example table
