@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 
-from broker import config_keys, version
+from broker import config_keys, security, version
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
@@ -42,6 +42,7 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None):
         self.config = config or BrokerConfig()
         self.host, self.port = "", 0  # from ``listeners``, once the configuration is checked
+        self.listeners: list = []  # broker.security.listeners.Listener, in ``listeners`` order
         self.components: Components | None = None
         self.server: Server | None = None
         self.metrics: MetricsServer | None = None
@@ -50,13 +51,15 @@ class Broker:
     async def start(self) -> None:
         config = self.config
         check_config(config)  # before the data directory is touched
-        self.host, self.port = parse_listener(config.get("listeners"))
+        try:  # Kafka's listener keys and the TLS key stores, before the data directory is touched
+            self.listeners = listeners = security.configure_listeners(config)
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None
+        primary = listeners[0]
+        self.host, self.port = primary.host, primary.port
         _raise_open_file_limit()
         load_handlers()
         node_id = config.get_int("node.id", 1)
-        fixed = config.has("advertised.listeners")
-        adv_host, adv_port = parse_listener(config.get("advertised.listeners")) if fixed else (
-            self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1", self.port)
         data_dir = config.get("log.dirs", "./data").split(",")[0]
         try:
             settings = BrokerSettings(config, node_id, os.path.join(data_dir, "meta"))
@@ -72,21 +75,27 @@ class Broker:
             raise StartupError(f"cannot use the data directory {data_dir} (log.dirs): {e}") from None
         settings.background = logs.start_background()  # fsyncs and file removal off the loop from here on
         settings.on_topic_defaults = logs.set_default_configs
-        node = Node(node_id, logs.cluster_id, adv_host, adv_port)
+        node = Node(node_id, logs.cluster_id, primary.advertised_host, primary.advertised_port)
         try:
             self.components = c = await build(config, node, logs.data_dir, logs, settings)
+            security.attach_authenticators(config, listeners, c.security.scram)
         except ValueError as e:  # ConfigError: a setting outside its bounds
-            logs.close()
+            if self.components is not None:
+                await self.components.close()
+            else:
+                logs.close()
             raise StartupError(f"bad configuration: {e}") from None
-        self.server = Server(c, self.host, self.port)
+        self.server = Server(c, listeners)
         try:
             await self.server.start()
         except OSError as e:
             await c.close()
-            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e}") from None
+            raise StartupError(f"cannot listen on {e.strerror or e}") from None
         self.port = self.server.port
-        if not fixed:
-            node.port = self.port
+        node.port = primary.advertised_port
+        for lst in listeners:
+            log.info("listener %s (%s) on %s:%d, advertised as %s:%d", lst.name, lst.protocol, lst.host, lst.port,
+                     lst.advertised_host, lst.advertised_port)
         if config.get("sharebroker.metrics.listener"):
             mhost, mport = parse_listener(config.get("sharebroker.metrics.listener"))
             self.metrics = MetricsServer(c, self.server, mhost, mport)
@@ -137,6 +146,8 @@ def check_config(config: BrokerConfig) -> None:
     try:
         unknown = config_keys.validate(config)
         validate_broker_share_configs(config)
+        security.check_authorizer(config)
+        security.scram.parse_bootstrap(config.get("sharebroker.scram.users"))
     except ConfigError as e:
         raise StartupError(f"invalid configuration: {e}") from None
     for key in unknown:

@@ -19,6 +19,7 @@ part, each the single owner of its state.
 | ``groups``       | ``coordinator.group.GroupCoordinator`` | every group (classic, consumer, share), offsets  |
 | ``shares``       | ``broker.share.manager.SharePartitionManager`` | share partitions (in-flight records), share sessions |
 | ``authenticator``, ``authorizer``, ``request_metrics`` | ``broker.pipeline`` | the request pipeline's stages |
+| ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
@@ -85,6 +86,7 @@ class Components:
     shares: SharePartitionManager
     authenticator: Authenticator = field(default_factory=NoAuthentication)
     authorizer: Authorizer = field(default_factory=AllowAll)
+    security: object = None  # broker.security.Security: SCRAM store, ACL store
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     now_ms: Callable[[], int] = now_ms
@@ -128,6 +130,9 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     groups = GroupCoordinator(offsets_log, ClusterView(logs), config, loop, now_ms=now_ms,
                               group_configs=group_configs, share_state=share_state)
     await groups.load()  # one replay of __consumer_offsets: classic, consumer and share groups, offsets
+    from broker import security as security_
+
+    security = security_.build(config, meta, logs.background)  # SCRAM store, authorizer and its ACLs
 
     share_metrics = ShareMetrics()
     shares = SharePartitionManager(config, logs=logs, watchers=watchers,
@@ -151,4 +156,4 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                                                                       1000)),
                       producer_ids=ProducerIdManager(meta, background=logs.background), settings=settings, configs=configs,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
-                      share_metrics=share_metrics)
+                      share_metrics=share_metrics, security=security, authorizer=security.authorizer)

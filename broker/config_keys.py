@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 
-from broker.log.config import (BOOLEAN, DOUBLE, INT, LIST, LONG, STRING, TOPIC_CONFIGS, ConfigDef,
-                               ConfigError)
+from broker.log.config import (BOOLEAN, CLASS, DOUBLE, INT, LIST, LONG, PASSWORD, STRING, TOPIC_CONFIGS,
+                               ConfigDef, ConfigError)
 
 INT_MAX = (1 << 31) - 1
 
@@ -108,12 +108,42 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("offsets.retention.ms", LONG, minimum=1),
     _k("sharebroker.share.session.idle.timeout.ms", LONG, minimum=1),
     _k("sharebroker.metrics.listener", STRING),
+    # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides
+    # of these are checked with the same definition
+    _k("listener.security.protocol.map", STRING),
+    _k("sasl.enabled.mechanisms", LIST),
+    _k("sasl.jaas.config", PASSWORD),
+    _k("sasl.mechanism.inter.broker.protocol", STRING),
+    _k("sasl.server.max.receive.size", INT),
+    _k("security.inter.broker.protocol", STRING, choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    _k("connections.max.reauth.ms", LONG),
+    _k("principal.builder.class", CLASS),
+    _k("ssl.keystore.type", STRING),
+    _k("ssl.keystore.location", STRING),
+    _k("ssl.keystore.password", PASSWORD),
+    _k("ssl.keystore.key", PASSWORD),
+    _k("ssl.keystore.certificate.chain", PASSWORD),
+    _k("ssl.key.password", PASSWORD),
+    _k("ssl.truststore.type", STRING),
+    _k("ssl.truststore.location", STRING),
+    _k("ssl.truststore.password", PASSWORD),
+    _k("ssl.truststore.certificates", PASSWORD),
+    _k("ssl.client.auth", STRING, choices=("required", "requested", "none")),
+    _k("ssl.enabled.protocols", LIST),
+    _k("ssl.protocol", STRING),
+    _k("ssl.cipher.suites", LIST),
+    _k("ssl.endpoint.identification.algorithm", STRING),
+    _k("ssl.principal.mapping.rules", STRING),
+    _k("authorizer.class.name", STRING),
+    _k("super.users", STRING),
+    _k("allow.everyone.if.no.acl.found", BOOLEAN),
+    _k("sharebroker.scram.users", PASSWORD),
 ])
 
 # Kafka settings that have no meaning on one node; accepted so a Kafka server.properties works.
 ACCEPTED_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
-    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "controller.listener.names", "inter.broker.listener.name",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
     "offsets.topic.replication.factor", "offsets.topic.num.partitions", "offsets.topic.segment.bytes",
@@ -126,23 +156,42 @@ ACCEPTED_KEYS = frozenset({
     "share.coordinator.threads", "group.coordinator.threads", "background.threads",
 })
 
-_LISTENER = re.compile(r"^(?:[A-Za-z0-9_]+://)?(\[[0-9A-Fa-f:.]*\]|[^:/\s\[\]]*):(-?\d+)$")
 _SYNONYMS = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}
 
 
 def _listener_check(key: str, value: str) -> None:
-    for item in (v.strip() for v in value.split(",")):
-        m = _LISTENER.match(item)
-        if m is None:
-            raise ConfigError(f"Invalid value {value} for configuration {key}: Unable to parse {item} "
-                              f"to a broker endpoint")
-        port = int(m.group(2))
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"Invalid value {value} for configuration {key}: port {port} is outside 0-65535")
+    from broker.security.listeners import parse_items
+
+    parse_items(key, value if value else ",")  # an empty value is one empty (unparsable) item
+
+
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.[a-z0-9_]+\.(?:(?:plain|scram-sha-256|scram-sha-512|gssapi|"
+                              r"oauthbearer)\.)?")
+_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
+def _security_check(key: str, value: str) -> None:
+    """Values Kafka accepts that this broker cannot honour: refused rather than silently different."""
+    if key == "ssl.principal.mapping.rules" and value.strip() != "DEFAULT":
+        raise ConfigError(f"Invalid value {value} for configuration {key}: only DEFAULT is supported "
+                          f"(the principal is the certificate's full subject DN)")
+    if key == "principal.builder.class" and value.strip() not in ("", _PRINCIPAL_BUILDER):
+        raise ConfigError(f"Invalid value {value} for configuration {key}: only {_PRINCIPAL_BUILDER} is supported")
+    if key == "listener.security.protocol.map":
+        from broker.security.listeners import protocol_map
+
+        protocol_map({"listener.security.protocol.map": value})
 
 
 def check(key: str, value: str) -> bool:
     """Validate one setting; raise ConfigError if it is known and invalid; False if unknown."""
+    base = _LISTENER_PREFIX.sub("", key) if key.startswith("listener.name.") else key
+    if base != key and base in BROKER_KEYS:  # a per-listener override: the base key's rules, this key's name
+        b = BROKER_KEYS[base]
+        cdef = ConfigDef(key, b.type, None, b.minimum, b.maximum, b.choices)
+        _security_check(base, value)
+        cdef.parse(value)
+        return True
     cdef = BROKER_KEYS.get(key)
     if cdef is None:
         syn = _SYNONYMS.get(key)
@@ -160,6 +209,7 @@ def check(key: str, value: str) -> bool:
     cdef.parse(value)
     if key in ("listeners", "advertised.listeners", "sharebroker.metrics.listener"):
         _listener_check(key, value)
+    _security_check(key, value)
     return True
 
 

@@ -93,14 +93,24 @@ class RequestContext:
     """What a handler knows about the request besides its body."""
 
     __slots__ = ("components", "connection", "api_key", "api_version", "correlation_id", "client_id",
-                 "principal")
+                 "principal", "listener", "host")
 
     def __init__(self, components, connection, api_key: int, api_version: int, correlation_id: int,
-                 client_id: str | None, principal: str = "User:ANONYMOUS"):
+                 client_id: str | None, principal: str = "User:ANONYMOUS", listener=None, host: str = "*"):
         self.components = components
         self.connection = connection
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self.principal = principal
+        self.principal = principal  # "User:name" (broker.pipeline.Authenticator.principal)
+        self.listener = listener  # broker.security.listeners.Listener the request came on (None in unit tests)
+        self.host = host  # the client's address, as ACLs match it
+
+    def endpoint(self) -> tuple[str, int]:
+        """The advertised (host, port) of the listener the request came on, as Kafka answers Metadata."""
+        lst = self.listener
+        if lst is None:
+            node = self.components.node
+            return node.host, node.port
+        return lst.advertised_host, lst.advertised_port

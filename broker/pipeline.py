@@ -28,7 +28,14 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class Authenticator:
-    """Decides, per request, whether the connection may send it; knows the principal."""
+    """Decides, per request, whether the connection may send it; knows the principal.
+
+    One per listener (``broker.security``): PLAINTEXT admits everything as anonymous,
+    SSL names the client certificate's subject, SASL runs the login exchange first.
+    """
+
+    def connected(self, connection) -> None:
+        """A connection was accepted (after the TLS handshake): set up its state."""
 
     def admits(self, connection, api_key: int) -> bool:
         raise NotImplementedError
@@ -48,22 +55,37 @@ class NoAuthentication(Authenticator):
 
 
 class Authorizer:
-    """Answers whether ``principal`` may perform the operations a handler declares."""
+    """Answers whether ``principal`` may perform the operations a handler declares.
+
+    ``enabled`` is False for :class:`AllowAll`, so handlers skip per-resource work
+    (authorized-operation bit sets, filtering) when no authorizer is configured.
+    """
+
+    enabled = True
 
     def authorize(self, ctx, acl) -> bool:
         raise NotImplementedError
 
-    def allowed(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str, host: str = "*") -> bool:
+        raise NotImplementedError
+
+    def allowed_any(self, principal: str, operation: str, resource_type: str, host: str = "*") -> bool:
+        """Kafka's ``authorizeByResourceType``: allowed on at least one resource of that type."""
         raise NotImplementedError
 
 
 class AllowAll(Authorizer):
     """No authorizer configured: everything is permitted (Kafka without ``authorizer.class.name``)."""
 
+    enabled = False
+
     def authorize(self, ctx, acl) -> bool:
         return True
 
-    def allowed(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str, host: str = "*") -> bool:
+        return True
+
+    def allowed_any(self, principal: str, operation: str, resource_type: str, host: str = "*") -> bool:
         return True
 
 

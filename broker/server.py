@@ -66,9 +66,13 @@ class Connection(asyncio.BufferedProtocol):
     memoryview slices of the frame, which lets the log rewrite the base offset in place.
     """
 
-    def __init__(self, server: "Server"):
+    def __init__(self, server: "Server", listener=None):
         self.server = server
         self.components = server.components
+        self.listener = listener  # broker.security.listeners.Listener (None: the server's default stages)
+        self.authenticator = listener.authenticator if listener is not None else server.authenticator
+        self.sasl = None  # broker.security.sasl.SaslSession on a SASL listener
+        self.close_after_response = False  # failed login: answer, then close (as Kafka)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._scratch = bytearray(SCRATCH_BYTES)
@@ -102,13 +106,15 @@ class Connection(asyncio.BufferedProtocol):
         self.host = peer[0] if peer else "?"
         sock = transport.get_extra_info("socket")
         # os.sendfile needs the plain socket; a TLS transport encrypts in user space.
-        self._sock_fd = sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else -1
+        tls = (self.listener is not None and self.listener.tls) or transport.get_extra_info("sslcontext") is not None
+        self._sock_fd = sock.fileno() if sock is not None and not tls else -1
         refusal = self.server.admit(self)
         if refusal is not None:
             log.warning("refusing connection from %s: %s", self.peer, refusal)
             transport.abort()
             self.closed = True
             return
+        self.authenticator.connected(self)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -267,6 +273,12 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             self.transport.abort()
 
+    def close_after_flush(self) -> None:
+        """Close once what is queued (the last response) is written."""
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
     # ------------------------------------------------------------ request loop
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -304,6 +316,10 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _process(self, frame: bytearray) -> None:
         """The request pipeline: decode -> authenticate -> authorize -> time and count -> handler."""
+        sasl = self.sasl
+        if sasl is not None and sasl.raw:  # SaslHandshake v0: the tokens come without a request header
+            self._raw_sasl_token(frame)
+            return
         if len(frame) < 8:
             raise ProtocolViolation(f"frame of {len(frame)} bytes is too short for a request header")
         api_key, version, correlation_id = _HEAD.unpack_from(frame, 0)
@@ -325,10 +341,10 @@ class Connection(asyncio.BufferedProtocol):
         except (DecodeError, ValueError, IndexError, struct.error) as e:
             raise ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}") from None
         server = self.server
-        if not server.authenticator.admits(self, api_key):
-            raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication")
+        if not self.authenticator.admits(self, api_key):
+            raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
         ctx = RequestContext(self.components, self, api_key, version, correlation_id, header.client_id,
-                             self.principal)
+                             self.principal, self.listener, self.host)
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
         metrics = server.metrics
@@ -343,6 +359,15 @@ class Connection(asyncio.BufferedProtocol):
         if resp is None or self.closed:
             return
         self.send_response(ctx, resp, flexible)
+        if self.close_after_response:
+            self.close_after_flush()
+
+    def _raw_sasl_token(self, frame: bytearray) -> None:
+        """One token of the legacy (handshake v0) exchange: answer it raw, or close on failure."""
+        out = self.authenticator.raw_token(self, bytes(frame))
+        if out is None:
+            raise ProtocolViolation("SASL authentication failed")
+        self.transport.write(_SIZE.pack(len(out)) + out)
 
     def send_response(self, ctx: RequestContext, resp, flexible: bool) -> None:
         b = bytearray(8)
@@ -444,12 +469,17 @@ def api_version_entries() -> list:
 
 
 class Server:
-    """The listener: accepts connections and runs each one's requests through the pipeline."""
+    """The listeners: accept connections and run each one's requests through the pipeline.
 
-    def __init__(self, components, host: str, port: int):
+    Connection limits and request memory are shared by every listener, as in Kafka's
+    SocketServer; each listener has its own TLS context and authenticator.
+    """
+
+    def __init__(self, components, listeners: list):
         self.components = components
-        self.host = host
-        self.port = port
+        self.listeners = listeners
+        self.host = listeners[0].host
+        self.port = listeners[0].port
         self.connections: set[Connection] = set()
         cfg = components.config
         self.max_request_bytes = cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024)
@@ -464,7 +494,7 @@ class Server:
         self.metrics = components.request_metrics
         self.per_ip: collections.Counter = collections.Counter()
         self.clock = time.monotonic
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list = []
         self._idle_sweep: asyncio.TimerHandle | None = None
 
     def admit(self, conn: Connection) -> str | None:
@@ -499,22 +529,30 @@ class Server:
             self._idle_sweep = asyncio.get_running_loop().call_later(interval, self._sweep_idle)
 
     async def start(self) -> None:
+        """Bind every listener (raises OSError naming the address that failed)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                reuse_address=True, backlog=1024)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        for lst in self.listeners:
+            try:
+                srv = await loop.create_server(lambda lst=lst: Connection(self, lst), lst.host, lst.port,
+                                               reuse_address=True, backlog=1024, ssl=lst.ssl_context)
+            except OSError as e:
+                await self.close()
+                raise OSError(e.errno, f"listener {lst.name} {lst.host}:{lst.port}: {e.strerror or e}") from None
+            self._servers.append(srv)
+            lst.bound(srv.sockets[0].getsockname()[1])
+        self.port = self.listeners[0].port
         self._schedule_idle_sweep()
 
     async def close(self) -> None:
         if self._idle_sweep is not None:
             self._idle_sweep.cancel()
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
         for c in list(self.connections):
             c.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._servers = []
 
 
 def parse_per_ip_overrides(value: str | None) -> dict[str, int]:

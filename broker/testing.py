@@ -31,6 +31,7 @@ from pathlib import Path
 
 _READY = re.compile(r"accepting connections on (\S+):(\d+)")
 _METRICS = re.compile(r"metrics on http://(\S+):(\d+)/metrics")
+_LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
 
 
 def tracebacks(lines: list[str]) -> list[str]:
@@ -58,16 +59,34 @@ class BrokerProcess:
         self.metrics_url: str | None = None  # with sharebroker.metrics.listener set  # log lines already checked for tracebacks (new_tracebacks)
         self._ready = threading.Event()
         self._drainers: list[threading.Thread] = []
+        # with a ``listeners`` setting (several listeners, SASL / SSL): name -> bound port, from the log
+        self.listener_ports: dict[str, int] = {}
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def address(self, listener: str) -> str:
+        """``host:port`` of a named listener (``listeners=SASL_SSL://127.0.0.1:0,...``)."""
+        return f"{self.host}:{self.listener_ports[listener.upper()]}"
+
+    def _listeners_setting(self) -> str:
+        """``listeners`` with the ports learnt at the first start, so a restart keeps them."""
+        items = []
+        for item in self.config["listeners"].split(","):
+            name, sep, addr = item.strip().partition("://")
+            host, _, port = addr.rpartition(":")
+            if sep and port == "0" and name.upper() in self.listener_ports:
+                item = f"{name}://{host}:{self.listener_ports[name.upper()]}"
+            items.append(item.strip())
+        return ",".join(items)
+
     def start(self) -> "BrokerProcess":
-        cmd = [sys.executable, "-m", "broker", "--listen", f"{self.host}:{self.port}",
-               "--data-dir", str(self.data_dir)]
+        cmd = [sys.executable, "-m", "broker", "--data-dir", str(self.data_dir)]
+        if "listeners" not in self.config:
+            cmd += ["--listen", f"{self.host}:{self.port}"]
         for k, v in self.config.items():
-            cmd += ["--set", f"{k}={v}"]
+            cmd += ["--set", f"{k}={self._listeners_setting() if k == 'listeners' else v}"]
         if not any(b is self for b in BrokerProcess.started):
             BrokerProcess.started.append(self)
         # One event per process: the drain thread of a killed predecessor must not signal this one.
@@ -87,6 +106,9 @@ class BrokerProcess:
         for line in proc.stderr:
             line = line.rstrip("\n")
             self.log_lines.append(line)
+            ml = _LISTENER.search(line)
+            if ml:
+                self.listener_ports[ml.group(1)] = int(ml.group(4))
             mm = _METRICS.search(line)
             if mm:
                 self.metrics_url = f"http://{mm.group(1)}:{mm.group(2)}/metrics"

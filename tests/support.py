@@ -74,3 +74,137 @@ def share_member_assigned(w, group: str, member: str, topic: str, tid: bytes, pa
 
     until(assigned, timeout, "the share member's assignment")
     return state["epoch"]
+
+
+# ---------------------------------------------------------------- security (TLS / SASL) helpers
+def make_pki(directory, key_password: str | None = None) -> dict:
+    """A test CA, a server key store (PEM: key + chain, SAN 127.0.0.1/localhost) and a client certificate.
+
+    Returns paths: ``ca``, ``server`` (key store), ``client_cert``, ``client_key``, and
+    ``client_dn``: the client subject as Kafka's principal builder writes it.
+    """
+    import datetime
+    import ipaddress
+    from pathlib import Path
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(*attrs):
+        return x509.Name([x509.NameAttribute(oid, value) for oid, value in attrs])
+
+    def cert(subject, key, issuer, issuer_key, ca=False, san=None):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+             .not_valid_after(now + datetime.timedelta(days=2))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def pem_key(key, password=None):
+        enc = serialization.BestAvailableEncryption(password.encode()) if password else serialization.NoEncryption()
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+
+    pem = serialization.Encoding.PEM
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = name((NameOID.COMMON_NAME, "sharebroker test CA"))
+    ca = cert(ca_name, ca_key, ca_name, ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = cert(name((NameOID.COMMON_NAME, "localhost")), server_key, ca_name, ca_key,
+                  san=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client_subject = name((NameOID.COUNTRY_NAME, "US"), (NameOID.ORGANIZATION_NAME, "Example, Inc."),
+                          (NameOID.ORGANIZATIONAL_UNIT_NAME, "qa"), (NameOID.COMMON_NAME, "client-1"))
+    client = cert(client_subject, client_key, ca_name, ca_key)
+    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (d / "server.pem").write_bytes(pem_key(server_key, key_password) + server.public_bytes(pem) + ca.public_bytes(pem))
+    (d / "client.pem").write_bytes(client.public_bytes(pem))
+    (d / "client.key").write_bytes(pem_key(client_key))
+    return {"ca": str(d / "ca.pem"), "server": str(d / "server.pem"), "client_cert": str(d / "client.pem"),
+            "client_key": str(d / "client.key"), "client_dn": client_subject.rfc4514_string()}
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret" '
+              'user_dave="dave-secret";')
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required;'
+
+
+def security_settings(pki: dict, **extra) -> dict:
+    """Broker settings with PLAINTEXT, SSL (client certificates required), SASL_PLAINTEXT and SASL_SSL
+    listeners, PLAIN users admin/alice/bob and SCRAM users (both mechanisms) with the same passwords."""
+    users = ";".join(f"{m}=[name={u},password={u}-secret]" for u in ("admin", "alice", "bob")
+                     for m in ("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["server"],
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki["ca"],
+        "listener.name.ssl.ssl.client.auth": "required",
+        "sharebroker.scram.users": users,
+        **extra,
+    }
+
+
+def client_security(b, protocol: str, pki: dict, mechanism: str | None = None, user: str | None = None,
+                    password: str | None = None) -> dict:
+    """confluent-kafka (librdkafka) settings for one of the broker's listeners."""
+    conf = {"bootstrap.servers": b.address(protocol), "security.protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        conf["ssl.ca.location"] = pki["ca"]
+    if protocol == "SSL":
+        conf["ssl.certificate.location"] = pki["client_cert"]
+        conf["ssl.key.location"] = pki["client_key"]
+    if mechanism:
+        conf.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                     "sasl.password": password if password is not None else f"{user}-secret"})
+    return conf
+
+
+def tls_wire(bootstrap: str, pki: dict, client_cert: bool = False):
+    """A ``tests.wire.WireClient`` over TLS (trusting the test CA; optionally with the client certificate)."""
+    import ssl
+
+    from tests.wire import WireClient
+
+    w = WireClient(bootstrap)
+    ctx = ssl.create_default_context(cafile=pki["ca"])
+    if client_cert:
+        ctx.load_cert_chain(pki["client_cert"], pki["client_key"])
+    w.sock = ctx.wrap_socket(w.sock, server_hostname="127.0.0.1")
+    return w
+
+
+def wire_plain_login(w, user: str, password: str, handshake_version: int = 1, authenticate_version: int = 2):
+    """SaslHandshake + SaslAuthenticate (PLAIN) on a ``WireClient``; returns the SaslAuthenticate response."""
+    from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+    from protocol.messages.sasl_handshake import SaslHandshakeRequest
+
+    hs = w.request(SaslHandshakeRequest(mechanism="PLAIN"), handshake_version)
+    assert hs.error_code == 0, hs
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    return w.request(SaslAuthenticateRequest(auth_bytes=token), authenticate_version)
+
+
+def connection_closed(w, timeout: float = 10.0) -> bool:
+    """True when the broker closes the socket (EOF) within ``timeout``; False if it answers anything."""
+    import socket as _socket
+
+    w.sock.settimeout(timeout)
+    try:
+        data = w.sock.recv(1)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except _socket.timeout:
+        return False
+    return data == b""

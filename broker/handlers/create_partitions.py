@@ -5,6 +5,7 @@ when assignments do not match the new partitions or name another broker,
 UNKNOWN_TOPIC_OR_PARTITION for unknown topics, INVALID_REQUEST for a topic listed
 twice, POLICY_VIOLATION for every topic when the request would add more than 10,000
 partitions (Kafka's limit per request).  ``validateOnly`` checks without creating.
+ALTER on the CLUSTER or on the topic, else TOPIC_AUTHORIZATION_FAILED (before existence).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import Counter
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
+from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
 from protocol.messages.create_partitions import CreatePartitionsResponse
 from protocol.messages.registry import ApiKey
@@ -38,9 +40,14 @@ async def create_partitions(ctx, req):
             _R(name=t.name, error_code=Errors.POLICY_VIOLATION,
                error_message="Unable to perform excessively large batch operation.") for t in req.topics])
     out = []
+    cluster_alter = allowed_cluster(ctx, "ALTER")
     for t in req.topics:
         if counts[t.name] > 1:
             out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST, error_message="Duplicate topic in request."))
+            continue
+        if not cluster_alter and not allowed(ctx, "ALTER", "TOPIC", t.name):
+            out.append(_R(name=t.name, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
+                          error_message="The topic authorization is failed."))
             continue
         info = c.logs.topic(t.name)
         if info is None:

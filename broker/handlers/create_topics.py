@@ -8,6 +8,9 @@ POLICY_VIOLATION for every topic when the request asks for more than 10,000
 partitions in total (Kafka's limit per request).  -1
 partitions / replication factor take the broker defaults.  v5+ return the
 resulting configs; v7 the topic id.  ``validateOnly`` checks without creating.
+Authorization (as Kafka): CREATE on the CLUSTER or on the topic, else
+TOPIC_AUTHORIZATION_FAILED; without DESCRIBE_CONFIGS on the topic the created topic's
+configs are withheld (TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from broker.dispatch import handler
 from broker.log.config import ConfigError, validate_topic_configs
 from broker.log.errors import LogError
 from broker.log.manager import validate_topic_name
+from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
 from protocol.messages.create_topics import CreateTopicsResponse
 from protocol.messages.registry import ApiKey
@@ -46,12 +50,20 @@ async def create_topics(ctx, req):
                                                   "Excessively large number of partitions per request.")
                                             for t in req.topics])
     out = []
+    cluster_create = allowed_cluster(ctx, "CREATE")
     for t in req.topics:
         if counts[t.name] > 1:
             out.append(_fail(t.name, Errors.INVALID_REQUEST, "Create topics request from client contains "
                                                              "multiple topics with the same name"))
             continue
-        out.append(_create(c, t, req.validate_only, ctx.api_version))
+        if not cluster_create and not allowed(ctx, "CREATE", "TOPIC", t.name):
+            out.append(_fail(t.name, Errors.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            continue
+        r = _create(c, t, req.validate_only, ctx.api_version)
+        if r.error_code == Errors.NONE and not allowed(ctx, "DESCRIBE_CONFIGS", "TOPIC", t.name):
+            r.configs, r.topic_config_error_code = [], Errors.TOPIC_AUTHORIZATION_FAILED
+            r.num_partitions = r.replication_factor = -1
+        out.append(r)
     return CreateTopicsResponse(topics=out)
 
 

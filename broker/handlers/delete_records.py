@@ -1,11 +1,13 @@
 """DeleteRecords (21) v0-2: move the log start offset up (offset -1 means the high watermark).
 
 OFFSET_OUT_OF_RANGE above the high watermark, UNKNOWN_TOPIC_OR_PARTITION for unknown
-partitions.  Share partitions whose start offset falls below follow it.
+partitions, TOPIC_AUTHORIZATION_FAILED without DELETE on the topic (checked first, as
+KafkaApis).  Share partitions whose start offset falls below follow it.
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed
 from broker.log.errors import LogError
 from protocol.errors import Errors
 from protocol.messages.delete_records import DeleteRecordsResponse
@@ -21,6 +23,11 @@ async def delete_records(ctx, req):
     out = []
     for t in req.topics:
         parts = []
+        if not allowed(ctx, "DELETE", "TOPIC", t.name):
+            out.append(_T(name=t.name, partitions=[_P(partition_index=p.partition_index, low_watermark=-1,
+                                                      error_code=Errors.TOPIC_AUTHORIZATION_FAILED)
+                                                   for p in t.partitions]))
+            continue
         for p in t.partitions:
             log = c.logs.get_log(t.name, p.partition_index)
             if log is None:

@@ -3,12 +3,15 @@
 Unknown names get UNKNOWN_TOPIC_OR_PARTITION, unknown ids UNKNOWN_TOPIC_ID, an entry
 with both a name and an id INVALID_REQUEST, everything TOPIC_DELETION_DISABLED when
 ``delete.topic.enable`` is false.  The internal topics are refused with
-INVALID_TOPIC_EXCEPTION.
+INVALID_TOPIC_EXCEPTION.  Authorization (as Kafka's controller): DELETE on the CLUSTER or
+on the topic, else TOPIC_AUTHORIZATION_FAILED, checked before existence for names; an id
+the principal may not DESCRIBE is answered without its name.
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
+from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
 from protocol.messages.delete_topics import DeleteTopicsResponse
 from protocol.messages.registry import ApiKey
@@ -25,12 +28,23 @@ async def delete_topics(ctx, req):
     else:
         wanted = [(n, ZERO_UUID) for n in req.topic_names]
     out = []
+    cluster_delete = allowed_cluster(ctx, "DELETE")
     for name, tid in wanted:
         if name is not None and tid != ZERO_UUID:
             out.append(_R(name=name, topic_id=tid, error_code=Errors.INVALID_REQUEST,
                           error_message="Topic name and topic id cannot both be set"))
             continue
+        if name is not None and not cluster_delete and not allowed(ctx, "DELETE", "TOPIC", name):
+            out.append(_R(name=name, topic_id=tid, error_code=Errors.TOPIC_AUTHORIZATION_FAILED))
+            continue
         info = c.logs.topic(name) if name is not None else c.logs.topic_by_id(tid)
+        if info is not None and name is None and not cluster_delete:
+            if not allowed(ctx, "DESCRIBE", "TOPIC", info.name):
+                out.append(_R(name=None, topic_id=tid, error_code=Errors.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            if not allowed(ctx, "DELETE", "TOPIC", info.name):
+                out.append(_R(name=info.name, topic_id=tid, error_code=Errors.TOPIC_AUTHORIZATION_FAILED))
+                continue
         if info is None:
             code = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
             out.append(_R(name=name, topic_id=tid, error_code=code))

@@ -2,13 +2,15 @@
 
 ConfigurationKeys filters; synonyms (most specific first) when IncludeSynonyms;
 config types from v3.  Unknown resource types get INVALID_REQUEST, unknown topics
-UNKNOWN_TOPIC_OR_PARTITION.
+UNKNOWN_TOPIC_OR_PARTITION.  DESCRIBE_CONFIGS on the TOPIC / GROUP, or on the CLUSTER for
+BROKER resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.log.config import ConfigError
 from broker.log.errors import LogError
+from broker.security.authorize import config_resource_error
 from protocol.errors import Errors, KafkaError
 from protocol.messages.describe_configs import DescribeConfigsResponse
 from protocol.messages.registry import ApiKey
@@ -24,6 +26,11 @@ async def describe_configs(ctx, req):
     out = []
     for r in req.resources:
         res = c.configs.get(r.resource_type)
+        denied = config_resource_error(ctx, r.resource_type, r.resource_name, "DESCRIBE_CONFIGS")
+        if denied:
+            out.append(_R(error_code=denied, error_message=None, resource_type=r.resource_type,
+                          resource_name=r.resource_name, configs=[]))
+            continue
         if res is None:
             out.append(_R(error_code=Errors.INVALID_REQUEST, error_message=f"Unsupported resource type {r.resource_type}",
                           resource_type=r.resource_type, resource_name=r.resource_name))

@@ -9,6 +9,8 @@ the first batch of the first partition with data is returned whole even when it
 is larger (Kafka's rule for v3+).  READ_COMMITTED reads up to the last stable
 offset and lists aborted transactions.  v13+ address topics by id.  Incremental
 fetch sessions: see ``broker.fetch_sessions``.
+READ on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its partitions (every request,
+sessions included, as KafkaApis); the others are read and waited for as usual.
 Not implemented: follower fetches (this is a single node; ReplicaId >= 0 is
 answered like a consumer), preferred read replicas, quotas (throttle time is 0).
 """
@@ -33,7 +35,7 @@ _Aborted = FetchResponse.AbortedTransaction
 class _Want:
     """One partition this request reads."""
 
-    __slots__ = ("key", "name", "topic_id", "partition", "offset", "max_bytes", "sp")
+    __slots__ = ("key", "name", "topic_id", "partition", "offset", "max_bytes", "sp", "denied")
 
     def __init__(self, key, name, topic_id, partition, offset, max_bytes, sp=None):
         self.key = key
@@ -43,6 +45,7 @@ class _Want:
         self.offset = offset
         self.max_bytes = max_bytes
         self.sp = sp
+        self.denied = False  # no READ on the topic
 
 
 @handler(ApiKey.FETCH, versions=(4, 18))
@@ -61,13 +64,24 @@ async def fetch(ctx, req):
     if session is not None and not full and not session.partitions:
         c.fetch_sessions.close(session.id)  # every partition forgotten: sessionless from here
         session = None
+    auth = c.authorizer
+    if auth.enabled:
+        readable = {}
+        for w in wants:
+            if w.name is not None:
+                ok = readable.get(w.name)
+                if ok is None:
+                    ok = readable[w.name] = auth.allowed(ctx.principal, "READ", "TOPIC", w.name, ctx.host)
+                w.denied = not ok
     read_committed = req.isolation_level == 1
     deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
     while True:
         results, total, errored = _read(c, wants, req.max_bytes, read_committed)
         if total >= req.min_bytes or errored or req.max_wait_ms <= 0 or not wants:
             break
-        keys = [("log", w.name, w.partition) for w in wants if w.name is not None]
+        keys = [("log", w.name, w.partition) for w in wants if w.name is not None and not w.denied]
+        if not keys:
+            break
         if not await c.watchers.wait(keys, deadline):
             results, total, errored = _read(c, wants, req.max_bytes, read_committed)
             break
@@ -115,6 +129,10 @@ def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
     errored = False
     logs = c.logs
     for w in wants:
+        if w.denied:
+            results.append(_PartResp(partition_index=w.partition, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
+                                     high_watermark=-1, records=b""))
+            continue
         log = logs.get_log(w.name, w.partition) if w.name is not None else None
         if log is None:
             code = Errors.UNKNOWN_TOPIC_ID if w.name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION

@@ -2,7 +2,8 @@
 
 Each resource is validated as a whole and applied only if every operation is
 valid (INVALID_CONFIG otherwise, with Kafka's message); a key listed twice for one
-resource is INVALID_REQUEST.  ``validateOnly`` checks without applying.
+resource is INVALID_REQUEST.  ``validateOnly`` checks without applying.  ALTER_CONFIGS on the TOPIC / GROUP, or on the
+CLUSTER for BROKER resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import Counter
 from broker.dispatch import handler
 from broker.log.config import ConfigError
 from broker.log.errors import LogError
+from broker.security.authorize import config_resource_error
 from protocol.errors import Errors, KafkaError
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsResponse
 from protocol.messages.registry import ApiKey
@@ -28,6 +30,10 @@ async def incremental_alter_configs(ctx, req):
                       resource_name=r.resource_name)
 
         res = c.configs.get(r.resource_type)
+        denied = config_resource_error(ctx, r.resource_type, r.resource_name, "ALTER_CONFIGS")
+        if denied:
+            out.append(result(denied))
+            continue
         if res is None:
             out.append(result(Errors.INVALID_REQUEST, f"Unexpected resource type {r.resource_type}"))
             continue

@@ -1,8 +1,10 @@
 """ListConfigResources (74) v0-1: v0 lists client-metrics resources (none here); v1 takes
-resource types (empty = all we know: TOPIC, BROKER, GROUP) and lists their names."""
+resource types (empty = all we know: TOPIC, BROKER, GROUP) and lists their names.
+DESCRIBE_CONFIGS on the CLUSTER or CLUSTER_AUTHORIZATION_FAILED, as KafkaApis."""
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
 from protocol.messages.list_config_resources import ListConfigResourcesResponse
 from protocol.messages.registry import ApiKey
@@ -13,6 +15,8 @@ CLIENT_METRICS = 16
 @handler(ApiKey.LIST_CONFIG_RESOURCES, versions=(0, 1))
 async def list_config_resources(ctx, req):
     c = ctx.components
+    if not allowed_cluster(ctx, "DESCRIBE_CONFIGS"):
+        return ListConfigResourcesResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, config_resources=[])
     if ctx.api_version == 0:
         return ListConfigResourcesResponse(config_resources=[])
     types = list(req.resource_types) or c.configs.types()

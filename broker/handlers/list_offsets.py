@@ -2,12 +2,14 @@
 and offset by timestamp (first batch whose max timestamp is >= the target).
 
 Latest is the high watermark, or the last stable offset under READ_COMMITTED.
+DESCRIBE on each TOPIC or TOPIC_AUTHORIZATION_FAILED (before existence), as KafkaApis.
 Tiered-storage specs (-5 latest tiered, -6 earliest pending upload) find nothing
 here: offset -1, as Kafka answers without remote storage.
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed
 from protocol.errors import Errors
 from protocol.messages.list_offsets import ListOffsetsResponse
 from protocol.messages.registry import ApiKey
@@ -23,6 +25,11 @@ async def list_offsets(ctx, req):
     out = []
     for t in req.topics:
         parts = []
+        if not allowed(ctx, "DESCRIBE", "TOPIC", t.name):
+            out.append(_T(name=t.name, partitions=[_P(partition_index=p.partition_index, timestamp=-1, offset=-1,
+                                                      error_code=Errors.TOPIC_AUTHORIZATION_FAILED)
+                                                   for p in t.partitions]))
+            continue
         for p in t.partitions:
             log = logs.get_log(t.name, p.partition_index)
             if log is None:

@@ -7,6 +7,9 @@ partition.  The response goes out only after the bytes are in the segment file
 (acks=1/-1; a single node makes them the same), and, when the append reached
 ``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
 addresses topics by id.  Record bodies are never decoded.
+Authorization (KafkaApis): WRITE on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its
+partitions (checked before existence; v13 ids are resolved first, unknown ones are
+UNKNOWN_TOPIC_ID).  One cached lookup per topic when an authorizer is configured.
 Not implemented: transactional produce (transactional ids are refused with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions arrive).
 """
@@ -36,13 +39,18 @@ async def produce(ctx, req):
     c = ctx.components
     by_id = ctx.api_version >= 13
     acks = req.acks
+    auth = c.authorizer
     out = []
     fsyncs: list = []  # appends that reached flush.messages: answered once their fsync is done
     for td in req.topic_data:
         topic = c.logs.topic_by_id(td.topic_id) if by_id else c.logs.topic(td.name)
+        denied = auth.enabled and (topic is not None or not by_id) and not auth.allowed(
+            ctx.principal, "WRITE", "TOPIC", topic.name if topic is not None else td.name, ctx.host)
         parts = []
         for pd in td.partition_data:
-            if acks not in (0, 1, -1):
+            if denied:
+                parts.append(_error(pd.index, Errors.TOPIC_AUTHORIZATION_FAILED))
+            elif acks not in (0, 1, -1):
                 parts.append(_error(pd.index, Errors.INVALID_REQUIRED_ACKS))
             elif topic is None or not 0 <= pd.index < topic.partitions:
                 parts.append(_error(pd.index, Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION))
