@@ -9,7 +9,8 @@ Names.  Metrics that Kafka has are named as the Prometheus JMX exporter's usual 
 them from the MBean (``kafka.<domain><type=T, name=N, k=v>`` -> ``kafka_<domain>_<t>_<n>{k="v"}``,
 lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kafka map over:
 
-- ``kafka_server_group_coordinator_metrics_group_count{protocol, state}`` (KIP-932 and KIP-848);
+- ``kafka_server_group_coordinator_metrics_group_count{protocol, state}`` (KIP-932 and KIP-848) and
+  ``..._rebalance_count{protocol}`` (new target assignments of consumer and share groups);
 - ``kafka_server_share_group_metrics_share_acknowledgement_count`` and
   ``..._record_acknowledgement_count{ack_type="Accept|Release|Reject"}`` (KIP-932);
 - ``kafka_server_share_group_metrics_partition_load_time_avg`` / ``_max`` (ms);
@@ -170,6 +171,10 @@ def _groups(w: _Writer, c) -> None:
     w.family(name, "gauge", "Groups by protocol and state.")
     for (protocol, state), n in sorted(counts.items()):
         w.sample(name, n, protocol=protocol, state=state)
+    name = "kafka_server_group_coordinator_metrics_rebalance_count"
+    w.family(name, "counter", "New target assignments (rebalances) since start-up, by protocol.")
+    for protocol in ("consumer", "share"):
+        w.sample(name, c.groups.rebalances.get(protocol, 0), protocol=protocol)
     lag = "sharebroker_consumer_group_lag"
     w.family(lag, "gauge", "Log end offset minus the group's committed offset, per partition.")
     for group, topics in list(c.groups.offsets.by_group.items()):

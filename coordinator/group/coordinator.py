@@ -93,6 +93,7 @@ class GroupCoordinator:
         self._external_configs = group_configs  # anything with overrides(group_id) -> dict
         self._group_deleted: list[Callable[[str], object]] = []
         self._loading = False
+        self.rebalances: dict[str, int] = {}  # protocol -> new target assignments since start-up
 
     # ------------------------------------------------------------ listeners and lookups
     def on_share_member_removed(self, fn: Callable[[str, str], None]) -> None:
@@ -171,6 +172,10 @@ class GroupCoordinator:
             self._replay_modern(rec, ConsumerGroup, 3, self.consumer.new_group)
         elif t in SHARE_RECORD_TYPES:
             self._replay_modern(rec, ShareGroup, 11, ShareGroup)
+        if t in (6, 12) and rec.value is not None and not self._loading:
+            # a new target assignment: Kafka's rebalance-count (group-coordinator-metrics) since start-up
+            protocol = "consumer" if t == 6 else "share"
+            self.rebalances[protocol] = self.rebalances.get(protocol, 0) + 1
         # 4 (ConsumerGroupPartitionMetadata, deprecated) and 16 (regular expressions) are not used.
 
     def apply(self, records: list[Record]) -> None:
