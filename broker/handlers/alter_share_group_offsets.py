@@ -2,15 +2,39 @@
 
 NON_EMPTY_GROUP while the group has members, GROUP_ID_NOT_FOUND for a group of another
 type, UNKNOWN_TOPIC_OR_PARTITION per partition; the share state is initialized at a new
-state epoch (coordinator/group/share_offsets.py).  As Kafka's KafkaApis: READ on the group
-and on the topics.
+state epoch (coordinator/group/share_offsets.py).  As KafkaApis: READ on the group (top
+level GROUP_AUTHORIZATION_FAILED, nothing altered), READ on each topic (that topic's
+partitions TOPIC_AUTHORIZATION_FAILED and not altered, the others proceed).
 """
 from __future__ import annotations
 
-from broker.dispatch import GROUP, READ, TOPIC, Acl, handler
+from broker.dispatch import handler
+from broker.handlers.describe_share_group_offsets import TOPIC_AUTHORIZATION_MESSAGE
+from broker.security.authorize import allowed, enabled, filter_allowed
+from protocol.errors import Errors
+from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse as Resp
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
 
 
-@handler(ApiKey.ALTER_SHARE_GROUP_OFFSETS, versions=(0, 0), acl=(Acl(READ, GROUP), Acl(READ, TOPIC)))
+@handler(ApiKey.ALTER_SHARE_GROUP_OFFSETS, versions=(0, 0))
 async def alter_share_group_offsets(ctx, req):
-    return await ctx.components.groups.alter_share_group_offsets(req, ctx.api_version)
+    groups = ctx.components.groups
+    if not enabled(ctx):
+        return await groups.alter_share_group_offsets(req, ctx.api_version)
+    if not allowed(ctx, "READ", "GROUP", req.group_id):
+        return Resp(error_code=Errors.GROUP_AUTHORIZATION_FAILED)
+    readable = filter_allowed(ctx, "READ", "TOPIC", [t.topic_name for t in req.topics])
+    denied = [t for t in req.topics if t.topic_name not in readable]
+    req.topics = [t for t in req.topics if t.topic_name in readable]
+    resp = await groups.alter_share_group_offsets(req, ctx.api_version)
+    if resp.error_code:
+        return resp
+    for t in denied:
+        info = ctx.components.logs.topic(t.topic_name)  # Kafka answers the topic id it knows
+        resp.responses.append(Resp.AlterShareGroupOffsetsResponseTopic(
+            topic_name=t.topic_name, topic_id=ZERO_UUID if info is None else info.topic_id.bytes, partitions=[
+                Resp.AlterShareGroupOffsetsResponsePartition(
+                    partition_index=p.partition_index, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=TOPIC_AUTHORIZATION_MESSAGE) for p in t.partitions]))
+    return resp

@@ -5,13 +5,41 @@ created); otherwise classic generation / KIP-848 member epoch fencing applies.
 v2-4 RetentionTimeMs other than -1 is an explicit per-offset retention (KIP-211
 compatibility); v10 addresses topics by id (UNKNOWN_TOPIC_ID).  Unknown topics get
 UNKNOWN_TOPIC_OR_PARTITION.  Transactional commits are not implemented.
+As KafkaApis: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), READ on
+each topic (else its partitions TOPIC_AUTHORIZATION_FAILED, not committed; when no topic is
+left the coordinator is not asked).
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed, enabled, filter_allowed, topic_name
+from protocol.errors import Errors
+from protocol.messages.offset_commit import OffsetCommitResponse as Resp
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
+
+
+def _answer(topics, code: int, by_id: bool) -> list:
+    return [Resp.OffsetCommitResponseTopic(
+        name="" if by_id else t.name, topic_id=t.topic_id if by_id else ZERO_UUID, partitions=[
+            Resp.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in topics]
 
 
 @handler(ApiKey.OFFSET_COMMIT, versions=(2, 10))
 async def offset_commit(ctx, req):
-    return await ctx.components.groups.offset_commit(req, ctx.api_version)
+    groups = ctx.components.groups
+    if not enabled(ctx):
+        return await groups.offset_commit(req, ctx.api_version)
+    by_id = ctx.api_version >= 10
+    if not allowed(ctx, "READ", "GROUP", req.group_id):
+        return Resp(topics=_answer(req.topics, Errors.GROUP_AUTHORIZATION_FAILED, by_id))
+    names = {id(t): topic_name(ctx, t.topic_id) if by_id else t.name for t in req.topics}
+    readable = filter_allowed(ctx, "READ", "TOPIC", [n for n in names.values() if n is not None])
+    denied = [t for t in req.topics if names[id(t)] is not None and names[id(t)] not in readable]
+    if not denied:
+        return await groups.offset_commit(req, ctx.api_version)
+    req.topics = [t for t in req.topics if names[id(t)] is None or names[id(t)] in readable]
+    resp = await groups.offset_commit(req, ctx.api_version) if req.topics else Resp(topics=[])
+    resp.topics += _answer(denied, Errors.TOPIC_AUTHORIZATION_FAILED, by_id)
+    return resp

@@ -10,13 +10,17 @@ AcquisitionLockTimeoutMs.
 This handler checks GroupId/MemberId and the batches and builds the response; the
 session and the acknowledgements are the share-partition manager's
 (``SharePartitionManager.acknowledge``, broker/share/manager.py).
+With an authorizer, as KafkaApis (KIP-932): READ on the group (GROUP_AUTHORIZATION_FAILED)
+and READ on each partition's topic (TOPIC_AUTHORIZATION_FAILED, its acknowledgements not
+applied).
 """
 from __future__ import annotations
 
 import logging
 
 from broker.dispatch import handler
-from broker.handlers.share_fetch import merge_topics
+from broker.handlers.share_fetch import merge_topics, unreadable
+from broker.security.authorize import allowed, enabled
 from broker.share.errors import ShareError
 from broker.share.partition import validate_ack_batches
 from protocol.errors import Errors
@@ -41,6 +45,13 @@ async def share_acknowledge(ctx, req):
                   [(p.partition_index, [(a.first_offset, a.last_offset, list(a.acknowledge_types))
                                         for a in p.acknowledgement_batches]) for t in req.topics for p in t.partitions])
     acks = merge_topics(req.topics)
+    denied: set = set()
+    if enabled(ctx):
+        if not allowed(ctx, "READ", "GROUP", group):
+            return ShareAcknowledgeResponse(error_code=Errors.GROUP_AUTHORIZATION_FAILED)
+        denied = unreadable(ctx, list(acks))
+        for key in denied:
+            del acks[key]
     invalid = {key: code for key, batches in acks.items()
                if (code := validate_ack_batches(batches, ctx.api_version, req.is_renew_ack))}
     try:
@@ -49,7 +60,7 @@ async def share_acknowledge(ctx, req):
         return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
     leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
     topics: dict[bytes, _T] = {}
-    for tid, p, code in result.partitions:
+    for tid, p, code in result.partitions + [(tid, p, Errors.TOPIC_AUTHORIZATION_FAILED) for tid, p in denied]:
         t = topics.get(tid)
         if t is None:
             t = topics[tid] = _T(topic_id=tid, partitions=[])

@@ -19,6 +19,12 @@ Order of work, as Kafka 4.4:
    released records, lock expiry or freed lock capacity (watchers, no polling).
 This handler does 1, 2 and the response; steps 3-6 are the share-partition manager's
 (``SharePartitionManager.fetch``, broker/share/manager.py).
+With an authorizer, as KafkaApis (KIP-932): READ on the group for the whole request
+(GROUP_AUTHORIZATION_FAILED), READ on the topic per partition: a denied partition is
+answered TOPIC_AUTHORIZATION_FAILED (its acknowledgements too), is neither fetched nor
+acknowledged, and is kept out of the share session (a partition of an open session whose
+READ was revoked is taken out of it: Kafka keeps it in the session and answers the error
+on every fetch).
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
 null records field.  AcquisitionLockTimeoutMs is the group's lock duration.
 Not implemented: read_committed filtering of aborted transactions (transactions
@@ -29,11 +35,12 @@ from __future__ import annotations
 import logging
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed, enabled, topic_name
 from broker.share.errors import ShareError
 from broker.share.partition import validate_ack_batches
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
-from protocol.messages.share_fetch import ShareFetchResponse
+from protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
 
 log = logging.getLogger("sharebroker.share")
 _T = ShareFetchResponse.ShareFetchableTopicResponse
@@ -51,6 +58,33 @@ def merge_topics(topics) -> dict[tuple[bytes, int], list]:
     return out
 
 
+def unreadable(ctx, keys) -> set[tuple[bytes, int]]:
+    """The (topic id, partition) keys of existing topics the principal may not READ (an unknown
+    topic id keeps the answer it gets without an authorizer)."""
+    verdict: dict[bytes, bool] = {}
+    for tid, _ in keys:
+        if tid not in verdict:
+            name = topic_name(ctx, tid)
+            verdict[tid] = name is not None and not allowed(ctx, "READ", "TOPIC", name)
+    return {k for k in keys if verdict[k[0]]}
+
+
+def _authorize(ctx, req, wanted: dict) -> dict[tuple[bytes, int], bool] | None:
+    """None when the group may not be read; else the denied partitions (taken out of ``wanted`` and,
+    for an open session, forgotten) -> whether they carried acknowledgements."""
+    if not allowed(ctx, "READ", "GROUP", req.group_id):
+        return None
+    denied = {key: bool(wanted.pop(key)) for key in unreadable(ctx, list(wanted))}
+    session = ctx.components.shares.sessions.get(req.group_id, req.member_id) \
+        if req.share_session_epoch > 0 else None
+    if session is not None:
+        revoked = unreadable(ctx, [k for k in session.partitions if k not in denied])
+        for tid, p in revoked:
+            denied[(tid, p)] = False
+            req.forgotten_topics_data.append(ShareFetchRequest.ForgottenTopic(topic_id=tid, partitions=[p]))
+    return denied
+
+
 @handler(ApiKey.SHARE_FETCH, versions=(1, 2))
 async def share_fetch(ctx, req):
     group, member = req.group_id, req.member_id
@@ -58,6 +92,9 @@ async def share_fetch(ctx, req):
         return ShareFetchResponse(error_code=Errors.INVALID_REQUEST,
                                   error_message="GroupId and MemberId must be set")
     wanted = merge_topics(req.topics)
+    denied = _authorize(ctx, req, wanted) if enabled(ctx) else {}
+    if denied is None:
+        return ShareFetchResponse(error_code=Errors.GROUP_AUTHORIZATION_FAILED)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("ShareFetch v%d %s/%s epoch %d acks %s", ctx.api_version, group, member, req.share_session_epoch,
                   [(k[1], [(a.first_offset, a.last_offset, list(a.acknowledge_types)) for a in v])
@@ -79,5 +116,10 @@ async def share_fetch(ctx, req):
                                records=part.records,
                                acquired_records=[_A(first_offset=f, last_offset=last, delivery_count=dc)
                                                  for f, last, dc in part.acquired]))
+    for (tid, p), had_acks in denied.items():
+        t = topics.get(tid) or topics.setdefault(tid, _T(topic_id=tid, partitions=[]))
+        code = Errors.TOPIC_AUTHORIZATION_FAILED
+        t.partitions.append(_P(partition_index=p, error_code=code, acknowledge_error_code=code if had_acks else 0,
+                               current_leader=leader, records=b"", acquired_records=[]))
     return ShareFetchResponse(acquisition_lock_timeout_ms=result.acquisition_lock_timeout_ms,
                               responses=list(topics.values()))

@@ -1,15 +1,31 @@
 """ShareGroupHeartbeat (76) v1: join, stay in, or leave a share group (coordinator/group/share.py).
 
 librdkafka 2.16 requires v1 inside the advertised range; v0 (the KIP's early
-access version) is not served, as in Kafka 4.x.
+access version) is not served, as in Kafka 4.x.  With an authorizer, as KafkaApis:
+READ on the group (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every subscribed
+topic (TOPIC_AUTHORIZATION_FAILED, and the coordinator is not asked).
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import allowed, enabled, filter_allowed
+from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
+
+
+def subscription_error(ctx, group_id: str, topics) -> int:
+    """READ on the group, DESCRIBE on each subscribed topic: 0 or the error (also ConsumerGroupHeartbeat's)."""
+    if not allowed(ctx, "READ", "GROUP", group_id):
+        return Errors.GROUP_AUTHORIZATION_FAILED
+    if topics and len(filter_allowed(ctx, "DESCRIBE", "TOPIC", topics)) < len(set(topics)):
+        return Errors.TOPIC_AUTHORIZATION_FAILED
+    return Errors.NONE
 
 
 @handler(ApiKey.SHARE_GROUP_HEARTBEAT, versions=(1, 1))
 async def share_group_heartbeat(ctx, req):
+    if enabled(ctx) and (code := subscription_error(ctx, req.group_id, req.subscribed_topic_names)):
+        return ShareGroupHeartbeatResponse(error_code=code)
     host = ctx.connection.peer.rsplit(":", 1)[0] if ctx.connection is not None else ""
     return await ctx.components.groups.share_group_heartbeat(req, ctx.client_id, "/" + host)

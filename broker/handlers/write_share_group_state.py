@@ -1,12 +1,16 @@
 """WriteShareGroupState v0-1: served by the share coordinator (coordinator/share_state), the same entry
 point the share-partition leader calls in process, so tools and tests can drive
-durable share state exactly as another broker would."""
+durable share state exactly as another broker would.  As KafkaApis: CLUSTER_ACTION on the CLUSTER,
+else every partition CLUSTER_AUTHORIZATION_FAILED (the in-process persister does not come here)."""
 from __future__ import annotations
 
 from broker.dispatch import handler
+from broker.security.authorize import share_state_denied
+from protocol.messages.write_share_group_state import WriteShareGroupStateResponse as Resp
 from protocol.messages.registry import ApiKey
 
 
 @handler(ApiKey.WRITE_SHARE_GROUP_STATE, versions=(0, 1))
 async def write_share_group_state(ctx, req):
-    return await ctx.components.share_state.write_state(req)
+    denied = share_state_denied(ctx, req, Resp, Resp.WriteStateResult)
+    return denied or await ctx.components.share_state.write_state(req)

@@ -16,11 +16,21 @@ ALL_OPERATIONS = {rtype: sum(1 << OPERATIONS[op] for op in ops) for rtype, ops i
 UNSET = -2147483648
 
 
+def authorizer(ctx):
+    """The configured authorizer, or None: no ``authorizer.class.name`` (``AllowAll``), or components
+    without one at all (unit tests that hand a handler a bare coordinator)."""
+    a = getattr(ctx.components, "authorizer", None)
+    return a if a is not None and a.enabled else None
+
+
+def enabled(ctx) -> bool:
+    """Whether an authorizer is configured: handlers skip all authorization work when it is not."""
+    return authorizer(ctx) is not None
+
+
 def allowed(ctx, operation: str, resource_type: str, name: str) -> bool:
-    a = ctx.components.authorizer
-    if not a.enabled:
-        return True
-    return a.allowed(ctx.principal, operation, resource_type, name, ctx.host)
+    a = authorizer(ctx)
+    return a is None or a.allowed(ctx.principal, operation, resource_type, name, ctx.host)
 
 
 def allowed_cluster(ctx, operation: str) -> bool:
@@ -34,24 +44,68 @@ def authorize_or(ctx, operation: str, resource_type: str, name: str, error: int)
 
 def allowed_any(ctx, operation: str, resource_type: str) -> bool:
     """Kafka's ``authorizeByResourceType``: allowed on at least one resource of the type."""
-    a = ctx.components.authorizer
-    return not a.enabled or a.allowed_any(ctx.principal, operation, resource_type, ctx.host)
+    a = authorizer(ctx)
+    return a is None or a.allowed_any(ctx.principal, operation, resource_type, ctx.host)
 
 
 def filter_allowed(ctx, operation: str, resource_type: str, names) -> set:
     """The names among ``names`` the principal may ``operation`` (AuthHelper.filterByAuthorized)."""
-    a = ctx.components.authorizer
-    if not a.enabled:
+    a = authorizer(ctx)
+    if a is None:
         return set(names)
-    return {n for n in names if a.allowed(ctx.principal, operation, resource_type, n, ctx.host)}
+    return {n for n in set(names) if a.allowed(ctx.principal, operation, resource_type, n, ctx.host)}
 
 
 def operations(ctx, resource_type: str, name: str) -> int:
     """The authorized-operations bit set of a resource (every supported one without an authorizer)."""
-    a = ctx.components.authorizer
-    if not a.enabled:
+    a = authorizer(ctx)
+    if a is None:
         return ALL_OPERATIONS[resource_type]
     return a.operations(ctx.principal, resource_type, name, ctx.host)
+
+
+def topic_name(ctx, topic_id: bytes) -> str | None:
+    """The name of a topic id (share and v10+ offset RPCs address topics by id); None when unknown."""
+    info = ctx.components.logs.topic_by_id(topic_id)
+    return None if info is None else info.name
+
+
+# KafkaApis' message for a described group assigned topics the caller may not describe
+UNDESCRIBABLE_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def describe_groups(ctx, group_ids, describe, denied, assigned_topics, include_operations: bool) -> list:
+    """ShareGroupDescribe / ConsumerGroupDescribe as KafkaApis answers them: DESCRIBE on each group
+    (else an entry that discloses nothing, and the coordinator is not asked about the group), the
+    group's authorized operations when asked, and TOPIC_AUTHORIZATION_FAILED without members for a
+    group whose members are assigned a topic the caller may not describe.  ``denied(group_id)``
+    builds an empty entry with GROUP_AUTHORIZATION_FAILED; ``describe(ids)`` answers one described
+    group per id, in order; ``assigned_topics(group)`` names the topics of its members' assignments."""
+    group_ids = list(group_ids)
+    if not enabled(ctx):
+        groups = describe(group_ids)
+        if include_operations:
+            for g in groups:
+                if not g.error_code:
+                    g.authorized_operations = ALL_OPERATIONS["GROUP"]
+        return groups
+    ok = filter_allowed(ctx, "DESCRIBE", "GROUP", group_ids)
+    described = iter(describe([gid for gid in group_ids if gid in ok]))
+    out = []
+    for gid in group_ids:
+        if gid not in ok:
+            out.append(denied(gid))
+            continue
+        g = next(described)
+        if not g.error_code:
+            if include_operations:
+                g.authorized_operations = operations(ctx, "GROUP", gid)
+            names = assigned_topics(g)
+            if len(filter_allowed(ctx, "DESCRIBE", "TOPIC", names)) < len(names):
+                g = denied(gid)  # a fresh entry: nothing of the group is disclosed
+                g.error_code, g.error_message = 29, UNDESCRIBABLE_TOPICS  # TOPIC_AUTHORIZATION_FAILED
+        out.append(g)
+    return out
 
 
 # ConfigResource.Type codes -> (ACL resource type, its name or None for the resource's own, error)
@@ -67,3 +121,14 @@ def config_resource_error(ctx, resource_type: int, name: str, operation: str) ->
         return 0  # not a resource type we serve: the handler's own error
     acl_type, fixed, error = entry
     return 0 if allowed(ctx, operation, acl_type, fixed or name) else error
+
+
+def share_state_denied(ctx, req, resp_cls, result_cls):
+    """The five share-state RPCs are broker-to-broker: without CLUSTER_ACTION on the CLUSTER every
+    partition of the request is answered CLUSTER_AUTHORIZATION_FAILED (KafkaApis'
+    ``toGlobalErrorResponse``); None when allowed (and always without an authorizer)."""
+    if allowed_cluster(ctx, "CLUSTER_ACTION"):
+        return None
+    return resp_cls(results=[result_cls(topic_id=t.topic_id, partitions=[
+        resp_cls.PartitionResult(partition=p.partition, error_code=31, error_message="Cluster authorization failed.")
+        for p in t.partitions]) for t in req.topics])
