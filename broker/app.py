@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 
-from broker import config_keys, security, version
+from broker import config_keys, security, transactions, version
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
@@ -107,6 +107,8 @@ class Broker:
                 raise StartupError(f"cannot listen for metrics on {mhost}:{mport}: {e}") from None
         self._every("log.retention.check.interval.ms", 300000, self._run_maintenance)
         self._every("producer.id.expiration.check.interval.ms", 600000, c.logs.remove_expired_producers)
+        self._every("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000,
+                    transactions.abort_timed_out_job(c.transactions))
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
                  version(), node_id, node.cluster_id, self.host, self.port)
 

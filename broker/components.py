@@ -21,6 +21,7 @@ part, each the single owner of its state.
 | ``authenticator``, ``authorizer``, ``request_metrics`` | ``broker.pipeline`` | the request pipeline's stages |
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
+| ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
@@ -89,11 +90,13 @@ class Components:
     security: object = None  # broker.security.Security: SCRAM store, ACL store
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
+    transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
     now_ms: Callable[[], int] = now_ms
 
     async def close(self) -> None:
         """Shut the parts down in the reverse order of :func:`build`; the logs last."""
         steps: list[tuple[str, Callable[[], object]]] = [
+            ("transactions", self.transactions.drain if self.transactions is not None else lambda: None),
             ("shares", self.shares.close), ("groups", self.groups.close), ("share state", self.share_state.shutdown)]
         for name, fn in steps:
             try:
@@ -151,9 +154,13 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     # AlterShareGroupOffsets / DeleteShareGroupOffsets (empty groups only): live share partitions reload.
     groups.on_share_offsets_changed(shares.drop_group)
     group_configs.set_group_lister(lambda: sorted(groups.groups))
+    from broker import transactions as transactions_
+
+    producer_ids = ProducerIdManager(meta, background=logs.background)
+    transactions = await transactions_.build(config, logs, topics, groups, producer_ids, now_ms)
     return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
-                      producer_ids=ProducerIdManager(meta, background=logs.background), settings=settings, configs=configs,
+                      producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
                       share_metrics=share_metrics, security=security, authorizer=security.authorizer)

@@ -57,6 +57,12 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("max.incremental.fetch.session.cache.slots", INT, minimum=0),
     _k("producer.id.expiration.ms", INT, minimum=1),
     _k("producer.id.expiration.check.interval.ms", INT, minimum=1),
+    # transactions (broker.transactions)
+    _k("transaction.max.timeout.ms", INT, minimum=1),
+    _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, minimum=1),
+    _k("transactional.id.expiration.ms", INT, minimum=1),
+    _k("transaction.remove.expired.transaction.cleanup.interval.ms", INT, minimum=1),
+    _k("transaction.partition.verification.enable", BOOLEAN),
     # classic and consumer groups, offsets
     _k("group.initial.rebalance.delay.ms", INT, minimum=0),
     _k("group.min.session.timeout.ms", INT, minimum=0),
@@ -100,13 +106,20 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.share.max.assignment.interval.ms", INT, minimum=0),
     _k("group.share.assignor.offload.enable", BOOLEAN),
     _k("group.share.assignors", LIST),
+    _k("group.share.lag.rebalance.interval.ms", INT, minimum=0),  # ours: the share `lag` assignor
     _k("group.share.max.size", INT, minimum=1, maximum=1000),
     _k("group.share.max.share.sessions", INT, minimum=1),
     _k("share.coordinator.snapshot.update.records.per.snapshot", INT, minimum=0, maximum=500),
     _k("share.coordinator.cold.partition.snapshot.interval.ms", INT, minimum=1),
+    # KIP-1191 share-group dead-letter queue (broker/share/dlq.py)
+    _k("errors.deadletterqueue.auto.create.topics.enable", BOOLEAN),
+    _k("errors.deadletterqueue.topic.name.prefix", STRING),
     # ours (documented in the README)
     _k("offsets.retention.ms", LONG, minimum=1),
     _k("sharebroker.share.session.idle.timeout.ms", LONG, minimum=1),
+    _k("sharebroker.share.dlq.retry.backoff.ms", LONG, minimum=1),      # Kafka's 1 s (not configurable there)
+    _k("sharebroker.share.dlq.retry.backoff.max.ms", LONG, minimum=1),  # Kafka's 30 s
+    _k("sharebroker.share.dlq.test.append.delay.ms", LONG, minimum=0),  # test-only: hold each DLQ append
     _k("sharebroker.metrics.listener", STRING),
     # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides
     # of these are checked with the same definition
@@ -183,6 +196,26 @@ def _security_check(key: str, value: str) -> None:
         protocol_map({"listener.security.protocol.map": value})
 
 
+def _share_assignors_check(value: str) -> None:
+    """``group.share.assignors``: Kafka's list checks and unknown-class message; unlike Kafka (exactly one
+    entry) a list of the built-in share assignors is accepted, its first entry being the default."""
+    from coordinator.assignors import SHARE_GROUP_ASSIGNORS
+    from coordinator.group.config import assignor_names
+
+    key = "group.share.assignors"
+    items = [a.strip() for a in value.split(",")]
+    if not value.strip():
+        raise ConfigError(f"Configuration '{key}' must not be empty. Valid values include: any non-empty value")
+    if "" in items:
+        raise ConfigError(f"Configuration '{key}' values must not be empty.")
+    if len(set(items)) != len(items) or len(set(assignor_names(value))) != len(items):
+        raise ConfigError(f"Configuration '{key}' values must not be duplicated.")
+    for item, name in zip(items, assignor_names(value)):
+        if name not in SHARE_GROUP_ASSIGNORS:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: Class {item} cannot be found "
+                              f"(share assignors: {', '.join(SHARE_GROUP_ASSIGNORS)})")
+
+
 def check(key: str, value: str) -> bool:
     """Validate one setting; raise ConfigError if it is known and invalid; False if unknown."""
     base = _LISTENER_PREFIX.sub("", key) if key.startswith("listener.name.") else key
@@ -209,6 +242,8 @@ def check(key: str, value: str) -> bool:
     cdef.parse(value)
     if key in ("listeners", "advertised.listeners", "sharebroker.metrics.listener"):
         _listener_check(key, value)
+    if key == "group.share.assignors":
+        _share_assignors_check(value)
     _security_check(key, value)
     return True
 

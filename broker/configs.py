@@ -228,8 +228,9 @@ class BrokerConfigs:
         dynamic = self.settings.dynamic
         out = []
         keys = set(k for k, _ in config.items()) | set(dynamic)
-        keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym}
+        keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym} | set(BROKER_DEFAULTS)
         defaults = {c.synonym: _fmt(c.default) for c in TOPIC_CONFIGS.values() if c.synonym}
+        defaults.update(BROKER_DEFAULTS)
         for key in sorted(keys):
             syn = []
             if key in dynamic:
@@ -267,6 +268,13 @@ class BrokerConfigs:
         if not validate_only:
             self.settings.set_dynamic(new)
 
+
+# Kafka defaults of broker keys that components read with these values (shown by DescribeConfigs).
+BROKER_DEFAULTS = {
+    # KIP-1191 share-group dead-letter queue (Kafka's GroupCoordinatorConfig; broker/share/dlq.py)
+    "errors.deadletterqueue.auto.create.topics.enable": "false",
+    "errors.deadletterqueue.topic.name.prefix": "dlq.",
+}
 
 _DYNAMIC_BROKER_KEYS = {c.synonym for c in TOPIC_CONFIGS.values()
                         if c.synonym and c.synonym.startswith(("log.", "message.max", "compression."))}

@@ -20,6 +20,9 @@ respect (all bounds are themselves broker settings):
 | consumer.auto.offset.reset (ours) | group.consumer.lag.offset.reset (earliest) | latest, earliest, none, by_duration:<ISO-8601>     |
 | errors.deadletterqueue.topic.name | "" (no DLQ)                               | any string                                        |
 | errors.deadletterqueue.copy.record.enable | false                             | boolean                                           |
+| share.assignor.name (ours)       | first of group.share.assignors (simple)    | one of group.share.assignors (simple, lag)        |
+| share.redelivery.backoff.ms (ours) | 0 (redeliver at once)                    | 0..3600000                                        |
+| share.redelivery.backoff.max.ms (ours) | 60000                                | 1..3600000                                        |
 
 The broker's lock-duration settings may go down to 1000 ms (``group.share.min.record.lock.duration.ms``
 and ``group.share.record.lock.duration.ms`` from the config file), so test suites can use short
@@ -37,6 +40,7 @@ from broker.configs import ConfigEntry, apply_ops
 from broker.log.config import ConfigError
 from broker.log.manager import atomic_write
 from broker.share.config import parse_auto_offset_reset
+from coordinator.group.config import assignor_names
 from protocol.errors import Errors, KafkaError
 
 GROUP = 32
@@ -83,11 +87,18 @@ _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker defaul
     "share.renew.acknowledge.enable": ("group.share.renew.acknowledge.enable", "true", BOOLEAN),
     "errors.deadletterqueue.topic.name": (None, "", STRING),
     "errors.deadletterqueue.copy.record.enable": (None, "false", BOOLEAN),
+    # Ours (issue 10): delayed redelivery of released / lock-expired records, backoff x 2^(deliveries-1)
+    # capped at the max (broker/share/README.md).
+    "share.redelivery.backoff.ms": (None, "0", INT),
+    "share.redelivery.backoff.max.ms": (None, "60000", INT),
     # KIP-1263: whether the assignor runs off the coordinator thread (always inline here: one loop).
     "consumer.assignor.offload.enable": ("group.consumer.assignor.offload.enable", "true", BOOLEAN),
     "share.assignor.offload.enable": ("group.share.assignor.offload.enable", "true", BOOLEAN),
+    # Ours: the group's share assignor, one of group.share.assignors (default: its first entry).
+    "share.assignor.name": ("group.share.assignors", "simple", STRING),
 }
 KEYS = sorted(list(_INT_KEYS) + list(_OTHER_KEYS))
+_REDELIVERY_BOUNDS = {"share.redelivery.backoff.ms": (0, 3_600_000), "share.redelivery.backoff.max.ms": (1, 3_600_000)}
 CONSUMER_RESETS = ("latest", "earliest", "none")
 # Broker settings whose floor we lower to 1000 ms (Kafka's own floors are higher).
 LOCK_FLOOR_MS = 1000
@@ -112,6 +123,16 @@ def _parse_bool(key: str, value: str) -> str:
     v = value.strip().lower()
     if v not in ("true", "false"):
         raise ConfigError(f"Invalid value {value} for configuration {key}: Expected value to be either true or false")
+    return v
+
+
+def _parse_int_in(key: str, value: str, lo: int, hi: int) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise ConfigError(f"Invalid value {value} for configuration {key}: Not a number of type INT") from None
+    if not lo <= v <= hi:
+        raise ConfigError(f"Invalid value {value} for configuration {key}: Value must be in [{lo}, {hi}]")
     return v
 
 
@@ -155,7 +176,12 @@ class GroupConfigManager:
             dkey, default = _INT_KEYS[key][:2]
             return str(self.broker_config.get_int(dkey, default))
         dkey, default, _ = _OTHER_KEYS[key]
+        if key == "share.assignor.name":
+            return self.share_assignors()[0]
         return self.broker_config.get(dkey, default) if dkey else default
+
+    def share_assignors(self) -> tuple[str, ...]:
+        return assignor_names(self.broker_config.get("group.share.assignors", None)) or ("simple",)
 
     def get(self, group_id: str, key: str) -> str:
         o = self._overrides.get(group_id)
@@ -198,8 +224,14 @@ class GroupConfigManager:
             elif key in ("share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable",
                          "consumer.assignor.offload.enable", "share.assignor.offload.enable"):
                 _parse_bool(key, value)
+            elif key == "share.assignor.name":
+                if value not in self.share_assignors():
+                    raise ConfigError(f"Invalid value {value} for configuration {key}: "
+                                      f"String must be one of: {', '.join(self.share_assignors())}")
             elif key == "errors.deadletterqueue.topic.name":
                 pass
+            elif key in _REDELIVERY_BOUNDS:
+                _parse_int_in(key, value, *_REDELIVERY_BOUNDS[key])
             else:
                 raise ConfigError(f"Unknown group config name: {key}")
         for prefix in ("share", "consumer"):
@@ -232,7 +264,7 @@ class GroupConfigManager:
             else:
                 dkey, default, t = _OTHER_KEYS[key]
                 if dkey and self.broker_config.has(dkey):
-                    syn.append((dkey, self.broker_config.get(dkey), SOURCE_STATIC_BROKER))
+                    syn.append((dkey, self.broker_default(key), SOURCE_STATIC_BROKER))
                 syn.append((dkey or key, default, SOURCE_DEFAULT))
             out.append(ConfigEntry(key, syn[0][1], syn[0][2], synonyms=syn, type_=t))
         return out

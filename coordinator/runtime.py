@@ -163,17 +163,24 @@ class CoordinatorRuntime:
                     await asyncio.sleep(0)  # let the loop breathe during a long replay
 
     async def write(self, op: Callable[[], tuple[R, list[Record]]], *, replay: bool = True,
-                    on_error: Callable[[R, Exception], R] | None = None) -> R:
+                    on_error: Callable[[R, Exception], R] | None = None,
+                    producer: tuple[int, int] | None = None) -> R:
         """Compute ``(response, records)`` on committed state, append, replay, return the response.
 
         When the append fails: ``on_error(response, exc)`` answers instead, if given;
         otherwise the exception propagates.  Either way nothing was replayed.
+        ``producer`` (id, epoch) appends the records as part of that producer's
+        transaction (TxnOffsetCommit; use with ``replay=False``).
         """
         async with self._lock:
             response, records = op()
             if records:
+                encoded = [encode_record(r.key, r.value, r.value_version) for r in records]
                 try:
-                    last = await self.log.append([encode_record(r.key, r.value, r.value_version) for r in records])
+                    if producer is None:
+                        last = await self.log.append(encoded)
+                    else:
+                        last = await self.log.append(encoded, producer=producer)
                 except Exception as exc:
                     if on_error is None:
                         raise

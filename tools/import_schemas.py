@@ -27,6 +27,8 @@ APIS = [
     "WriteShareGroupState", "DeleteShareGroupState", "ReadShareGroupStateSummary",
     "SaslHandshake", "SaslAuthenticate", "CreateAcls", "DescribeAcls", "DeleteAcls",
     "DescribeUserScramCredentials", "AlterUserScramCredentials",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn", "DescribeTransactions",
+    "ListTransactions", "DescribeProducers",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]
@@ -37,7 +39,7 @@ RECORDS = [
     "ConsumerGroupMetadata", "ConsumerGroupMemberMetadata", "ConsumerGroupPartitionMetadata",
     "ConsumerGroupTargetAssignmentMetadata", "ConsumerGroupTargetAssignmentMember",
     "ConsumerGroupCurrentMemberAssignment", "ConsumerGroupRegularExpression",
-    "OffsetCommit", "LegacyOffsetCommit", "GroupMetadata",
+    "OffsetCommit", "LegacyOffsetCommit", "GroupMetadata", "TransactionLog",
 ]
 
 

@@ -2,8 +2,9 @@
 
 A request at a version we do not serve is answered by the server itself with a v0
 response carrying UNSUPPORTED_VERSION and the ranges (KIP-511).  v3+ also lists
-supported and finalized features as a Kafka 4.x broker does (share.version and
-group.version finalized at 1, so clients use share and KIP-848 groups).  Client
+supported and finalized features as a Kafka 4.4 broker does (group.version finalized at 1 and
+share.version at 2, the level with the share-group dead-letter queue of KIP-1191, so clients use
+KIP-848 and share groups).  Client
 software name/version are validated as Kafka does (INVALID_REQUEST otherwise).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ FEATURES = {
     "metadata.version": (7, 31, 31),
     "kraft.version": (0, 1, 1),
     "group.version": (0, 1, 1),
-    "share.version": (0, 1, 1),
+    "share.version": (0, 2, 2),  # 2: share groups with the dead-letter queue (KIP-1191), as Kafka 4.4
     "transaction.version": (0, 2, 2),
 }
 FEATURES_EPOCH = 1

@@ -10,8 +10,13 @@ addresses topics by id.  Record bodies are never decoded.
 Authorization (KafkaApis): WRITE on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its
 partitions (checked before existence; v13 ids are resolved first, unknown ones are
 UNKNOWN_TOPIC_ID).  One cached lookup per topic when an authorizer is configured.
-Not implemented: transactional produce (transactional ids are refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions arrive).
+Transactional produce (a TransactionalId): WRITE on the TRANSACTIONAL_ID, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.  A transactional batch's
+partition must be in the producer's ongoing transaction (KIP-890 part 1,
+``transaction.partition.verification.enable``): v12+ (transaction.version 2) adds it
+implicitly, v3-11 get INVALID_TXN_STATE; a stale epoch INVALID_PRODUCER_EPOCH, and
+CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS (retriable for every
+client), as Kafka's ReplicaManager does.  Only the batch header is read.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from broker.log.errors import LogError
 from protocol.errors import Errors
 from protocol.messages.produce import ProduceResponse
 from protocol.messages.registry import ApiKey
-from protocol.records import RecordsError, validate_records
+from protocol.records import HEADER_SIZE, RecordsError, TRANSACTIONAL_MASK, read_header, validate_records
 
 logger = logging.getLogger("sharebroker.produce")
 _TopicResp = ProduceResponse.TopicProduceResponse
@@ -40,6 +45,10 @@ async def produce(ctx, req):
     by_id = ctx.api_version >= 13
     acks = req.acks
     auth = c.authorizer
+    tid = req.transactional_id
+    txn_denied = tid is not None and auth.enabled and not auth.allowed(ctx.principal, "WRITE", "TRANSACTIONAL_ID",
+                                                                        tid, ctx.host)
+    verify = tid is not None and c.config.get("transaction.partition.verification.enable", "true") != "false"
     out = []
     fsyncs: list = []  # appends that reached flush.messages: answered once their fsync is done
     for td in req.topic_data:
@@ -57,11 +66,11 @@ async def produce(ctx, req):
             elif c.topics.is_internal(topic.name):
                 parts.append(_error(pd.index, Errors.INVALID_TOPIC_EXCEPTION,
                                     f"cannot append to internal topic {topic.name}"))
-            elif req.transactional_id is not None:
-                parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                    "transactions are not supported yet"))
+            elif txn_denied:
+                parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
             else:
-                parts.append(_append(c, topic, pd, fsyncs))
+                code = await _verify(c, tid, topic.name, pd, ctx.api_version) if verify else 0
+                parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     if acks == 0:
         return None
@@ -72,6 +81,24 @@ async def produce(ctx, req):
             logger.error("fsync of %s-%d failed: %s", topic_name, resp.index, e)
             resp.error_code, resp.error_message = Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {e}"
     return ProduceResponse(responses=out)
+
+
+async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
+    """KIP-890: is the partition of this transactional batch in the producer's transaction? 0 or a code."""
+    records = pd.records
+    if records is None or len(records) < HEADER_SIZE or not records[22] & TRANSACTIONAL_MASK:
+        return 0  # not transactional (or malformed: validation answers)
+    info = read_header(records, 0)
+    txns = c.transactions
+    tp = (topic, pd.index)
+    code = txns.verify(tid, info.producer_id, info.producer_epoch, tp)
+    if code == Errors.INVALID_TXN_STATE and version >= 12:
+        code = await txns.add_partitions(tid, info.producer_id, info.producer_epoch, [tp], client_version=2)
+    if code in (Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH):
+        return Errors.INVALID_PRODUCER_EPOCH
+    if code == Errors.CONCURRENT_TRANSACTIONS:
+        return Errors.NOT_ENOUGH_REPLICAS
+    return code
 
 
 def _append(c, topic, pd, fsyncs: list) -> _PartResp:

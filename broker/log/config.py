@@ -82,6 +82,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = dict([
     _d("compression.lz4.level", INT, 9, minimum=1, maximum=17, synonym="compression.lz4.level"),
     _d("compression.zstd.level", INT, 3, minimum=-131072, maximum=22, synonym="compression.zstd.level"),
     _d("delete.retention.ms", LONG, 86400000, minimum=0, synonym="log.cleaner.delete.retention.ms"),
+    # KIP-1191: a topic share groups may use as their dead-letter queue (broker/share/dlq.py).
+    _d("errors.deadletterqueue.group.enable", BOOLEAN, False),
     _d("file.delete.delay.ms", LONG, 60000, minimum=0, synonym="log.segment.delete.delay.ms"),
     _d("flush.messages", LONG, LONG_MAX, minimum=1, synonym="log.flush.interval.messages"),
     _d("flush.ms", LONG, LONG_MAX, minimum=0, synonym="log.flush.interval.ms"),

@@ -8,9 +8,16 @@ INVALID_TXN_STATE for a non-transactional write inside an open transaction.
 Tracks open transactions (first offset per producer) for the last stable
 offset and the aborted-transaction list read_committed fetches need.
 
-Not implemented: Kafka's on-disk producer snapshots (state is rebuilt from
-batch headers at start-up), transaction-verification (KIP-890) checks and the
-TV2 marker epoch rule (markers use the TV0/1 rule: epoch >= current).
+Transaction verification (KIP-890 part 1: is the partition in the producer's
+ongoing transaction?) is asked of the transaction coordinator by the Produce
+handler before the append; the aborted list ((first, marker offset, producer id)
+per aborted transaction) also gives the share-partition leader the ranges it
+archives under read_committed (``broker.share.isolation``).
+
+Not implemented: Kafka's on-disk producer snapshots and per-segment transaction
+index (state and aborted list are rebuilt from batch headers at start-up), the
+TV2 marker epoch rule (markers use the TV0/1 rule: epoch >= current; the TV2
+coordinator writes them with the bumped epoch, which satisfies it).
 """
 
 from __future__ import annotations
@@ -162,6 +169,11 @@ class ProducerStateManager:
         """(producer_id, first_offset) of aborted transactions overlapping [start, upper_bound)."""
         i = bisect_left(self._aborted_last, start_offset)
         return [(pid, first) for first, _last, pid in self._aborted[i:] if first < upper_bound]
+
+    def aborted_ranges(self, start_offset: int, upper_bound: int) -> list[tuple[int, int, int]]:
+        """(first_offset, marker_offset, producer_id) of aborted transactions overlapping [start, upper_bound)."""
+        i = bisect_left(self._aborted_last, start_offset)
+        return [entry for entry in self._aborted[i:] if entry[0] < upper_bound]
 
     # ------------------------------------------------------------ maintenance
     def truncate_head(self, log_start_offset: int) -> None:

@@ -9,7 +9,11 @@ next operation, as Kafka's dynamic group configs do:
 - `delivery_count_limit`: applies to the next release / lock expiry / acquire;
 - `partition_max_record_locks`: applies to the next acquire;
 - `auto_offset_reset`: applies to the next initialization of an uninitialized SPSO;
-- `renew_acknowledge_enable`, `isolation_level`: read per request.
+- `renew_acknowledge_enable`, `isolation_level`: read per request;
+- `dlq_topic`, `dlq_copy_record` (KIP-1191 `errors.deadletterqueue.*`): read when a record is
+  archived (empty topic = no dead-letter queue) and when its dead-letter record is written;
+- `redelivery_backoff_ms`, `redelivery_backoff_max_ms` (ours): applied to records released or
+  whose lock expires from now on.
 
 Bounds checking against the broker's group.share.min/max.* settings belongs to
 the config manager, not here; this module only rejects values that cannot work.
@@ -66,11 +70,14 @@ class ShareGroupConfig:
 
     __slots__ = ("record_lock_duration_ms", "delivery_count_limit", "partition_max_record_locks",
                  "auto_offset_reset", "renew_acknowledge_enable", "isolation_level",
+                 "dlq_topic", "dlq_copy_record", "redelivery_backoff_ms", "redelivery_backoff_max_ms",
                  "_reset_strategy", "_reset_duration_ms")
 
     def __init__(self, *, record_lock_duration_ms: int = 30_000, delivery_count_limit: int = 5,
                  partition_max_record_locks: int = 2000, auto_offset_reset: str = LATEST,
-                 renew_acknowledge_enable: bool = True, isolation_level: str = READ_UNCOMMITTED):
+                 renew_acknowledge_enable: bool = True, isolation_level: str = READ_UNCOMMITTED,
+                 dlq_topic: str = "", dlq_copy_record: bool = False, redelivery_backoff_ms: int = 0,
+                 redelivery_backoff_max_ms: int = 60_000):
         self.record_lock_duration_ms = 30_000
         self.delivery_count_limit = 5
         self.partition_max_record_locks = 2000
@@ -78,7 +85,12 @@ class ShareGroupConfig:
         self._reset_strategy, self._reset_duration_ms = LATEST, None
         self.renew_acknowledge_enable = True
         self.isolation_level = READ_UNCOMMITTED
-        self.update(record_lock_duration_ms=record_lock_duration_ms,
+        self.dlq_topic, self.dlq_copy_record = "", False
+        self.redelivery_backoff_ms, self.redelivery_backoff_max_ms = 0, 60_000
+        self.update(dlq_topic=dlq_topic, dlq_copy_record=dlq_copy_record,
+                    redelivery_backoff_ms=redelivery_backoff_ms,
+                    redelivery_backoff_max_ms=redelivery_backoff_max_ms,
+                    record_lock_duration_ms=record_lock_duration_ms,
                     delivery_count_limit=delivery_count_limit,
                     partition_max_record_locks=partition_max_record_locks,
                     auto_offset_reset=auto_offset_reset,
@@ -106,9 +118,15 @@ class ShareGroupConfig:
                 raise ValueError("delivery_count_limit must be in 1..32767")
         elif name == "auto_offset_reset":
             parse_auto_offset_reset(v)
-        elif name == "renew_acknowledge_enable":
+        elif name in ("renew_acknowledge_enable", "dlq_copy_record"):
             if type(v) is not bool:
-                raise ValueError("renew_acknowledge_enable must be a bool")
+                raise ValueError(f"{name} must be a bool")
+        elif name == "dlq_topic":
+            if type(v) is not str:
+                raise ValueError("dlq_topic must be a str")
+        elif name in ("redelivery_backoff_ms", "redelivery_backoff_max_ms"):
+            if type(v) is not int or v < 0:
+                raise ValueError(f"{name} must be a non-negative int")
         elif name == "isolation_level":
             if v not in (READ_UNCOMMITTED, READ_COMMITTED):
                 raise ValueError(f"invalid isolation level {v!r}")
@@ -120,6 +138,14 @@ class ShareGroupConfig:
     def reset_strategy(self) -> tuple[str, int | None]:
         """(strategy, duration_ms) parsed from auto_offset_reset."""
         return self._reset_strategy, self._reset_duration_ms
+
+    def redelivery_delay_ms(self, delivery_count: int) -> int:
+        """Delay before a record released after `delivery_count` deliveries may be acquired again:
+        share.redelivery.backoff.ms x 2^(delivery_count - 1), capped at share.redelivery.backoff.max.ms."""
+        base = self.redelivery_backoff_ms
+        if base <= 0 or delivery_count <= 0:
+            return 0
+        return min(self.redelivery_backoff_max_ms, base << min(delivery_count - 1, 32))
 
     @property
     def read_committed(self) -> bool:

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-# Record states, as persisted in StateBatch.DeliveryState.
+# Record states, as persisted in StateBatch.DeliveryState (ARCHIVING: KIP-1191, on its way to the
+# dead-letter queue; neither terminal nor acquirable).
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = 0, 1, 2, 3, 4
+# Why a record goes to the dead-letter queue (Kafka's ShareGroupDLQManager causes).
+CAUSE_REJECT, CAUSE_DELIVERY_COUNT = 1, 2
 
 
 def terminal(state: int) -> bool:
@@ -43,20 +46,27 @@ class AcquisitionLock:
 
 
 class InFlightState:
-    """State of a batch or of one offset. `rollback` is set while a transition awaits the persister."""
+    """State of a batch or of one offset. `rollback` is set while a transition awaits the persister.
 
-    __slots__ = ("state", "delivery_count", "member_id", "lock", "rollback")
+    `due_ms` (event-loop clock) is when an AVAILABLE record may be acquired again after a delayed
+    redelivery (share.redelivery.backoff.ms; 0 = at once); `cause` says why an ARCHIVING record
+    goes to the dead-letter queue (CAUSE_REJECT or CAUSE_DELIVERY_COUNT)."""
+
+    __slots__ = ("state", "delivery_count", "member_id", "lock", "rollback", "due_ms", "cause")
 
     def __init__(self, state: int, delivery_count: int, member_id: str = "",
-                 lock: AcquisitionLock | None = None, rollback: tuple | None = None):
+                 lock: AcquisitionLock | None = None, rollback: tuple | None = None,
+                 due_ms: int = 0, cause: int = 0):
         self.state, self.delivery_count, self.member_id = state, delivery_count, member_id
         self.lock, self.rollback = lock, rollback
+        self.due_ms, self.cause = due_ms, cause
 
     def copy(self) -> "InFlightState":
         """The same state for other offsets; a lock is shared (one more reference)."""
         if self.lock is not None:
             self.lock.refs += 1
-        return InFlightState(self.state, self.delivery_count, self.member_id, self.lock, self.rollback)
+        return InFlightState(self.state, self.delivery_count, self.member_id, self.lock, self.rollback,
+                             self.due_ms, self.cause)
 
     def take(self, member: str, lock: AcquisitionLock) -> None:
         """AVAILABLE -> ACQUIRED by `member` under `lock` (acquisition is not persisted)."""
@@ -105,8 +115,8 @@ class InFlightBatch:
         st, n = self.state, self.last - self.first + 1
         if st.lock is not None:
             st.lock.refs += n - 1
-        self.offsets = [InFlightState(st.state, st.delivery_count, st.member_id, st.lock, st.rollback)
-                        for _ in range(n)]
+        self.offsets = [InFlightState(st.state, st.delivery_count, st.member_id, st.lock, st.rollback,
+                                      st.due_ms, st.cause) for _ in range(n)]
         self.state = None
 
     def split(self, at: int) -> "InFlightBatch":

@@ -33,6 +33,8 @@ from typing import Any, Callable, NamedTuple
 
 from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
+from broker.share.dlq import DeadLetterQueue
+from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
 from broker.share.partition import SharePartition
 from broker.share.session import FINAL_EPOCH, ShareSession, ShareSessionCache
@@ -82,8 +84,11 @@ class SharePartitionManager:
     eviction."""
 
     def __init__(self, config, *, logs, watchers, persister, group_configs, scheduler, metrics=None,
-                 now_ms: Callable[[], int]):
+                 now_ms: Callable[[], int], topics=None):
         self.logs = logs
+        # KIP-1191 dead-letter writer: appends through the broker's own logs (``topics`` for creation
+        # rules and wake-ups; a private Topics view on the same logs and watchers when not given).
+        self.dlq = DeadLetterQueue(config, logs=logs, watchers=watchers, topics=topics)
         self.metrics = metrics  # broker.metrics.ShareMetrics: acknowledgement counters (optional)
         self.watchers = watchers
         self.persister = persister
@@ -116,7 +121,11 @@ class SharePartitionManager:
                      partition_max_record_locks=gc.get_int(group_id, "share.partition.max.record.locks"),
                      auto_offset_reset=gc.get(group_id, "share.auto.offset.reset"),
                      renew_acknowledge_enable=gc.get_bool(group_id, "share.renew.acknowledge.enable"),
-                     isolation_level=gc.get(group_id, "share.isolation.level").lower())
+                     isolation_level=gc.get(group_id, "share.isolation.level").lower(),
+                     dlq_topic=gc.get(group_id, "errors.deadletterqueue.topic.name").strip(),
+                     dlq_copy_record=gc.get_bool(group_id, "errors.deadletterqueue.copy.record.enable"),
+                     redelivery_backoff_ms=gc.get_int(group_id, "share.redelivery.backoff.ms"),
+                     redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"))
         except ShareError as e:
             log.warning("group %s: share configs not applied: %s", group_id, e)
 
@@ -146,7 +155,7 @@ class SharePartitionManager:
             watchers = self.watchers
             sp = SharePartition(group_id, topic_id, partition, log=plog, persister=self.persister,
                                 config=self.group_config(group_id), scheduler=self.scheduler, now_ms=self.now_ms,
-                                on_state_change=lambda: watchers.notify(("share",) + key))
+                                on_state_change=lambda: watchers.notify(("share",) + key), dlq=self.dlq.write)
             self.partitions[key] = sp
         if sp.status != "ACTIVE":
             try:
@@ -310,9 +319,12 @@ class SharePartitionManager:
                     break
                 if not batches:
                     break
+                skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
-                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset)
+                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip)
                 if not res.count:
+                    if skip and sp.next_fetch_offset() > offset:
+                        continue  # only archived offsets here: read on
                     break
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset,
@@ -323,6 +335,8 @@ class SharePartitionManager:
                 records_left -= res.count
                 bytes_left -= sum(len(ref.data) for ref in res.batches)
                 total += res.count
+                if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
+                    break
         return total
 
     # ------------------------------------------------------------------ events

@@ -15,7 +15,7 @@ persister requests in persister.py; this module decides every transition:
     code = await sp.release_member(member)     # share session closed
 
 Implemented, following Kafka 4.4's SharePartition:
-- states AVAILABLE(0) ACQUIRED(1) ACKNOWLEDGED(2) ARCHIVED(4) as persisted in
+- states AVAILABLE(0) ACQUIRED(1) ACKNOWLEDGED(2) ARCHIVING(3) ARCHIVED(4) as persisted in
   StateBatch.DeliveryState; in-flight batches keyed by first offset in a sorted
   list (bisect), exploded into per-offset state only when needed (partial ack,
   subset acquire, throttling); a record_limit acquire splits a batch into the
@@ -57,8 +57,17 @@ start offset are archived at once, acquired ones included, and the moved SPSO is
 written at once (also when found at initialization), so the lag the share
 coordinator gives stays exact (Kafka writes it with the next acknowledgement).
 
-Not implemented: the dead-letter queue (ARCHIVING is never entered; persisted
-ARCHIVING loads as ARCHIVED), metrics, fetch-offset metadata caching.
+- dead-letter queue (KIP-1191): with a DLQ topic named by the group, a REJECTed record or
+  one released / expired at the delivery count limit goes to ARCHIVING (persisted, state 3,
+  not acquirable, the SPSO stops before it), its dead-letter records are written by a task
+  of its own (broker/share/dlq.py) and only then it is ARCHIVED (persisted); persisted
+  ARCHIVING found at initialization is written again;
+- delayed redelivery (ours): a record RELEASEd or whose lock expired is AVAILABLE but
+  acquirable only after share.redelivery.backoff.ms x 2^(delivery count - 1), capped at
+  share.redelivery.backoff.max.ms; one timer at the earliest due time wakes the long polls.
+  The due times are not persisted: after a restart such records are acquirable at once.
+
+Not implemented: fetch-offset metadata caching.
 """
 from __future__ import annotations
 
@@ -75,8 +84,8 @@ from protocol.messages.write_share_group_state import WriteShareGroupStateReques
 from broker.share.config import BY_DURATION, EARLIEST, ShareGroupConfig
 from broker.share.errors import ShareError
 from broker.share.inflight import (  # noqa: F401  (the states are part of this module's API)
-    ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, AcquisitionLock, InFlightBatch, InFlightState,
-    coalesce, terminal, unsettled,
+    ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, CAUSE_DELIVERY_COUNT, CAUSE_REJECT, AcquisitionLock,
+    InFlightBatch, InFlightState, coalesce, terminal, unsettled,
 )
 from broker.share.persister import FENCING_ERRORS, PersisterAdapter
 
@@ -90,7 +99,7 @@ BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 # Partition lifecycle.
 EMPTY, INITIALIZING, ACTIVE, FAILED, FENCED = "EMPTY", "INITIALIZING", "ACTIVE", "FAILED", "FENCED"
 
-_ACK, _RELEASE, _EXPIRY, _LOG_START = "ack", "release", "expiry", "log start"
+_ACK, _RELEASE, _EXPIRY, _LOG_START, _DLQ = "ack", "release", "expiry", "log start", "dead letter"
 
 
 def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: bool = False) -> int:
@@ -132,14 +141,18 @@ class SharePartition:
                  "start_offset", "_end", "_firsts", "_batches", "_find_next", "_dcc",
                  "_pending_terminal", "_status", "_error", "_init_task", "_tasks", "_log",
                  "_store", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
-                 "_retry_backoff_ms")
+                 "_retry_backoff_ms", "archived_count", "isolated", "_dlq", "_dlq_tasks", "_due_handle", "_due_at")
 
     def __init__(self, group_id: str, topic_id: bytes, partition: int, *, log: Any, persister: Any,
                  config: ShareGroupConfig, scheduler: Any, now_ms: Callable[[], int],
                  leader_epoch: int = 0, on_state_change: Callable[[], None] | None = None,
-                 retry_backoff_ms: int = 1000, wall_ms: Callable[[], int] | None = None):
+                 retry_backoff_ms: int = 1000, wall_ms: Callable[[], int] | None = None,
+                 dlq: Callable[["SharePartition", list], Any] | None = None):
         """`scheduler.call_later(delay_s, callback) -> handle` runs the lock timers and `now_ms()`
-        is the same clock in ms (the event loop's); `wall_ms()` is epoch ms for by_duration."""
+        is the same clock in ms (the event loop's); `wall_ms()` is epoch ms for by_duration.
+        `await dlq(sp, runs)` writes the dead-letter records of ARCHIVING `runs` ((first, last,
+        delivery count, cause) tuples) durably, retrying as it sees fit (broker/share/dlq.py);
+        without it a group's dead-letter queue is off and such records are archived at once."""
         self.group_id, self.topic_id, self.partition = group_id, topic_id, partition
         self.config = config
         self.state_epoch = 0
@@ -162,6 +175,12 @@ class SharePartition:
         self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         self._on_state_change = on_state_change
         self._retry_backoff_ms = retry_backoff_ms
+        self.archived_count = 0        # records committed ARCHIVED by REJECT, delivery limit or the DLQ
+        self.isolated = False          # the last acquire isolated poison records: the partition's whole fetch
+        self._dlq = dlq
+        self._dlq_tasks: set[asyncio.Task] = set()
+        self._due_handle: Any = None   # timer of the earliest delayed redelivery
+        self._due_at: int | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -191,6 +210,11 @@ class SharePartition:
     def in_flight_count(self) -> int:
         """Size of the SPSO..SPEO window that partition.max.record.locks bounds."""
         return max(0, self._end - self.start_offset) if self._batches else 0
+
+    @property
+    def source_log(self) -> Any:
+        """The partition log this share partition delivers from (the DLQ reads copied records here)."""
+        return self._log
 
     @property
     def acquisition_lock_timeout_ms(self) -> int:
@@ -229,6 +253,14 @@ class SharePartition:
                 self._status, self._error = FAILED, e.code
             raise e from None
         self._status = ACTIVE
+        # KIP-1191: records persisted ARCHIVING (the broker stopped between the two phases) have
+        # their dead-letter records written again (a duplicate in the DLQ topic is possible).
+        runs = [(lo, hi, st.delivery_count, st.cause) for b in self._batches
+                for lo, hi, st in b.states(b.first, b.last) if st.state == ARCHIVING]
+        if runs:
+            log.info("%s: %d record(s) found ARCHIVING, writing their dead-letter records again", self,
+                     sum(hi - lo + 1 for lo, hi, _, _ in runs))
+            self._dead_letter(runs)
         self._notify()
 
     async def _load_state(self) -> None:
@@ -272,8 +304,12 @@ class SharePartition:
             if first > self._end:  # unknown records: offered again, delivery count unknown
                 self._insert(InFlightBatch(self._end, first - 1, InFlightState(AVAILABLE, 0)))
             state = sb.delivery_state
-            state = AVAILABLE if state == ACQUIRED else ARCHIVED if state == ARCHIVING else state
-            self._insert(InFlightBatch(first, last, InFlightState(state, sb.delivery_count)))
+            state = AVAILABLE if state == ACQUIRED else state
+            cause = 0
+            if state == ARCHIVING:  # why is not persisted: a record at the limit ran out of deliveries
+                cause = CAUSE_DELIVERY_COUNT if sb.delivery_count >= self.config.delivery_count_limit \
+                    else CAUSE_REJECT
+            self._insert(InFlightBatch(first, last, InFlightState(state, sb.delivery_count, cause=cause)))
             if terminal(state):
                 self._dcc += last - first + 1
             self._end = last + 1
@@ -284,7 +320,13 @@ class SharePartition:
         self._advance_start()
 
     def close(self) -> None:
-        """Stop: cancel every lock timer; later calls see NOT_LEADER_OR_FOLLOWER."""
+        """Stop: cancel every lock timer and dead-letter write (records stay ARCHIVING, persisted,
+        and are written again by the next leader); later calls see NOT_LEADER_OR_FOLLOWER."""
+        for task in list(self._dlq_tasks):
+            task.cancel()
+        if self._due_handle is not None:
+            self._due_handle.cancel()
+            self._due_handle = self._due_at = None
         for b in self._batches:
             for _, _, st in b.states(b.first, b.last):
                 if st.lock is not None and st.lock.handle is not None:
@@ -295,9 +337,9 @@ class SharePartition:
         self._notify()
 
     async def drain(self) -> None:
-        """Wait until no persister write or initialization of this partition is running."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait until no persister write, initialization or dead-letter write of this partition is running."""
+        while self._tasks or self._dlq_tasks:
+            await asyncio.gather(*list(self._tasks), *list(self._dlq_tasks), return_exceptions=True)
 
     # ------------------------------------------------------------------ fetch side
 
@@ -305,15 +347,16 @@ class SharePartition:
         """The offset the handler should read the log from."""
         self._follow_log_start()
         if self._find_next and self._batches:
-            start = self.start_offset
+            start, now = self.start_offset, self._now_ms()
             for b in self._batches:
                 if b.offsets is None:
                     st = b.state
-                    if st.state == AVAILABLE and st.rollback is None and b.last >= start:
+                    if st.state == AVAILABLE and st.rollback is None and st.due_ms <= now and b.last >= start:
                         return max(b.first, start)
                 else:
                     for k, st in enumerate(b.offsets):
-                        if st.state == AVAILABLE and st.rollback is None and b.first + k >= start:
+                        if st.state == AVAILABLE and st.rollback is None and st.due_ms <= now \
+                                and b.first + k >= start:
                             return b.first + k
             self._find_next = False
         return self._end
@@ -339,6 +382,7 @@ class SharePartition:
         of aborted transactional batches (read_committed): acquired offsets in them are
         archived instead of delivered.
         """
+        self.isolated = False
         if self._status != ACTIVE or max_records <= 0 or not batches:
             return _EMPTY
         first_base, last_fetched = batches[0].base_offset, batches[-1].last_offset
@@ -359,6 +403,7 @@ class SharePartition:
 
         record_limit = acquire_mode == RECORD_LIMIT
         limit = self.config.delivery_count_limit
+        now = self._now_ms()
         throttle_at = max(2, -(-limit // 2))
         out: list[tuple[int, int, int]] = []
         count, stopped = 0, False
@@ -372,14 +417,14 @@ class SharePartition:
             if b.last < lo:
                 continue
             remaining = max_acquire - count
-            throttle = self._should_throttle(b, lo, last_acquire, throttle_at)
+            throttle = self._should_throttle(b, lo, last_acquire, throttle_at, now)
             if throttle and count:
                 stopped = True  # isolate the suspicious records in a later fetch
                 break
             if b.offsets is None:
                 st = b.state
-                if st.state != AVAILABLE or st.rollback is not None:
-                    continue
+                if st.state != AVAILABLE or st.rollback is not None or st.due_ms > now:
+                    continue  # not available, or waiting for its delayed redelivery
                 whole = b.first >= first_base and b.last <= last_acquire
                 if record_limit and not throttle and (not whole or b.last - b.first + 1 > remaining):
                     # Cut out the run to acquire (at most `remaining` records) instead of keeping a
@@ -402,7 +447,7 @@ class SharePartition:
                     continue
                 b.explode()
             n = self._acquire_offsets(member_id, b, lo, last_acquire, record_limit, remaining,
-                                      limit, throttle_at, out)
+                                      limit, throttle_at, out, now)
             count += n
             if throttle and n:
                 stopped = True
@@ -416,22 +461,24 @@ class SharePartition:
             out, count = self._drop_aborted(out, aborted)
         if not out:
             return _EMPTY
+        self.isolated = stopped
         return AcquireResult(out, _overlapping(batches, out), count)
 
-    def _should_throttle(self, b: InFlightBatch, lo: int, hi: int, throttle_at: int) -> bool:
+    def _should_throttle(self, b: InFlightBatch, lo: int, hi: int, throttle_at: int, now: int) -> bool:
         for _, _, st in b.states(lo, hi):
-            if st.state == AVAILABLE and st.rollback is None and st.delivery_count >= throttle_at:
+            if st.state == AVAILABLE and st.rollback is None and st.due_ms <= now \
+                    and st.delivery_count >= throttle_at:
                 return True
         return False
 
     def _acquire_offsets(self, member: str, b: InFlightBatch, lo: int, hi: int, record_limit: bool,
                          remaining: int, limit: int, throttle_at: int,
-                         out: list[tuple[int, int, int]]) -> int:
+                         out: list[tuple[int, int, int]], now: int) -> int:
         n, cap, prev, lock = 0, -1, -2, None
         offs = b.offsets
         for off in range(max(b.first, lo), min(b.last, hi) + 1):
             st = offs[off - b.first]
-            if st.state != AVAILABLE or st.rollback is not None:
+            if st.state != AVAILABLE or st.rollback is not None or st.due_ms > now:
                 continue
             dc = st.delivery_count
             if limit > 2 and dc == limit - 1 and n:
@@ -606,7 +653,7 @@ class SharePartition:
             if not renew_enabled:
                 return Errors.INVALID_RECORD_STATE
             renew.append((b, lo, hi))
-        elif self._begin(st, _ACK_TARGET[ack_type]):
+        elif self._begin(st, _ACK_TARGET[ack_type], reject=ack_type == ACK_REJECT):
             changes.append((b, lo, hi))
         else:
             return Errors.INVALID_RECORD_STATE
@@ -701,6 +748,8 @@ class SharePartition:
         """Commit (`ok`) or roll back the transitions started for `changes`."""
         expired: dict[int, AcquisitionLock] = {}
         start = self.start_offset
+        dead: list[tuple[int, int, int, int]] = []   # committed ARCHIVING runs for the DLQ
+        delay_runs = ok and kind in (_ACK, _EXPIRY) and self.config.redelivery_backoff_ms > 0
         for b, lo, hi in changes:
             for s_lo, s_hi, st in b.states(lo, hi):
                 prev = st.rollback
@@ -713,8 +762,18 @@ class SharePartition:
                     st.drop_lock()
                     if st.state == AVAILABLE:
                         self._find_next = True
-                    elif ok and s_hi >= start:
-                        self._dcc += s_hi - max(s_lo, start) + 1
+                        if delay_runs and prev[0] == ACQUIRED:  # RELEASE or lock expiry: delayed redelivery
+                            delay = self.config.redelivery_delay_ms(st.delivery_count)
+                            if delay:
+                                st.due_ms = self._now_ms() + delay
+                                self._schedule_due(st.due_ms)
+                    elif ok and st.state == ARCHIVING:
+                        dead.append((s_lo, s_hi, st.delivery_count, st.cause))
+                    elif ok:
+                        if s_hi >= start:
+                            self._dcc += s_hi - max(s_lo, start) + 1
+                        if st.state == ARCHIVED and prev[0] != ARCHIVED and st.cause:  # not a GAP
+                            self.archived_count += s_hi - s_lo + 1
                 elif st.lock is not None and st.lock.expired:
                     expired[id(st.lock)] = st.lock
         for lock in expired.values():
@@ -728,7 +787,92 @@ class SharePartition:
         if ok:
             self._advance_start()
         self._trim()
+        if dead:
+            self._dead_letter(dead)
         self._notify()
+
+    # ------------------------------------------------------------------ delayed redelivery
+
+    def _schedule_due(self, due_ms: int) -> None:
+        """Wake the long polls when the earliest delayed record becomes acquirable."""
+        if self._due_at is not None and self._due_at <= due_ms:
+            return
+        if self._due_handle is not None:
+            self._due_handle.cancel()
+        self._due_at = due_ms
+        self._due_handle = self._scheduler.call_later(max(0, due_ms - self._now_ms()) / 1000.0, self._on_due)
+
+    def _on_due(self) -> None:
+        self._due_handle = self._due_at = None
+        if self._status != ACTIVE:
+            return
+        now = self._now_ms()
+        later = [st.due_ms for b in self._batches for _, _, st in b.states(b.first, b.last)
+                 if st.state == AVAILABLE and st.due_ms > now]
+        if later:
+            self._schedule_due(min(later))
+        self._find_next = True
+        self._notify()
+
+    # ------------------------------------------------------------------ dead-letter queue (KIP-1191)
+
+    @property
+    def dlq_enabled(self) -> bool:
+        """Kafka's isDLQEnabledForGroup: share.version 2 (finalized) and a DLQ topic named by the group."""
+        return self._dlq is not None and bool(self.config.dlq_topic)
+
+    def _dead_letter(self, runs: list[tuple[int, int, int, int]]) -> None:
+        """Second phase for committed ARCHIVING `runs`: write their dead-letter records, then ARCHIVED.
+
+        Runs in a task of its own: acknowledgements of other records go on meanwhile, and the
+        SPSO stops at these records until they are ARCHIVED."""
+        merged: list[list[int]] = []
+        for lo, hi, dc, cause in sorted(runs):
+            if merged and merged[-1][1] == lo - 1 and merged[-1][2] == dc and merged[-1][3] == cause:
+                merged[-1][1] = hi
+            else:
+                merged.append([lo, hi, dc, cause])
+        task = asyncio.get_running_loop().create_task(self._dead_letter_run([tuple(r) for r in merged]))
+        self._dlq_tasks.add(task)
+        task.add_done_callback(self._dlq_tasks.discard)
+
+    async def _dead_letter_run(self, runs: list) -> None:
+        if self._dlq is not None:
+            try:
+                await self._dlq(self, runs)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: writing dead-letter records failed", self)
+        while self._status == ACTIVE:
+            code = await asyncio.shield(self._finish_archiving(runs))  # a close must not cancel the write
+            if code == Errors.NONE or code in FENCING_ERRORS:
+                return
+            await asyncio.sleep(self._retry_backoff_ms / 1000.0)
+
+    def _finish_archiving(self, runs: list) -> "asyncio.Future[int]":
+        """ARCHIVING -> ARCHIVED (persisted) for the records of `runs` still ARCHIVING."""
+        changes = []
+        for first, last, _dc, _cause in runs:
+            i = max(self._floor(first), 0)
+            while i < len(self._batches) and self._batches[i].first <= last:
+                b = self._batches[i]
+                i += 1
+                if b.last < first:
+                    continue
+                if b.offsets is None and (b.first < first or b.last > last) and b.state.state == ARCHIVING \
+                        and b.state.rollback is None:
+                    b.explode()
+                for lo, hi, st in b.states(first, last):
+                    if st.state == ARCHIVING and st.rollback is None:
+                        st.rollback = (ARCHIVING, st.delivery_count, "")
+                        st.state = ARCHIVED
+                        changes.append((b, lo, hi))
+        if not changes:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(Errors.NONE)
+            return fut
+        return self._start_write(changes, _DLQ)
 
     # ------------------------------------------------------------------ SPSO and log start
 
@@ -831,19 +975,26 @@ class SharePartition:
         self._batches.insert(i + 1, rest)
         return rest
 
-    def _begin(self, st: InFlightState, target: int) -> bool:
+    def _begin(self, st: InFlightState, target: int, reject: bool = False) -> bool:
         """Start a persisted transition (the record leaves its member); False when it is not allowed.
 
         The delivery count is left alone (Kafka's `DeliveryCountOps.NO_OP`: acquisition
         counts a delivery, nothing else does); a record made AVAILABLE at the delivery
-        count limit is archived instead (InFlightState.tryUpdateState)."""
+        count limit is archived instead (InFlightState.tryUpdateState), through ARCHIVING
+        when the group has a dead-letter queue, as a REJECTed record is (KIP-1191)."""
         cur = st.state
-        if st.rollback is not None:
+        if st.rollback is not None or cur == ARCHIVING:
             return False
+        cause = 0
         if target == AVAILABLE and st.delivery_count >= self.config.delivery_count_limit:
-            target = ARCHIVED
+            target, cause = ARCHIVED, CAUSE_DELIVERY_COUNT
+        elif reject:
+            cause = CAUSE_REJECT
+        if cause and target == ARCHIVED and self.dlq_enabled:
+            target = ARCHIVING
         if cur == target or terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
             return False
+        st.cause = cause
         st.rollback = (cur, st.delivery_count, st.member_id)
         st.state, st.member_id = target, ""
         return True

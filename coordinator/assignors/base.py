@@ -112,3 +112,59 @@ def add_partition(assignment: Assignment, member_id: str, topic_id: TopicId, par
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+TopicPartition = tuple[TopicId, int]
+Pool = tuple[list[TopicPartition], list[str], dict[str, list[TopicPartition]]]
+
+
+def share_pools(
+    members: Mapping[str, MemberSpec],
+    topics: Mapping[TopicId, TopicSpec],
+    assignable: AssignablePredicate | None,
+) -> list[Pool]:
+    """The pools a share assignor shares out: (partitions, subscribers, each subscriber's current ones).
+
+    Homogeneous groups form one pool of every subscribed partition; otherwise each topic is a pool
+    shared by its subscribers.  Partitions are in topic order then partition order, subscribers in
+    member-id order; only assignable partitions that exist count, current ones in pool order.
+    """
+    member_ids = sorted(members)
+    if not member_ids:
+        return []
+    if is_homogeneous(members):
+        layout = [(sorted_topics(members[member_ids[0]].subscribed_topic_ids), member_ids)]
+    else:
+        all_topics = sorted_topics(set().union(*(m.subscribed_topic_ids for m in members.values())))
+        layout = [([topic_id], [m for m in member_ids if topic_id in members[m].subscribed_topic_ids])
+                  for topic_id in all_topics]
+    pools: list[Pool] = []
+    for pool_topics, subscribers in layout:
+        targets = [(topic_id, partition) for topic_id in pool_topics
+                   for partition in range(topics[topic_id].num_partitions)
+                   if assignable is None or assignable(topic_id, partition)]
+        target_set = set(targets)
+        held = {member_id: [(topic_id, partition) for topic_id in pool_topics
+                            for partition in owned_partitions(members[member_id], topic_id,
+                                                              topics[topic_id].num_partitions)
+                            if (topic_id, partition) in target_set]
+                for member_id in subscribers}
+        pools.append((targets, subscribers, held))
+    return pools
+
+
+def share_assignment(
+    members: Mapping[str, MemberSpec],
+    topics: Mapping[TopicId, TopicSpec],
+    assignable: AssignablePredicate | None,
+    place: Callable[[list[TopicPartition], list[str], dict[str, list[TopicPartition]]],
+                    Mapping[str, Iterable[TopicPartition]]],
+) -> Assignment:
+    """A share assignor's result: ``place(partitions, subscribers, held)`` run on every pool."""
+    check_subscriptions(members, topics)
+    result = empty_assignment(sorted(members))
+    for targets, subscribers, held in share_pools(members, topics, assignable):
+        for member_id, partitions in place(targets, subscribers, held).items():
+            for topic_id, partition in partitions:
+                add_partition(result, member_id, topic_id, partition)
+    return result

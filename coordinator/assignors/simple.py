@@ -46,23 +46,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .base import (
-    AssignablePredicate,
-    Assignment,
-    LagLookup,
-    MemberSpec,
-    TopicId,
-    TopicSpec,
-    add_partition,
-    ceil_div,
-    check_subscriptions,
-    empty_assignment,
-    is_homogeneous,
-    owned_partitions,
-    sorted_topics,
-)
-
-TopicPartition = tuple[TopicId, int]
+from .base import AssignablePredicate, Assignment, LagLookup, MemberSpec, TopicId, TopicPartition, TopicSpec, ceil_div
+from .base import share_assignment
 
 
 class SimpleAssignor:
@@ -76,45 +61,7 @@ class SimpleAssignor:
         lag: LagLookup | None = None,
         assignable: AssignablePredicate | None = None,
     ) -> Assignment:
-        check_subscriptions(members, topics)
-        member_ids = sorted(members)
-        result = empty_assignment(member_ids)
-        if not member_ids:
-            return result
-
-        def pool(topic_ids: list[TopicId]) -> list[TopicPartition]:
-            return [
-                (topic_id, partition)
-                for topic_id in topic_ids
-                for partition in range(topics[topic_id].num_partitions)
-                if assignable is None or assignable(topic_id, partition)
-            ]
-
-        if is_homogeneous(members):
-            pools = [(sorted_topics(members[member_ids[0]].subscribed_topic_ids), member_ids)]
-        else:
-            all_topics = sorted_topics(set().union(*(m.subscribed_topic_ids for m in members.values())))
-            pools = [
-                ([topic_id], [m for m in member_ids if topic_id in members[m].subscribed_topic_ids])
-                for topic_id in all_topics
-            ]
-
-        for pool_topics, subscribers in pools:
-            targets = pool(pool_topics)
-            target_set = set(targets)
-            held = {
-                member_id: [
-                    (topic_id, partition)
-                    for topic_id in pool_topics
-                    for partition in owned_partitions(members[member_id], topic_id, topics[topic_id].num_partitions)
-                    if (topic_id, partition) in target_set
-                ]
-                for member_id in subscribers
-            }
-            for member_id, partitions in share_out(targets, subscribers, held).items():
-                for topic_id, partition in partitions:
-                    add_partition(result, member_id, topic_id, partition)
-        return result
+        return share_assignment(members, topics, assignable, share_out)
 
 
 def share_out(

@@ -11,6 +11,10 @@ coordinator's ``group_configs``.
 KIP-1263 (Kafka 4.3+): ``group.consumer.assignment.interval.ms`` and
 ``group.share.assignment.interval.ms`` (1000): a group's target assignment is computed again only
 once this long has passed since the last one (per-group ``consumer.`` / ``share.assignment.interval.ms``).
+Share assignors: ``group.share.assignors`` (``simple``; Kafka allows exactly one, we accept a list of
+``simple`` and ``lag`` whose first entry is the default, the others selectable per group with
+``share.assignor.name``) and ``group.share.lag.rebalance.interval.ms`` (ours, 10000): the least time
+between two assignments the ``lag`` share assignor makes because backlogs moved.
 Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
 (600000), ``offset.metadata.max.bytes`` (4096).
 
@@ -28,6 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INT_MAX = 2**31 - 1
+
+
+def assignor_names(value: str | None) -> tuple[str, ...]:
+    """A ``group.*.assignors`` list as assignor names (``...SimpleAssignor`` -> ``simple``)."""
+    return tuple(a.strip().rsplit(".", 1)[-1].lower().removesuffix("assignor") or a
+                 for a in (value or "").split(",") if a.strip())
 
 
 @dataclass
@@ -50,6 +60,8 @@ class GroupConfig:
     share_max_size: int = 200
     consumer_assignment_interval_ms: int = 1000
     share_assignment_interval_ms: int = 1000
+    share_assignors: tuple[str, ...] = ("simple",)
+    share_lag_rebalance_interval_ms: int = 10000
 
     @classmethod
     def from_broker_config(cls, config) -> "GroupConfig":
@@ -62,9 +74,7 @@ class GroupConfig:
         def gi(key: str, default: int) -> int:
             return config.get_int(key, default)
 
-        assignors = config.get("group.consumer.assignors", None)
-        names = tuple(a.strip().rsplit(".", 1)[-1].lower().removesuffix("assignor") or a
-                      for a in assignors.split(",") if a.strip()) if assignors else d.consumer_assignors
+        names = assignor_names(config.get("group.consumer.assignors", None)) or d.consumer_assignors
         return cls(
             min_session_timeout_ms=gi("group.min.session.timeout.ms", d.min_session_timeout_ms),
             max_session_timeout_ms=gi("group.max.session.timeout.ms", d.max_session_timeout_ms),
@@ -86,4 +96,7 @@ class GroupConfig:
             consumer_assignment_interval_ms=gi("group.consumer.assignment.interval.ms",
                                                d.consumer_assignment_interval_ms),
             share_assignment_interval_ms=gi("group.share.assignment.interval.ms", d.share_assignment_interval_ms),
+            share_assignors=assignor_names(config.get("group.share.assignors", None)) or d.share_assignors,
+            share_lag_rebalance_interval_ms=gi("group.share.lag.rebalance.interval.ms",
+                                               d.share_lag_rebalance_interval_ms),
         )

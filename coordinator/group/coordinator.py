@@ -37,7 +37,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from coordinator.runtime import CoordinatorRuntime, Record, RecordLog
+from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, decode_record
 from protocol.coordinator_records.registry import GROUP_COORDINATOR_RECORDS
 from protocol.errors import Errors, KafkaError
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
@@ -149,6 +149,11 @@ class GroupCoordinator:
             await self.runtime.load()
         finally:
             self._loading = False
+        for pid, held in (getattr(self.runtime.log, "open_transactions", None) or {}).items():
+            for _offset, key, value in held:  # TxnOffsetCommits of transactions still open
+                rec = decode_record(GROUP_COORDINATOR_RECORDS, key, value)
+                if rec is not None and rec.record_type in (0, 1):
+                    self.offsets.add_pending(pid, rec.key.group, rec.key.topic, rec.key.partition, rec.value)
         for group in self.groups.values():
             if isinstance(group, ClassicGroup):
                 self.classic.on_loaded(group)
@@ -340,15 +345,33 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ offsets
     async def offset_commit(self, req, version: int):
-        def failed(resp, exc):
-            code = append_error_code(exc)
-            for t in resp.topics:
-                for p in t.partitions:
-                    if not p.error_code:
-                        p.error_code = code
-            return resp
+        return await self.runtime.write(lambda: self.offset_manager.commit(req, version), on_error=_failed_commit)
 
-        return await self.runtime.write(lambda: self.offset_manager.commit(req, version), on_error=failed)
+    async def txn_offset_commit(self, req, producer_id: int, producer_epoch: int, by_id: bool = False):
+        """TxnOffsetCommit: the offsets are appended in the producer's transaction and held pending."""
+        held: list = []
+
+        def op():
+            resp, records = self.offset_manager.txn_commit(req, by_id)
+            held.extend(records)
+            return resp, records
+
+        def failed(resp, exc):
+            held.clear()
+            return _failed_commit(resp, exc)
+
+        resp = await self.runtime.write(op, replay=False, on_error=failed, producer=(producer_id, producer_epoch))
+        for rec in held:
+            self.offsets.add_pending(producer_id, rec.key.group, rec.key.topic, rec.key.partition, rec.value)
+        return resp
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction marker was written to ``__consumer_offsets``."""
+        if commit:
+            for group_id, _topic, _partition in self.offsets.pending.get(producer_id, {}):
+                if group_id not in self.groups:  # as a replayed commit: a "simple" classic group
+                    self.groups[group_id] = ClassicGroup(group_id, self.now_ms())
+        return self.offsets.complete_transaction(producer_id, commit)
 
     async def offset_fetch(self, req, version: int):
         return self.offset_manager.fetch(req, version)
@@ -494,3 +517,13 @@ class GroupCoordinator:
 
 def _result(resp: DeleteGroupsResponse, group_id: str):
     return next(r for r in resp.results if r.group_id == group_id)
+
+
+def _failed_commit(resp, exc):
+    """An (Txn)OffsetCommit whose append failed: the append's error code on every partition not failed yet."""
+    code = append_error_code(exc)
+    for t in resp.topics:
+        for p in t.partitions:
+            if not p.error_code:
+                p.error_code = code
+    return resp

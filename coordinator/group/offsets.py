@@ -23,8 +23,12 @@ Expiration (KIP-211, seed 002), run by :meth:`OffsetManager.expire`:
   that is Empty is deleted (its tombstones too), i.e. becomes Dead, so a
   restart does not bring it back.
 
-Not implemented: transactional offset commits (TxnOffsetCommit), so RequireStable
-never finds pending offsets.
+Transactional offset commits (TxnOffsetCommit, KIP-98 / KIP-447): the records are
+appended as a transactional batch of the producer and held in
+``OffsetStore.pending`` (producer id -> offsets) until the transaction's marker
+reaches ``__consumer_offsets``: COMMIT replays them into the committed offsets,
+ABORT drops them (:meth:`OffsetStore.complete_transaction`).  Pending offsets make
+OffsetFetch with RequireStable answer UNSTABLE_OFFSET_COMMIT for those partitions.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from protocol.errors import Errors, KafkaError
 from protocol.messages.offset_commit import OffsetCommitResponse
 from protocol.messages.offset_delete import OffsetDeleteResponse
 from protocol.messages.offset_fetch import OffsetFetchResponse
+from protocol.messages.txn_offset_commit import TxnOffsetCommitResponse
 from protocol.primitives import ZERO_UUID
 
 from . import records as R
@@ -43,6 +48,22 @@ DEFAULT_RETENTION_TIME = -1
 class OffsetStore:
     def __init__(self) -> None:
         self.by_group: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+        # producer id -> (group, topic, partition) -> OffsetCommitValue of its open transaction
+        self.pending: dict[int, dict[tuple[str, str, int], object]] = {}
+
+    def add_pending(self, producer_id: int, group: str, topic: str, partition: int, value) -> None:
+        self.pending.setdefault(producer_id, {})[(group, topic, partition)] = value
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """The transaction's marker is in ``__consumer_offsets``: apply (commit) or drop its offsets."""
+        held = self.pending.pop(producer_id, {})
+        if commit:
+            for (group, topic, partition), value in held.items():
+                self.replay(group, topic, partition, value)
+        return len(held)
+
+    def is_pending(self, group: str, topic: str, partition: int) -> bool:
+        return any((group, topic, partition) in held for held in self.pending.values())
 
     def replay(self, group: str, topic: str, partition: int, value) -> None:
         if value is None:
@@ -99,7 +120,6 @@ class OffsetManager:
         validate(req.member_id, req.group_instance_id, generation, version)
 
     def commit(self, req, version: int) -> tuple[OffsetCommitResponse, list]:
-        cluster = self.c.cluster
         by_id = version >= 10
         error = Errors.NONE
         if not req.group_id:
@@ -112,36 +132,61 @@ class OffsetManager:
         now = self.c.now_ms()
         retention = req.retention_time_ms if 2 <= version <= 4 else DEFAULT_RETENTION_TIME
         expire_ts = None if retention == DEFAULT_RETENTION_TIME else now + retention
+        records: list = []
+        topics_out = [OffsetCommitResponse.OffsetCommitResponseTopic(
+            name=t.name if not by_id else "", topic_id=t.topic_id if by_id else ZERO_UUID, partitions=[
+                OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p, error_code=err)
+                for p, err in parts])
+            for t, parts in self._commit_records(req, error, by_id, now, expire_ts, records)]
+        return OffsetCommitResponse(topics=topics_out), records
+
+    def _commit_records(self, req, error: int, by_id: bool, now: int, expire_ts, records: list):
+        """Per request topic: (topic, [(partition, error code)]); the commit records go to ``records``."""
+        cluster = self.c.cluster
         max_meta = self.c.cfg.offset_metadata_max_bytes
-        records, topics_out = [], []
+        out = []
         for t in req.topics:
-            if by_id:
-                name = cluster.topic_name(t.topic_id)
-                topic_id = t.topic_id
-                topic_err = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.NONE
-            else:
-                name, topic_id = t.name, cluster.topic_id(t.name)
-                topic_err = Errors.UNKNOWN_TOPIC_OR_PARTITION if topic_id is None else Errors.NONE
-            parts_out = []
+            name, topic_id, topic_err = _commit_topic(cluster, t, by_id)
+            parts = []
             for p in t.partitions:
-                err = error or topic_err
-                if not err and p.committed_metadata is not None and \
-                        len(p.committed_metadata.encode()) > max_meta:
-                    err = Errors.OFFSET_METADATA_TOO_LARGE
+                err = _commit_error(p, error or topic_err, max_meta)
                 if not err:
                     records.append(R.offset_commit(req.group_id, name, p.partition_index, p.committed_offset,
                                                    p.committed_leader_epoch, p.committed_metadata or "",
                                                    now, expire_ts, topic_id))
-                parts_out.append(OffsetCommitResponse.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=err))
-            topics_out.append(OffsetCommitResponse.OffsetCommitResponseTopic(
-                name=t.name if not by_id else "", topic_id=t.topic_id if by_id else ZERO_UUID,
-                partitions=parts_out))
-        return OffsetCommitResponse(topics=topics_out), records
+                parts.append((p.partition_index, err))
+            out.append((t, parts))
+        return out
+
+    # ------------------------------------------------------------ TxnOffsetCommit
+    def txn_commit(self, req, by_id: bool = False) -> tuple[TxnOffsetCommitResponse, list]:
+        """Validate a TxnOffsetCommit as Kafka's validateTransactionalOffsetCommit; records to hold pending."""
+        error = Errors.NONE
+        group = self.c.lookup(req.group_id)
+        generation = req.generation_id_or_member_epoch
+        if not req.group_id:
+            error = Errors.INVALID_GROUP_ID
+        elif generation >= 0:  # a producer without group metadata (-1) is not checked
+            validate = getattr(group, "validate_offset_commit", None) if group is not None else None
+            try:
+                if group is None:
+                    raise KafkaError(Errors.ILLEGAL_GENERATION)
+                if validate is None:
+                    raise KafkaError(Errors.GROUP_ID_NOT_FOUND)
+                validate(req.member_id, req.group_instance_id, generation, 9)
+            except KafkaError as e:
+                error = Errors.ILLEGAL_GENERATION if e.code == Errors.STALE_MEMBER_EPOCH else e.code
+        T = TxnOffsetCommitResponse
+        records: list = []
+        topics_out = [T.TxnOffsetCommitResponseTopic(
+            name="" if by_id else t.name, topic_id=t.topic_id if by_id else ZERO_UUID, partitions=[
+                T.TxnOffsetCommitResponsePartition(partition_index=p, error_code=err) for p, err in parts])
+            for t, parts in self._commit_records(req, error, by_id, self.c.now_ms(), None, records)]  # by id: v6+
+        return T(topics=topics_out), records
 
     # ------------------------------------------------------------ OffsetFetch
     def fetch_group(self, group_id: str, topics, member_id, member_epoch, by_id: bool,
-                    version: int) -> OffsetFetchResponse.OffsetFetchResponseGroup:
+                    version: int, require_stable: bool = False) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         G = OffsetFetchResponse
         group = self.c.lookup(group_id)
         fail_all = group is None
@@ -181,9 +226,13 @@ class OffsetManager:
             else:
                 name = t.name
             parts = offsets.get(name, {})
+            answers = [self._partition(p, parts.get(p)) for p in t.partition_indexes]
+            if require_stable and self.store.pending:
+                for a in answers:  # KIP-447: a transaction holds an offset for it
+                    if self.store.is_pending(group_id, name, a.partition_index):
+                        a.committed_offset, a.error_code = -1, Errors.UNSTABLE_OFFSET_COMMIT
             out.append(G.OffsetFetchResponseTopics(
-                name="" if by_id else name, topic_id=t.topic_id if by_id else ZERO_UUID,
-                partitions=[self._partition(p, parts.get(p)) for p in t.partition_indexes]))
+                name="" if by_id else name, topic_id=t.topic_id if by_id else ZERO_UUID, partitions=answers))
         return G.OffsetFetchResponseGroup(group_id=group_id, topics=out, error_code=Errors.NONE)
 
     @staticmethod
@@ -206,14 +255,15 @@ class OffsetManager:
                                                              error_code=Errors.INVALID_GROUP_ID))
                     continue
                 groups.append(self.fetch_group(g.group_id, g.topics, g.member_id, g.member_epoch,
-                                               version >= 10, version))
+                                               version >= 10, version, bool(req.require_stable)))
             return G(groups=groups)
         if not req.group_id:
             return G(topics=[], error_code=Errors.INVALID_GROUP_ID)
         topics = req.topics
         if topics is not None:
             topics = [_TopicView(t.name, t.partition_indexes) for t in topics]
-        res = self.fetch_group(req.group_id, topics, None, -1, False, version)
+        res = self.fetch_group(req.group_id, topics, None, -1, False, version,
+                               version >= 7 and bool(req.require_stable))
         if res.error_code:
             return G(topics=[], error_code=res.error_code)
         return G(error_code=Errors.NONE, topics=[
@@ -277,6 +327,22 @@ class OffsetManager:
                 else:
                     all_expired = False
         return records, all_expired
+
+
+def _commit_topic(cluster, t, by_id: bool) -> tuple[str | None, bytes | None, int]:
+    """(name, topic id, error) of a committed topic addressed by name or (``by_id``) by id."""
+    if by_id:
+        name = cluster.topic_name(t.topic_id)
+        return name, t.topic_id, Errors.UNKNOWN_TOPIC_ID if name is None else Errors.NONE
+    topic_id = cluster.topic_id(t.name)
+    return t.name, topic_id, Errors.UNKNOWN_TOPIC_OR_PARTITION if topic_id is None else Errors.NONE
+
+
+def _commit_error(p, err: int, max_meta: int) -> int:
+    """A committed partition's error: ``err``, else OFFSET_METADATA_TOO_LARGE for oversized metadata."""
+    if not err and p.committed_metadata is not None and len(p.committed_metadata.encode()) > max_meta:
+        return Errors.OFFSET_METADATA_TOO_LARGE
+    return err
 
 
 class _TopicView:

@@ -8,7 +8,9 @@ Membership follows KIP-932 / Kafka 4.4:
   for an unknown member);
 - a join, a leave, a subscription change, an expired member or a change in the
   subscribed topics' metadata bumps the group epoch; the target assignment is then
-  recomputed with the ``simple`` assignor and the assignment epoch follows (the
+  recomputed with the group's assignor (``share.assignor.name`` if it is one of
+  ``group.share.assignors``, else the first of those: ``simple`` by default) and the
+  assignment epoch follows (the
   epoch and target-assignment machinery is the consumer groups',
   :mod:`coordinator.group.modern`); share groups have no revocation phase, so a
   member takes its target assignment, and the assignment epoch, on its next heartbeat;
@@ -25,7 +27,11 @@ A heartbeat is one runtime write computed on the committed group, as Kafka 4.4's
 ``shareGroupHeartbeat``: member and group epoch; the target assignment when the group epoch
 is ahead and ``share.assignment.interval.ms`` (KIP-1263; broker default
 ``group.share.assignment.interval.ms``, 1000) has passed since the last one; the member
-takes its target.  Share state is initialized after the heartbeat, in the background
+takes its target.  With the ``lag`` assignor (KIP-1226 backlogs, ``coordinator.assignors.share_lag``) a
+heartbeat with nothing pending also looks at the backlogs, at most once per
+``group.share.lag.rebalance.interval.ms`` (10000) since the last assignment and the last look: when the
+assignor (its hysteresis and churn bound included) would change a target, the group epoch is bumped and the
+new target written in the same write.  Share state is initialized after the heartbeat, in the background
 (``maybe_initialize``), and the partitions are assigned by a later heartbeat, so members
 joining together share the first assignment that has partitions.
 """
@@ -34,7 +40,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from coordinator.assignors import get_assignor
+from coordinator.assignors import get_share_assignor
 from protocol.errors import Errors, KafkaError
 from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as InitReq
 from protocol.messages.share_group_describe import ShareGroupDescribeResponse as DescResp
@@ -51,6 +57,8 @@ MAX_MEMBER_ID = 36
 SESSION_TIMEOUT = "share.session.timeout.ms"
 HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 ASSIGNMENT_INTERVAL = "share.assignment.interval.ms"
+ASSIGNOR_NAME = "share.assignor.name"  # ours: Kafka 4.4 has one share assignor for every group
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
 INIT_RETRY_MS = 30000  # Kafka's group.share.initialize.retry.interval.ms default
 
 
@@ -153,7 +161,8 @@ class ShareGroupManager:
         self.cfg = coordinator.cfg
         self.timers = coordinator.timers
         self.share_state = share_state
-        self.assignor = get_assignor("simple")
+        self._lag_checked: dict[str, int] = {}  # group -> when the lag assignor last looked at backlogs
+        self._assigned_with: dict[str, str] = {}  # group -> assignor of its last target assignment (memory only)
         self._member_removed: list[Callable[[str, str], None]] = []
         self._initializing: dict[str, dict[tuple[bytes, int], int]] = {}  # group -> partition -> since
 
@@ -178,6 +187,8 @@ class ShareGroupManager:
             self._schedule_session_timeout(group.group_id, mid)
 
     def on_removed(self, group: ShareGroup) -> None:
+        self._lag_checked.pop(group.group_id, None)
+        self._assigned_with.pop(group.group_id, None)
         for mid in group.members:
             self.timers.cancel(("sg-session", group.group_id, mid))
 
@@ -296,10 +307,16 @@ class ShareGroupManager:
         if changed or pending or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash:
             self._bump(g, records)
         self._schedule_session_timeout(gid, mid)
-        # (2) target assignment
+        # (2) target assignment; for the lag assignor also when backlogs moved (at most once per interval)
         now = self.c.now_ms()
         if g.group_epoch > g.assignment_epoch and now - g.assignment_timestamp >= self.assignment_interval_ms(gid):
             self._update_target_assignment(g, records, now)
+        elif self._reassign_due(g, now):
+            self._lag_checked[gid] = now
+            changes = self._target_changes(g)
+            if changes:
+                self._bump(g, records)
+                self._update_target_assignment(g, records, now, changes)
         # (3) the member takes its target (no revocation in share groups)
         m = g.members[mid]
         send = epoch == 0 or subs is not None
@@ -336,14 +353,65 @@ class ShareGroupManager:
                 assigned.setdefault(t, set()).update(ps)
         return any(name in names and assigned.get(tid) != ps for tid, (name, ps) in g.initialized.items())
 
-    def _update_target_assignment(self, draft: ShareGroup, records: list, now: int) -> None:
+    def assignor_name(self, gid: str) -> str:
+        """The group's ``share.assignor.name`` when it is one of ``group.share.assignors``, else the first
+        of those (the broker default)."""
+        enabled = self.cfg.share_assignors
+        name = self.c.group_config(gid).get(ASSIGNOR_NAME)
+        return name if name in enabled else enabled[0]
+
+    def _reassign_due(self, g: ShareGroup, now: int) -> bool:
+        """Nothing pending and the KIP-1263 interval passed, and either ``share.assignor.name`` changed since
+        this broker last assigned the group, or the assignor is ``lag`` and ``group.share.lag.rebalance.interval.ms``
+        passed since the last assignment and since the last look at the backlogs."""
+        gid = g.group_id
+        since = now - g.assignment_timestamp
+        if not g.members or g.group_epoch != g.assignment_epoch or since < self.assignment_interval_ms(gid):
+            return False
+        name = self.assignor_name(gid)
+        if self._assigned_with.get(gid, name) != name:
+            return True
+        wait = self.cfg.share_lag_rebalance_interval_ms
+        return name == "lag" and since >= wait and now - self._lag_checked.get(gid, now - wait) >= wait
+
+    def _target_changes(self, draft: ShareGroup) -> dict:
+        """Members whose target the group's assignor changes, over initialized partitions only."""
         init = draft.initialized
+        gid = draft.group_id
+        assignor = get_share_assignor(self.assignor_name(gid))
+        self._assigned_with[gid] = assignor.name
 
         def assign(specs, topics):
-            return self.assignor.assign(specs, topics, assignable=lambda t, p: t in init and p in init[t][1])
+            lag = self._lag_function(gid, topics) if assignor.name == "lag" else None
+            return assignor.assign(specs, topics, lag=lag, assignable=lambda t, p: t in init and p in init[t][1])
 
+        return new_target_assignment(draft, self.c.cluster, assign)
+
+    def _lag_function(self, gid: str, topics: dict):
+        """KIP-1226 share-partition lag from the share coordinator's state: log end - SPSO -
+        DeliveryCompleteCount.  A partition whose state has no start offset yet counts, as
+        ``share.auto.offset.reset`` will start it, 0 (``latest``) or log end - log start (``earliest``,
+        and ``by_duration`` as an upper bound)."""
+        from .share_offsets import share_partition_lag  # share_offsets imports this module
+
+        cluster = self.c.cluster
+        state_of = getattr(self.share_state, "state_of", None)
+        latest = str(self.c.group_config(gid).get(AUTO_OFFSET_RESET, "latest")).strip().lower() == "latest"
+
+        def lag(topic_id: bytes, partition: int) -> int:
+            name = topics[topic_id].name
+            end = cluster.log_end_offset(name, partition)
+            state = state_of(gid, topic_id, partition) if state_of is not None else None
+            if state is not None and state.start_offset >= 0 and state.delivery_complete_count >= 0:
+                return max(0, share_partition_lag(end, state.start_offset, state.delivery_complete_count))
+            return 0 if latest else max(0, end - cluster.log_start_offset(name, partition))
+
+        return lag
+
+    def _update_target_assignment(self, draft: ShareGroup, records: list, now: int,
+                                  changes: dict | None = None) -> None:
         gid = draft.group_id
-        for mid, new in new_target_assignment(draft, self.c.cluster, assign).items():
+        for mid, new in (self._target_changes(draft) if changes is None else changes).items():
             self._emit(draft, records, R.share_target_member(gid, mid, new))
         self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, now))
 
@@ -448,6 +516,7 @@ class ShareGroupManager:
                                                subscribed_topic_names=sorted(m.subscribed_topic_names),
                                                assignment=DescResp.Assignment(topic_partitions=tps)))
             out.append(DescResp.DescribedGroup(group_id=gid, group_state=g.state_name(), group_epoch=g.group_epoch,
-                                               assignment_epoch=g.assignment_epoch, assignor_name="simple",
+                                               assignment_epoch=g.assignment_epoch,
+                                               assignor_name=self.assignor_name(gid),
                                                members=members))
         return DescResp(groups=out)

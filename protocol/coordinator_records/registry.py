@@ -4,6 +4,7 @@
 
 from protocol.coordinator_records.legacy_offset_commit import LegacyOffsetCommitKey, LegacyOffsetCommitValue
 from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
+from protocol.coordinator_records.transaction_log import TransactionLogKey, TransactionLogValue
 from protocol.coordinator_records.offset_commit import OffsetCommitKey, OffsetCommitValue
 from protocol.coordinator_records.share_update import ShareUpdateKey, ShareUpdateValue
 from protocol.coordinator_records.group_metadata import GroupMetadataKey, GroupMetadataValue
@@ -24,6 +25,10 @@ from protocol.coordinator_records.consumer_group_regular_expression import Consu
 SHARE_COORDINATOR_RECORDS = {
     0: (ShareSnapshotKey, ShareSnapshotValue),
     1: (ShareUpdateKey, ShareUpdateValue),
+}
+
+TRANSACTION_COORDINATOR_RECORDS = {
+    0: (TransactionLogKey, TransactionLogValue),
 }
 
 GROUP_COORDINATOR_RECORDS = {

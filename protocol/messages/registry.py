@@ -29,6 +29,10 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -41,6 +45,9 @@ class ApiKey(IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     LIST_CONFIG_RESOURCES = 74
@@ -79,6 +86,10 @@ MODULES = {
     20: ("protocol.messages.delete_topics", "DeleteTopicsRequest", "DeleteTopicsResponse"),
     21: ("protocol.messages.delete_records", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     22: ("protocol.messages.init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
+    24: ("protocol.messages.add_partitions_to_txn", "AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse"),
+    25: ("protocol.messages.add_offsets_to_txn", "AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse"),
+    26: ("protocol.messages.end_txn", "EndTxnRequest", "EndTxnResponse"),
+    28: ("protocol.messages.txn_offset_commit", "TxnOffsetCommitRequest", "TxnOffsetCommitResponse"),
     29: ("protocol.messages.describe_acls", "DescribeAclsRequest", "DescribeAclsResponse"),
     30: ("protocol.messages.create_acls", "CreateAclsRequest", "CreateAclsResponse"),
     31: ("protocol.messages.delete_acls", "DeleteAclsRequest", "DeleteAclsResponse"),
@@ -91,6 +102,9 @@ MODULES = {
     50: ("protocol.messages.describe_user_scram_credentials", "DescribeUserScramCredentialsRequest", "DescribeUserScramCredentialsResponse"),
     51: ("protocol.messages.alter_user_scram_credentials", "AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse"),
     60: ("protocol.messages.describe_cluster", "DescribeClusterRequest", "DescribeClusterResponse"),
+    61: ("protocol.messages.describe_producers", "DescribeProducersRequest", "DescribeProducersResponse"),
+    65: ("protocol.messages.describe_transactions", "DescribeTransactionsRequest", "DescribeTransactionsResponse"),
+    66: ("protocol.messages.list_transactions", "ListTransactionsRequest", "ListTransactionsResponse"),
     68: ("protocol.messages.consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"),
     69: ("protocol.messages.consumer_group_describe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"),
     74: ("protocol.messages.list_config_resources", "ListConfigResourcesRequest", "ListConfigResourcesResponse"),

@@ -20,7 +20,7 @@ def test_advertised_ranges_are_the_handler_table(sharebroker):
     assert advertised[ApiKey.SHARE_FETCH] == (1, 2)
     assert 71 not in advertised and 72 not in advertised     # no telemetry
     finalized = {f.name: f.max_version_level for f in r.finalized_features}
-    assert finalized["share.version"] == 1 and finalized["group.version"] == 1
+    assert finalized["share.version"] == 2 and finalized["group.version"] == 1  # 2: DLQ (KIP-1191)
     assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2
     supported = {f.name: (f.min_version, f.max_version) for f in r.supported_features}
     assert all(supported[n][0] <= lvl <= supported[n][1] for n, lvl in finalized.items())

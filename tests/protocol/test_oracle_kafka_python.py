@@ -95,6 +95,10 @@ def _their_field(their_struct, our_field):
     for f in their_struct._fields:
         if f._name == our_field.name:
             return f
+    older = {"GenerationIdOrMemberEpoch": "GenerationId"}.get(our_field.name)  # TxnOffsetCommit before KIP-848
+    for f in their_struct._fields:
+        if older is not None and f._name == older:
+            return f
     # MetadataResponse / DescribeCluster patch *AuthorizedOperations into a bitfield
     # named authorized_operations.
     for f in their_struct._fields:

@@ -99,7 +99,7 @@ def random_group(rng, homogeneous=None):
 
 def test_registry():
     assert set(ASSIGNORS) == {"simple", "uniform", "range", "lag"}
-    assert SHARE_GROUP_ASSIGNORS == ("simple",)
+    assert SHARE_GROUP_ASSIGNORS == ("simple", "lag")  # simple stays the default (Kafka's only one)
     assert CONSUMER_GROUP_ASSIGNORS[0] == "uniform"  # Kafka's default consumer-group assignor
     assert all(get_assignor(name).name == name for name in ASSIGNORS)
     with pytest.raises(KeyError):

@@ -51,7 +51,9 @@ class Config:
 class GroupConfigs:
     values = {"share.record.lock.duration.ms": 30_000, "share.delivery.count.limit": 5,
               "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "earliest",
-              "share.renew.acknowledge.enable": True, "share.isolation.level": "read_uncommitted"}
+              "share.renew.acknowledge.enable": True, "share.isolation.level": "read_uncommitted",
+              "errors.deadletterqueue.topic.name": "", "errors.deadletterqueue.copy.record.enable": False,
+              "share.redelivery.backoff.ms": 0, "share.redelivery.backoff.max.ms": 60_000}
 
     def get_int(self, group, name):
         return self.values[name]

@@ -1,0 +1,77 @@
+"""The broker's side of transactions: the coordinator's collaborators and the marker writer.
+
+The transaction coordinator (``coordinator.transaction``) knows nothing of partition
+logs; this module gives it a producer-id source, the ``__transaction_state`` record
+log, and :func:`marker_writer`, which plays the part of Kafka's
+TransactionMarkerChannelManager + WriteTxnMarkers on a single node: for each
+partition of the transaction, a COMMIT/ABORT control batch is appended directly to
+the partition log (the broker is the leader of every partition), long polls are
+woken, and a marker on ``__consumer_offsets`` completes the producer's pending
+TxnOffsetCommits in the group coordinator.
+
+Settings (Kafka's names and defaults): ``transaction.max.timeout.ms`` (900000),
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10000),
+``transaction.partition.verification.enable`` (true: a transactional Produce v3-11
+must target a partition added to the transaction, else INVALID_TXN_STATE).
+"""
+from __future__ import annotations
+
+import logging
+
+from broker.internal_topics import PartitionRecordLog
+from broker.log.errors import LogError
+from broker.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from coordinator.transaction import TransactionCoordinator
+
+log = logging.getLogger("sharebroker.transactions")
+
+DEFAULT_MAX_TIMEOUT_MS = 900000
+DEFAULT_ABORT_INTERVAL_MS = 10000
+
+
+def marker_writer(logs, topics, groups):
+    """``write_markers(producer_id, epoch, commit, partitions)`` for the coordinator."""
+
+    async def write_markers(producer_id: int, epoch: int, commit: bool, partitions) -> None:
+        for topic, partition in partitions:
+            plog = logs.get_log(topic, partition)
+            if plog is None:
+                continue  # deleted since it was added: nothing to mark (Kafka drops such markers too)
+            if producer_id not in plog.producer_state.ongoing and topic != CONSUMER_OFFSETS:
+                # already marked (a Prepare* completed again after a restart) or nothing was written
+                entry = plog.producer_state.producers.get(producer_id)
+                if entry is not None and entry.epoch >= epoch:
+                    continue
+            try:
+                plog.append_control(producer_id, epoch, commit)
+            except LogError as e:
+                log.warning("%s marker for producer %d on %s-%d refused: %s", "COMMIT" if commit else "ABORT",
+                            producer_id, topic, partition, e)
+                continue
+            if topic == CONSUMER_OFFSETS:
+                groups.complete_transaction(producer_id, commit)
+            topics.appended(topic, partition)
+
+    return write_markers
+
+
+async def build(config, logs, topics, groups, producer_ids, now_ms) -> TransactionCoordinator:
+    """The transaction coordinator, replayed from ``__transaction_state``, Prepare* transactions completed."""
+
+    def partition_exists(topic: str, partition: int) -> bool:
+        info = logs.topic(topic)
+        return info is not None and 0 <= partition < info.partitions
+
+    txns = TransactionCoordinator(
+        PartitionRecordLog(logs.get_log(TRANSACTION_STATE, 0)), new_producer_id=producer_ids.next_id,
+        write_markers=marker_writer(logs, topics, groups), now_ms=now_ms,
+        max_timeout_ms=config.get_int("transaction.max.timeout.ms", DEFAULT_MAX_TIMEOUT_MS),
+        partition_exists=partition_exists)
+    await txns.load()
+    await txns.complete_pending()
+    return txns
+
+
+def abort_timed_out_job(txns: TransactionCoordinator):
+    """A periodic job (``broker.app``): abort expired transactions in the coordinator's background."""
+    return lambda: txns.runtime.spawn(txns.abort_timed_out(), "aborting timed-out transactions")

@@ -1,0 +1,146 @@
+"""The transaction coordinator alone: a memory record log, a fake clock and a recording marker writer."""
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.runtime import MemoryRecordLog, decode_record
+from coordinator.transaction import TransactionCoordinator
+from coordinator.transaction.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING, PREPARE_COMMIT
+from protocol.coordinator_records.registry import TRANSACTION_COORDINATOR_RECORDS
+from protocol.errors import Errors
+
+
+class World:
+    def __init__(self, log: MemoryRecordLog | None = None, next_pid: int = 100):
+        self.log = log or MemoryRecordLog()
+        self.now = 1_000
+        self.markers: list[tuple[int, int, bool, list]] = []
+        self.pids = iter(range(next_pid, next_pid + 1000))
+        self.fail_markers = False
+
+        async def write_markers(pid, epoch, commit, partitions):
+            if self.fail_markers:
+                raise OSError("disk gone")
+            self.markers.append((pid, epoch, commit, list(partitions)))
+
+        self.txns = TransactionCoordinator(self.log, new_producer_id=lambda: next(self.pids),
+                                           write_markers=write_markers, now_ms=lambda: self.now,
+                                           max_timeout_ms=60_000)
+
+    def states(self) -> list[int]:
+        """The TransactionStatus of every record written, in order."""
+        return [decode_record(TRANSACTION_COORDINATOR_RECORDS, k, v).value.transaction_status
+                for _o, k, v in self.log.records]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_commit_is_two_phase_and_replays():
+    async def go():
+        w = World()
+        err, pid, epoch = await w.txns.init_producer_id("app", 30_000)
+        assert (err, pid, epoch) == (0, 100, 0)
+        assert await w.txns.add_partitions("app", pid, 0, [("t", 0), ("t", 1)]) == 0
+        assert w.txns.verify("app", pid, 0, ("t", 1)) == 0
+        assert w.txns.verify("app", pid, 0, ("t", 2)) == Errors.INVALID_TXN_STATE
+        assert await w.txns.end_txn("app", pid, 0, True) == (0, pid, 0)
+        assert w.markers == [(pid, 0, True, [("t", 0), ("t", 1)])]
+        assert w.states()[-2:] == [PREPARE_COMMIT, COMPLETE_COMMIT]
+        again = World(w.log)
+        await again.txns.load()
+        m = again.txns.describe("app")
+        assert (m.producer_id, m.epoch, m.state, m.partitions) == (pid, 0, COMPLETE_COMMIT, set())
+        assert await again.txns.complete_pending() == 0
+    run(go())
+
+
+def test_prepare_without_complete_is_finished_at_load():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        w.fail_markers = True  # the markers cannot be written; then the process "dies"
+        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.COORDINATOR_NOT_AVAILABLE
+        assert w.states()[-1] == PREPARE_COMMIT
+        assert (await w.txns.add_partitions("app", pid, 0, [("t", 1)])) == Errors.CONCURRENT_TRANSACTIONS
+        again = World(w.log)
+        await again.txns.load()
+        assert await again.txns.complete_pending() == 1
+        assert again.markers == [(pid, 0, True, [("t", 0)])]
+        assert again.txns.describe("app").state == COMPLETE_COMMIT
+    run(go())
+
+
+def test_timeout_aborts_with_an_epoch_bump():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 5_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        w.now += 5_000
+        assert await w.txns.abort_timed_out() == 0  # not past the timeout yet
+        w.now += 1
+        assert await w.txns.abort_timed_out() == 1
+        m = w.txns.describe("app")
+        assert (m.state, m.epoch) == (COMPLETE_ABORT, 1)
+        assert w.markers == [(pid, 1, False, [("t", 0)])]
+        # the old producer is fenced everywhere
+        assert await w.txns.add_partitions("app", pid, 0, [("t", 0)]) == Errors.PRODUCER_FENCED
+        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.PRODUCER_FENCED
+    run(go())
+
+
+def test_init_on_ongoing_fences_and_aborts_then_bumps():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        assert w.txns.describe("app").state == ONGOING
+        assert (await w.txns.init_producer_id("app", 30_000))[0] == Errors.CONCURRENT_TRANSACTIONS
+        assert w.markers == [(pid, 1, False, [("t", 0)])]
+        assert await w.txns.init_producer_id("app", 30_000) == (0, pid, 2)
+    run(go())
+
+
+def test_exhausted_epoch_gets_a_new_producer_id():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        w.txns.txns["app"].epoch = 32766  # as if bumped that often
+        err, new_pid, epoch = await w.txns.init_producer_id("app", 30_000)
+        assert (err, epoch) == (0, 0) and new_pid != pid
+        assert w.txns.describe("app").prev_producer_id == pid
+    run(go())
+
+
+def test_list_filters():
+    async def go():
+        w = World()
+        for tid in ("a", "b", "c"):
+            await w.txns.init_producer_id(tid, 30_000)
+        _, pid, _ = await w.txns.init_producer_id("d", 30_000)
+        await w.txns.add_partitions("d", pid, 0, [("t", 0)])
+        w.now += 100
+        assert [m.transactional_id for m in w.txns.list(["Ongoing"])] == ["d"]
+        assert sorted(m.transactional_id for m in w.txns.list(["Empty"])) == ["a", "b", "c"]
+        assert [m.transactional_id for m in w.txns.list(pattern="[ab]")] == ["a", "b"]
+        assert [m.transactional_id for m in w.txns.list(min_duration_ms=100)] == ["d"]
+        assert w.txns.list(min_duration_ms=101) == []
+        assert w.txns.list(["Nope"]) == []
+    run(go())
+
+
+def test_failed_markers_are_retried_until_written():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        w.fail_markers = True
+        assert (await w.txns.end_txn("app", pid, 0, False))[0] == Errors.COORDINATOR_NOT_AVAILABLE
+        w.fail_markers = False
+        await w.txns.drain()  # the background retry
+        assert w.markers == [(pid, 0, False, [("t", 0)])]
+        assert w.txns.describe("app").state == COMPLETE_ABORT
+        assert await w.txns.end_txn("app", pid, 0, False) == (0, pid, 0)  # the client's retry
+    run(go())
