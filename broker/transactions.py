@@ -22,11 +22,40 @@ from broker.internal_topics import PartitionRecordLog
 from broker.log.errors import LogError
 from broker.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from coordinator.transaction import TransactionCoordinator
+from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.transactions")
 
 DEFAULT_MAX_TIMEOUT_MS = 900000
 DEFAULT_ABORT_INTERVAL_MS = 10000
+
+# AddPartitionsToTxnManager.TransactionSupportedOperation: what a request version can be answered
+DEFAULT_ERROR, GENERIC_ERROR_SUPPORTED, ADD_PARTITION = range(3)
+
+
+def produce_operation(version: int) -> int:
+    """``produceRequestVersionToTransactionSupportedOperation``: v12+ adds, v11 knows TRANSACTION_ABORTABLE."""
+    return ADD_PARTITION if version > 11 else GENERIC_ERROR_SUPPORTED if version > 10 else DEFAULT_ERROR
+
+
+def txn_offset_commit_operation(version: int) -> int:
+    """``txnOffsetCommitRequestVersionToTransactionSupportedOperation``: v5+ adds, v4 knows TRANSACTION_ABORTABLE."""
+    return ADD_PARTITION if version > 4 else GENERIC_ERROR_SUPPORTED if version > 3 else DEFAULT_ERROR
+
+
+async def verify_partition(txns: TransactionCoordinator, tid: str, pid: int, epoch: int, tp, operation: int) -> int:
+    """KIP-890 verification of one partition, answered as AddPartitionsToTxnManager answers the broker:
+    ADD_PARTITION adds the partition (AddPartitionsToTxn with VerifyOnly false), the others only verify;
+    PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, and TRANSACTION_ABORTABLE (not in the transaction)
+    becomes INVALID_TXN_STATE for versions that predate it."""
+    code = txns.verify(tid, pid, epoch, tp)
+    if code == Errors.TRANSACTION_ABORTABLE and operation == ADD_PARTITION:
+        code = await txns.add_partitions(tid, pid, epoch, [tp], client_version=2)
+    if code == Errors.PRODUCER_FENCED:
+        return Errors.INVALID_PRODUCER_EPOCH
+    if code == Errors.TRANSACTION_ABORTABLE and operation == DEFAULT_ERROR:
+        return Errors.INVALID_TXN_STATE
+    return code
 
 
 def marker_writer(logs, topics, groups):

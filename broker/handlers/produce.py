@@ -14,9 +14,10 @@ Transactional produce (a TransactionalId): WRITE on the TRANSACTIONAL_ID, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.  A transactional batch's
 partition must be in the producer's ongoing transaction (KIP-890 part 1,
 ``transaction.partition.verification.enable``): v12+ (transaction.version 2) adds it
-implicitly, v3-11 get INVALID_TXN_STATE; a stale epoch INVALID_PRODUCER_EPOCH, and
-CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS (retriable for every
-client), as Kafka's ReplicaManager does.  Only the batch header is read.
+implicitly, v11 gets TRANSACTION_ABORTABLE, v3-10 INVALID_TXN_STATE; a stale epoch
+INVALID_PRODUCER_EPOCH, and CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS
+before v12 (retriable for every client), as Kafka's AddPartitionsToTxnManager and
+ReplicaManager do.  Only the batch header is read.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import logging
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
+from broker.transactions import ADD_PARTITION, produce_operation, verify_partition
 from protocol.errors import Errors
 from protocol.messages.produce import ProduceResponse
 from protocol.messages.registry import ApiKey
@@ -89,14 +91,14 @@ async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
     if records is None or len(records) < HEADER_SIZE or not records[22] & TRANSACTIONAL_MASK:
         return 0  # not transactional (or malformed: validation answers)
     info = read_header(records, 0)
-    txns = c.transactions
-    tp = (topic, pd.index)
-    code = txns.verify(tid, info.producer_id, info.producer_epoch, tp)
-    if code == Errors.INVALID_TXN_STATE and version >= 12:
-        code = await txns.add_partitions(tid, info.producer_id, info.producer_epoch, [tp], client_version=2)
-    if code in (Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH):
-        return Errors.INVALID_PRODUCER_EPOCH
-    if code == Errors.CONCURRENT_TRANSACTIONS:
+    operation = produce_operation(version)
+    code = await verify_partition(c.transactions, tid, info.producer_id, info.producer_epoch, (topic, pd.index),
+                                  operation)
+    # ReplicaManager: retriable coordinator errors become NOT_ENOUGH_REPLICAS (which every client retries),
+    # except CONCURRENT_TRANSACTIONS for transaction.version 2 (v12+), answered as it is
+    if code == Errors.CONCURRENT_TRANSACTIONS and operation != ADD_PARTITION:
+        return Errors.NOT_ENOUGH_REPLICAS
+    if code in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR):
         return Errors.NOT_ENOUGH_REPLICAS
     return code
 

@@ -3,7 +3,8 @@
 The ``__consumer_offsets`` partition must be in the producer's ongoing transaction
 (AddOffsetsToTxn; v5+, transaction.version 2, adds it implicitly as Kafka's
 KIP-890 verification does): otherwise every partition gets the coordinator's code
-(INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE).  The group
+(INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, and for a partition not in the
+transaction TRANSACTION_ABORTABLE at v4, INVALID_TXN_STATE below).  The group
 coordinator then validates the member / generation (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, ...; a producer without group metadata, generation -1, is not
 checked), appends the offsets in the producer's transaction and holds them pending:
@@ -16,6 +17,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed
 from broker.topics import CONSUMER_OFFSETS
+from broker.transactions import txn_offset_commit_operation, verify_partition
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.txn_offset_commit import TxnOffsetCommitResponse
@@ -38,13 +40,8 @@ async def txn_offset_commit(ctx, req):
         return _all(req, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, by_id)
     if not allowed(ctx, "READ", "GROUP", req.group_id):
         return _all(req, Errors.GROUP_AUTHORIZATION_FAILED, by_id)
-    txns = c.transactions
-    tp = (CONSUMER_OFFSETS, 0)
-    err = txns.verify(req.transactional_id, req.producer_id, req.producer_epoch, tp)
-    if err == Errors.INVALID_TXN_STATE and ctx.api_version >= 5:
-        err = await txns.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
+    err = await verify_partition(c.transactions, req.transactional_id, req.producer_id, req.producer_epoch,
+                                 (CONSUMER_OFFSETS, 0), txn_offset_commit_operation(ctx.api_version))
     if err:
-        if err == Errors.PRODUCER_FENCED and ctx.api_version < 5:
-            err = Errors.INVALID_PRODUCER_EPOCH
         return _all(req, err, by_id)
     return await c.groups.txn_offset_commit(req, req.producer_id, req.producer_epoch, by_id)

@@ -10,8 +10,11 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   epoch bumped (a new producer id once the epoch is exhausted), which fences the
   previous instance; an ongoing transaction is aborted first (the epoch is bumped,
   PrepareAbort, markers, CompleteAbort) and the caller gets CONCURRENT_TRANSACTIONS
-  to retry, as Kafka.  KIP-360: a given (producer id, epoch) must be the current or
-  the previous one, else PRODUCER_FENCED.  ``transaction.timeout.ms`` above
+  to retry, as Kafka.  KIP-360 (``prepareIncrementProducerEpoch``): a given producer
+  id must be the current one (or the previous one with an exhausted epoch, a retry of
+  a rotation) and its epoch the current one (bumped) or the last one (a retry: the
+  same answer), else PRODUCER_FENCED; a bump without a given epoch (a new instance)
+  leaves no last epoch, so the old instance stays fenced.  ``transaction.timeout.ms`` above
   ``transaction.max.timeout.ms`` (or <= 0) is INVALID_TRANSACTION_TIMEOUT.
 * AddPartitionsToTxn / AddOffsetsToTxn (and the KIP-890 implicit add of a v12+
   Produce or v5+ TxnOffsetCommit): Ongoing with the partitions added.
@@ -19,12 +22,16 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   ``write_markers`` (the broker appends control batches to the partitions), then
   Complete{Commit,Abort} is logged, then the client is answered.  EndTxn v5+
   (transaction.version 2) bumps the epoch with the Prepare record and returns it;
-  a retry with the previous epoch gets the same answer.  At start-up, transactions
+  a retry (epoch + 1 is the current one, or the rotation it caused) gets the same
+  answer, as ``endTransaction``'s TV2 table.  Once the epoch is exhausted the markers
+  are written at epoch 32767 of the producer id that wrote the transaction and the
+  Complete record switches to the next producer id at epoch 0.  At start-up, transactions
   found in Prepare* have their markers written and are completed
   (:meth:`complete_pending`).
 * Timeouts: :meth:`abort_timed_out` aborts Ongoing transactions older than their
   timeout with an epoch bump (the producer is fenced), as Kafka's
-  ``abortTimedOutTransactions``.
+  ``abortTimedOutTransactions``: the fence bump and transaction.version 2's abort
+  bump, so the fenced epoch + 1 is not the current one (no EndTxn "retry" matches).
 * DescribeTransactions, ListTransactions from the same state.
 
 Error codes follow Kafka's coordinator: unknown transactional id or another
@@ -60,6 +67,11 @@ TopicPartition = tuple[str, int]
 MarkerWriter = Callable[[int, int, bool, list[TopicPartition]], Awaitable[None]]
 
 
+def epoch_exhausted(epoch: int) -> bool:
+    """Kafka's ``TransactionMetadata.isEpochExhausted``: 32766 and 32767 are kept for fencing."""
+    return epoch >= MAX_EPOCH - 1
+
+
 class TxnMetadata:
     """One transactional id, as its last replayed record left it (plus ``last_epoch``, in memory)."""
 
@@ -91,14 +103,12 @@ class TxnMetadata:
     def state_name(self) -> str:
         return STATE_NAMES[self.state]
 
-    def bump_epoch(self, new_producer_id: Callable[[], int]) -> None:
-        """Next epoch, or a fresh producer id at epoch 0 once the epoch is exhausted (Kafka's rule)."""
-        if self.epoch >= MAX_EPOCH - 1:
-            self.prev_producer_id = self.producer_id
-            self.producer_id = new_producer_id()
-            self.last_epoch, self.epoch = NO_EPOCH, 0
-        else:
-            self.last_epoch, self.epoch = self.epoch, self.epoch + 1
+    def transit(self) -> "TxnMetadata":
+        """A copy to change into the next state: Kafka's ``prepareTransitionTo`` records the producer id
+        the transition starts from as the previous producer id (set again by every transition)."""
+        n = self.copy()
+        n.prev_producer_id = self.producer_id
+        return n
 
     def to_value(self) -> TransactionLogValue:
         by_topic: dict[str, list[int]] = {}
@@ -119,6 +129,9 @@ class TxnError(Exception):
     def __init__(self, code: int):
         super().__init__(Errors(code).name)
         self.code = code
+
+
+_TV1, _TV2, _FENCE = range(3)  # how ``_end`` moves the epoch
 
 
 def _not_available(_response, _exc):
@@ -185,6 +198,9 @@ class TransactionCoordinator:
             return Errors.INVALID_REQUEST, NO_PRODUCER_ID, NO_EPOCH
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return Errors.INVALID_TRANSACTION_TIMEOUT, NO_PRODUCER_ID, NO_EPOCH
+        if (expected_pid == NO_PRODUCER_ID) != (expected_epoch == NO_EPOCH):
+            return Errors.INVALID_REQUEST, NO_PRODUCER_ID, NO_EPOCH  # KafkaApis: both or neither
+        expected = expected_pid != NO_PRODUCER_ID
         now = self.now_ms()
         cur = self.txns.get(tid)
         if cur is None:
@@ -192,20 +208,36 @@ class TransactionCoordinator:
             m.update_ms = now
             await self._commit(m)
             return Errors.NONE, m.producer_id, m.epoch
-        if cur.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE) or tid in self._busy:
+        if tid in self._busy:
             return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
-        if expected_pid != NO_PRODUCER_ID and not (
-                (expected_pid == cur.producer_id and expected_epoch in (cur.epoch, cur.last_epoch))
-                or (expected_pid == cur.prev_producer_id and expected_epoch != NO_EPOCH)):
+        # prepareInitProducerIdTransit.isValidProducerId: the current producer id (its epoch is checked
+        # below), or the previous one with an exhausted epoch (a retry of a producer id rotation)
+        if expected and not (expected_pid == cur.producer_id
+                             or (expected_pid == cur.prev_producer_id and epoch_exhausted(expected_epoch))):
             return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
-        if cur.state == ONGOING:
-            # fence the current producer and abort its transaction; the client retries (Kafka's rule)
-            await self._end(cur.copy(), commit=False, bump=True, now=now)
+        if cur.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
             return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
-        if expected_pid == cur.producer_id and expected_epoch == cur.last_epoch != NO_EPOCH and cur.state == EMPTY:
-            return Errors.NONE, cur.producer_id, cur.epoch  # a retry of the bump that already happened
-        m = cur.copy()
-        m.bump_epoch(self._new_producer_id)
+        if cur.state == ONGOING:
+            if expected and expected_epoch not in (cur.epoch, cur.last_epoch):
+                # stricter than Kafka, which fences here on the producer id alone: a zombie's KIP-360
+                # InitProducerId must not abort the live instance's transaction
+                return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
+            # fence the current producer and abort its transaction; the client retries (Kafka's rule)
+            await self._end(cur.transit(), commit=False, mode=_FENCE, now=now)
+            return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
+        m = cur.transit()
+        if epoch_exhausted(cur.epoch) and (not expected or expected_epoch == cur.epoch):
+            # prepareProducerIdRotation
+            m.producer_id, m.epoch = self._new_producer_id(), 0
+            m.last_epoch = cur.epoch if expected else NO_EPOCH
+        elif not expected:  # prepareIncrementProducerEpoch without an expected epoch: a new instance
+            m.epoch, m.last_epoch = cur.epoch + 1, NO_EPOCH
+        elif expected_epoch == cur.epoch:  # KIP-360: the current producer bumps its own epoch
+            m.epoch, m.last_epoch = cur.epoch + 1, cur.epoch
+        elif expected_epoch == cur.last_epoch:  # a retry of a bump that already happened: no new bump
+            pass
+        else:
+            return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
         m.state, m.partitions, m.start_ms, m.update_ms, m.timeout_ms = EMPTY, set(), -1, now, timeout_ms
         await self._commit(m)
         return Errors.NONE, m.producer_id, m.epoch
@@ -235,7 +267,7 @@ class TransactionCoordinator:
                 return e.code, []
             if m.state == ONGOING and parts <= m.partitions:
                 return Errors.NONE, []
-            n = m.copy()
+            n = m.transit()
             now = self.now_ms()
             if n.state != ONGOING:
                 n.state, n.partitions, n.start_ms = ONGOING, set(), now
@@ -248,15 +280,17 @@ class TransactionCoordinator:
         return await self.runtime.write(op, on_error=lambda _r, _e: Errors.COORDINATOR_NOT_AVAILABLE)
 
     def verify(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> int:
-        """KIP-890 part 1: is ``tp`` in the ongoing transaction of (pid, epoch)? An error code."""
+        """KIP-890 part 1 (``handleVerifyPartitionsInTransaction``): is ``tp`` in the transaction of
+        (pid, epoch)? An error code as the coordinator answers it (TRANSACTION_ABORTABLE: not in it);
+        callers map it for their request version (``broker.transactions.verify_partition``)."""
         m = self.txns.get(tid)
         if m is None or m.producer_id != pid:
             return Errors.INVALID_PRODUCER_ID_MAPPING
-        if epoch < m.epoch:
-            return Errors.INVALID_PRODUCER_EPOCH
-        if m.state != ONGOING or tp not in m.partitions or epoch != m.epoch:
-            return Errors.INVALID_TXN_STATE
-        return Errors.NONE
+        if m.epoch != epoch:
+            return Errors.PRODUCER_FENCED
+        if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return Errors.CONCURRENT_TRANSACTIONS
+        return Errors.NONE if tp in m.partitions else Errors.TRANSACTION_ABORTABLE
 
     # ------------------------------------------------------------------ EndTxn
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, tv2: bool = False) -> tuple[int, int, int]:
@@ -267,43 +301,81 @@ class TransactionCoordinator:
             return e.code, NO_PRODUCER_ID, NO_EPOCH
 
     async def _end_txn(self, tid: str, pid: int, epoch: int, commit: bool, tv2: bool) -> tuple[int, int, int]:
+        if not tid:
+            return Errors.INVALID_REQUEST, NO_PRODUCER_ID, NO_EPOCH
         m = self.txns.get(tid)
-        if m is None or pid not in (m.producer_id, m.prev_producer_id) or (
-                pid == m.prev_producer_id and pid != m.producer_id and not tv2):
+        if m is None:
             return Errors.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_EPOCH
-        if tid in self._busy:
-            return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
         done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         preparing = PREPARE_COMMIT if commit else PREPARE_ABORT
-        retry = tv2 and ((pid == m.producer_id and epoch == m.last_epoch) or pid == m.prev_producer_id)
-        if retry:  # TV2: the epoch was bumped by the EndTxn this one retries
+        if not tv2:  # endTransactionWithTV1: strict producer id / epoch, no bump
+            if pid != m.producer_id:
+                return Errors.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_EPOCH
+            if epoch != m.epoch:
+                return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
+            if tid in self._busy:
+                return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
+            if m.state == ONGOING:
+                n = await self._end(m.transit(), commit, mode=_TV1, now=self.now_ms())
+                return Errors.NONE, n.producer_id, n.epoch
             if m.state == done:
-                return Errors.NONE, m.producer_id, m.epoch
+                return Errors.NONE, m.producer_id, m.epoch  # a retry
             if m.state == preparing:
                 return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
+            return Errors.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_EPOCH
+        # endTransaction (TV2): a retry is recognised by the epoch the EndTxn it retries bumped, or by
+        # the producer id rotation it caused (overflow), never by "same state, same epoch"
+        retry_on_overflow = (pid == m.prev_producer_id and pid != m.producer_id and epoch == MAX_EPOCH - 1
+                             and m.epoch == 0)
+        retry_on_bump = m.epoch == epoch + 1
+        if pid != m.producer_id and not retry_on_overflow:
+            return Errors.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_EPOCH
+        if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            valid = retry_on_bump
+        elif m.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or epoch == m.epoch
+        else:
+            valid = epoch == m.epoch
+        if not valid:
             return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
-        if pid != m.producer_id or epoch != m.epoch:
-            return Errors.PRODUCER_FENCED, NO_PRODUCER_ID, NO_EPOCH
-        if m.state == ONGOING:
-            n = await self._end(m.copy(), commit, bump=tv2, now=self.now_ms())
+        if tid in self._busy:
+            return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
+        retry = retry_on_bump or retry_on_overflow
+        if m.state == ONGOING or (not commit and m.state == EMPTY) or (
+                not commit and not retry and m.state in (COMPLETE_COMMIT, COMPLETE_ABORT)):
+            # TV2 allows the abort of a transaction with no partition (Empty / Complete*)
+            n = await self._end(m.transit(), commit, mode=_TV2, now=self.now_ms())
             return Errors.NONE, n.producer_id, n.epoch
+        if m.state == done and retry:
+            return Errors.NONE, m.producer_id, m.epoch
         if m.state == preparing:
             return Errors.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_EPOCH
-        if m.state == done and not tv2:
-            return Errors.NONE, m.producer_id, m.epoch  # a retry (TV0/1 keeps the epoch)
-        if tv2 and not commit and m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
-            n = await self._end(m.copy(), False, bump=True, now=self.now_ms())  # TV2: abort of an empty txn
-            return Errors.NONE, n.producer_id, n.epoch
         return Errors.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_EPOCH
 
-    async def _end(self, n: TxnMetadata, commit: bool, bump: bool, now: int) -> TxnMetadata:
-        """Two-phase end: log Prepare*, write the markers, log Complete*; returns the completed state."""
+    async def _end(self, n: TxnMetadata, commit: bool, mode: int, now: int) -> TxnMetadata:
+        """Two-phase end: log Prepare*, write the markers, log Complete*; returns the completed state.
+
+        ``mode`` is how the epoch moves with the Prepare record (``TransactionMetadata``):
+        ``_TV1`` keeps it; ``_TV2`` (EndTxn v5+) bumps it, and once it is exhausted allocates the next
+        producer id, which the Complete record switches to at epoch 0 (the markers still carry the old
+        producer id, at epoch 32767); ``_FENCE`` (InitProducerId on an Ongoing transaction, timeout) is
+        ``prepareFenceProducerEpoch`` then the transaction.version 2 abort: two bumps (capped at 32767),
+        so that no EndTxn retry check matches the fenced producer's epoch."""
         tid = n.transactional_id
         self._busy.add(tid)
         retrying = False
         try:
-            if bump:
-                n.bump_epoch(self._new_producer_id)
+            if mode == _FENCE:
+                fenced = min(n.epoch + 1, MAX_EPOCH)
+                n.epoch, n.last_epoch = min(fenced + 1, MAX_EPOCH), fenced
+                n.client_version = 2
+            elif mode == _TV2:
+                if epoch_exhausted(n.epoch):
+                    n.next_producer_id = self._new_producer_id()
+                n.last_epoch, n.epoch = n.epoch, min(n.epoch + 1, MAX_EPOCH)
+                n.client_version = 2
+            if n.state != ONGOING:  # TV2 abort without partitions: the start time is the update time
+                n.start_ms = now
             n.state = PREPARE_COMMIT if commit else PREPARE_ABORT
             n.update_ms = now
             await self._commit(n)
@@ -322,7 +394,9 @@ class TransactionCoordinator:
         commit = n.state == PREPARE_COMMIT
         if n.partitions:
             await self._write_markers(n.producer_id, n.epoch, commit, sorted(n.partitions))
-        done = n.copy()
+        done = n.transit()
+        if n.next_producer_id != NO_PRODUCER_ID:  # prepareComplete after an epoch overflow (TV2)
+            done.producer_id, done.epoch, done.next_producer_id = n.next_producer_id, 0, NO_PRODUCER_ID
         done.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         done.partitions = set()
         done.update_ms = self.now_ms()
@@ -363,7 +437,7 @@ class TransactionCoordinator:
                 continue
             logger.info("aborting transaction of %r (producer %d): timed out after %d ms", m.transactional_id,
                         m.producer_id, now - m.start_ms)
-            await self._end(m, commit=False, bump=True, now=now)
+            await self._end(m.transit(), commit=False, mode=_FENCE, now=now)
         return len(expired)
 
     # ------------------------------------------------------------------ admin

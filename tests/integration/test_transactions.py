@@ -285,21 +285,25 @@ def _produce_txn(w: WireClient, tid: str, topic: str, pid: int, epoch: int, seq:
 
 def test_transaction_version_2_flow(sharebroker):
     """KIP-890 (transaction.version 2): Produce v12 adds the partition, EndTxn v5 bumps the epoch;
-    before v12 a partition not added to the transaction is refused with INVALID_TXN_STATE."""
+    before v12 a partition not added to the transaction is refused: TRANSACTION_ABORTABLE at v11 (the first
+    version whose clients know it), INVALID_TXN_STATE below (AddPartitionsToTxnManager)."""
     bs = sharebroker.bootstrap
     topic = create_topic(bs)
     tid = unique("tv2")
     with WireClient(bs) as w:
         r = _wire_init(w, tid, version=5)
         pid, epoch = r.producer_id, r.producer_epoch
-        assert _produce_txn(w, tid, topic, pid, epoch, 0, b"v11", 11) == Errors.INVALID_TXN_STATE
+        assert _produce_txn(w, tid, topic, pid, epoch, 0, b"v10", 10) == Errors.INVALID_TXN_STATE
+        assert _produce_txn(w, tid, topic, pid, epoch, 0, b"v11", 11) == Errors.TRANSACTION_ABORTABLE
         assert _produce_txn(w, tid, topic, pid, epoch, 0, b"tv2-a", 12) == Errors.NONE
         assert list_offset(bs, topic, 1) == 0
         end = _end(w, tid, pid, epoch, True, version=5)
         assert (end.error_code, end.producer_id, end.producer_epoch) == (0, pid, epoch + 1)
         retry = _end(w, tid, pid, epoch, True, version=5)  # a retry with the old epoch: the same answer
         assert (retry.error_code, retry.producer_epoch) == (0, epoch + 1)
-        assert _end(w, tid, pid, epoch, False, version=5).error_code == Errors.PRODUCER_FENCED
+        # a retry's epoch asking for the other outcome: INVALID_TXN_STATE (endTransaction's TV2 table)
+        assert _end(w, tid, pid, epoch, False, version=5).error_code == Errors.INVALID_TXN_STATE
+        assert _end(w, tid, pid, epoch - 1, True, version=5).error_code == Errors.PRODUCER_FENCED
         # the next transaction runs at the bumped epoch, sequence 0; the old epoch is fenced
         assert _produce_txn(w, tid, topic, pid, epoch, 1, b"zombie", 12) == Errors.INVALID_PRODUCER_EPOCH
         assert _produce_txn(w, tid, topic, pid, epoch + 1, 0, b"tv2-b", 12) == Errors.NONE

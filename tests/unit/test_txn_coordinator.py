@@ -5,7 +5,7 @@ import asyncio
 
 from coordinator.runtime import MemoryRecordLog, decode_record
 from coordinator.transaction import TransactionCoordinator
-from coordinator.transaction.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING, PREPARE_COMMIT
+from coordinator.transaction.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, PREPARE_COMMIT
 from protocol.coordinator_records.registry import TRANSACTION_COORDINATOR_RECORDS
 from protocol.errors import Errors
 
@@ -44,7 +44,7 @@ def test_commit_is_two_phase_and_replays():
         assert (err, pid, epoch) == (0, 100, 0)
         assert await w.txns.add_partitions("app", pid, 0, [("t", 0), ("t", 1)]) == 0
         assert w.txns.verify("app", pid, 0, ("t", 1)) == 0
-        assert w.txns.verify("app", pid, 0, ("t", 2)) == Errors.INVALID_TXN_STATE
+        assert w.txns.verify("app", pid, 0, ("t", 2)) == Errors.TRANSACTION_ABORTABLE  # mapped by version
         assert await w.txns.end_txn("app", pid, 0, True) == (0, pid, 0)
         assert w.markers == [(pid, 0, True, [("t", 0), ("t", 1)])]
         assert w.states()[-2:] == [PREPARE_COMMIT, COMPLETE_COMMIT]
@@ -83,11 +83,13 @@ def test_timeout_aborts_with_an_epoch_bump():
         w.now += 1
         assert await w.txns.abort_timed_out() == 1
         m = w.txns.describe("app")
-        assert (m.state, m.epoch) == (COMPLETE_ABORT, 1)
-        assert w.markers == [(pid, 1, False, [("t", 0)])]
+        assert (m.state, m.epoch) == (COMPLETE_ABORT, 2)  # fence bump + TV2 abort bump, as Kafka
+        assert w.markers == [(pid, 2, False, [("t", 0)])]
         # the old producer is fenced everywhere
         assert await w.txns.add_partitions("app", pid, 0, [("t", 0)]) == Errors.PRODUCER_FENCED
         assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.PRODUCER_FENCED
+        # a TV2 client cannot pass its fenced epoch off as a retry of an EndTxn and adopt the new one
+        assert (await w.txns.end_txn("app", pid, 0, False, tv2=True))[0] == Errors.PRODUCER_FENCED
     run(go())
 
 
@@ -98,8 +100,8 @@ def test_init_on_ongoing_fences_and_aborts_then_bumps():
         await w.txns.add_partitions("app", pid, 0, [("t", 0)])
         assert w.txns.describe("app").state == ONGOING
         assert (await w.txns.init_producer_id("app", 30_000))[0] == Errors.CONCURRENT_TRANSACTIONS
-        assert w.markers == [(pid, 1, False, [("t", 0)])]
-        assert await w.txns.init_producer_id("app", 30_000) == (0, pid, 2)
+        assert w.markers == [(pid, 2, False, [("t", 0)])]
+        assert await w.txns.init_producer_id("app", 30_000) == (0, pid, 3)
     run(go())
 
 
@@ -143,4 +145,77 @@ def test_failed_markers_are_retried_until_written():
         assert w.markers == [(pid, 0, False, [("t", 0)])]
         assert w.txns.describe("app").state == COMPLETE_ABORT
         assert await w.txns.end_txn("app", pid, 0, False) == (0, pid, 0)  # the client's retry
+    run(go())
+
+
+def test_kip360_bump_does_not_unfence_a_zombie():
+    """prepareIncrementProducerEpoch: a new instance (no expected epoch) leaves no "last epoch", so the
+    previous instance's KIP-360 InitProducerId with its old epoch is fenced, whatever the state."""
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        assert await w.txns.init_producer_id("app", 30_000) == (0, pid, 1)  # the new instance
+        assert (await w.txns.init_producer_id("app", 30_000, pid, 0))[0] == Errors.PRODUCER_FENCED  # Empty
+        await w.txns.add_partitions("app", pid, 1, [("t", 0)])
+        await w.txns.end_txn("app", pid, 1, True)
+        assert (await w.txns.init_producer_id("app", 30_000, pid, 0))[0] == Errors.PRODUCER_FENCED  # Complete
+        assert w.txns.describe("app").epoch == 1  # the live producer was not fenced
+        # the current producer bumps its own epoch (KIP-360); a retry of that bump gets the same answer
+        assert await w.txns.init_producer_id("app", 30_000, pid, 1) == (0, pid, 2)
+        assert await w.txns.init_producer_id("app", 30_000, pid, 1) == (0, pid, 2)
+        assert (await w.txns.init_producer_id("app", 30_000, pid, -1))[0] == Errors.INVALID_REQUEST
+    run(go())
+
+
+def test_tv2_end_txn_retries_and_table():
+    """TransactionCoordinator.endTransaction's TV2 table: a retry carries the epoch before the bump."""
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        assert await w.txns.end_txn("app", pid, 0, True, tv2=True) == (Errors.INVALID_TXN_STATE, -1, -1)  # Empty
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        assert await w.txns.end_txn("app", pid, 0, True, tv2=True) == (0, pid, 1)
+        assert await w.txns.end_txn("app", pid, 0, True, tv2=True) == (0, pid, 1)  # retry
+        assert (await w.txns.end_txn("app", pid, 0, False, tv2=True))[0] == Errors.INVALID_TXN_STATE  # retry, other
+        assert (await w.txns.end_txn("app", pid, 1, True, tv2=True))[0] == Errors.INVALID_TXN_STATE  # current commit
+        assert await w.txns.end_txn("app", pid, 1, False, tv2=True) == (0, pid, 2)  # current abort: bump
+        assert await w.txns.end_txn("app", pid, 1, False, tv2=True) == (0, pid, 2)  # its retry
+        assert await w.txns.init_producer_id("app", 30_000) == (0, pid, 3)
+        assert (await w.txns.end_txn("app", pid, 2, False, tv2=True))[0] == Errors.PRODUCER_FENCED  # Empty: no retry
+    run(go())
+
+
+def test_tv2_epoch_overflow_rotates_after_the_markers():
+    """prepareAbortOrCommit / prepareComplete: the markers close the transaction of the producer id that
+    wrote it (at epoch 32767); the Complete record switches to the next producer id at epoch 0."""
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        w.txns.txns["app"].epoch = 32766  # as if bumped that often
+        await w.txns.add_partitions("app", pid, 32766, [("t", 0)])
+        err, new_pid, epoch = await w.txns.end_txn("app", pid, 32766, True, tv2=True)
+        assert (err, epoch) == (0, 0) and new_pid != pid
+        assert w.markers == [(pid, 32767, True, [("t", 0)])]
+        m = w.txns.describe("app")
+        assert (m.producer_id, m.prev_producer_id, m.next_producer_id, m.state) == (new_pid, pid, -1, COMPLETE_COMMIT)
+        assert await w.txns.end_txn("app", pid, 32766, True, tv2=True) == (0, new_pid, 0)  # retry on overflow
+        assert (await w.txns.end_txn("app", pid, 5, True, tv2=True))[0] == Errors.INVALID_PRODUCER_ID_MAPPING
+        again = World(w.log)  # the rotation survives a reload
+        await again.txns.load()
+        assert (again.txns.describe("app").producer_id, again.txns.describe("app").epoch) == (new_pid, 0)
+    run(go())
+
+
+def test_init_rotation_retry_and_old_producer_id():
+    """prepareProducerIdRotation with an expected epoch records it, so the retry gets the same answer;
+    the previous producer id is accepted only with an exhausted epoch (isValidProducerId)."""
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        w.txns.txns["app"].epoch = 32766
+        err, new_pid, epoch = await w.txns.init_producer_id("app", 30_000, pid, 32766)
+        assert (err, epoch) == (0, 0) and new_pid != pid
+        assert await w.txns.init_producer_id("app", 30_000, pid, 32766) == (0, new_pid, 0)  # the retry
+        assert (await w.txns.init_producer_id("app", 30_000, pid, 7))[0] == Errors.PRODUCER_FENCED
+        assert w.txns.describe("app").state == EMPTY
     run(go())
