@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Sequence
 
 from admin.client import AdminClient, AdminError, BrokerUnreachable, Node, error_name, error_text
+from broker.share.config import parse_iso_duration_ms
 from protocol.errors import Errors
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.list_groups import ListGroupsRequest
@@ -246,25 +247,14 @@ def parse_datetime(text: str, local_tz=None) -> int:
     return int(dt.timestamp() * 1000)
 
 
-_DURATION = re.compile(
-    r"^([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?$",
-    re.IGNORECASE)
-
-
 def parse_duration(text: str) -> timedelta:
     """An ISO-8601 duration as Java's ``Duration.parse`` reads it: ``PnDTnHnMn.nS`` (e.g. ``PT1H``,
-    ``P1DT2H30M``, ``PT0.5S``), optionally signed."""
-    s = text.strip()
-    m = _DURATION.match(s)
-    if not m or not any(m.group(i) for i in (2, 3, 4, 5)) or s.upper().endswith("T"):
-        raise ValueError(f"Invalid duration '{text}': expected ISO-8601 'PnDTnHnMnS', e.g. PT1H or P1DT2H")
-    days, hours, minutes, seconds = (int(m.group(i) or 0) for i in (2, 3, 4, 5))
-    frac = m.group(6) or ""
-    nanos = int(frac.ljust(9, "0")) if frac else 0
-    if frac and m.group(5) and m.group(5).startswith("-"):
-        nanos = -nanos
-    d = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds, microseconds=nanos // 1000)
-    return -d if m.group(1) == "-" else d
+    ``P1DT2H30M``, ``PT0.5S``), optionally signed, to the millisecond (the broker's ``by_duration``
+    parser, ``broker.share.config.parse_iso_duration_ms``)."""
+    try:
+        return timedelta(milliseconds=parse_iso_duration_ms(text.strip()))
+    except ValueError:
+        raise ValueError(f"Invalid duration '{text}': expected ISO-8601 'PnDTnHnMnS', e.g. PT1H or P1DT2H") from None
 
 
 def parse_topic_partitions(arg: str) -> tuple[str, list[int] | None]:

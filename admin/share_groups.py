@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 
 from admin.client import AdminClient, AdminError, error_text
 from admin.common import (
@@ -342,7 +343,7 @@ def plan_reset(client: AdminClient, args, tps: list[tuple[str, int]], now: int |
     if args.to_datetime is not None:
         ts = parse_datetime(args.to_datetime)
     else:
-        ts = now - int(parse_duration(args.by_duration).total_seconds() * 1000)
+        ts = now - parse_duration(args.by_duration) // timedelta(milliseconds=1)
     found = list_offsets(client, tps, ts)
     empty = [tp for tp in tps if found[tp] < 0]
     for t, p in empty:

@@ -138,7 +138,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     security = security_.build(config, meta, logs.background)  # SCRAM store, authorizer and its ACLs
 
     share_metrics = ShareMetrics()
-    shares = SharePartitionManager(config, logs=logs, watchers=watchers,
+    shares = SharePartitionManager(config, logs=logs, watchers=watchers, topics=topics,
                                    persister=MeteredPersister(share_state, share_metrics),
                                    group_configs=group_configs, scheduler=loop, now_ms=now_ms,
                                    metrics=share_metrics)

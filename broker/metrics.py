@@ -20,7 +20,7 @@ lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kaf
 
 Ours, under ``sharebroker_``: per share partition ``sharebroker_share_partition_lag`` (KIP-1226:
 the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_in_flight_records``
-(acquired, locked), ``_archived_records_total``; per consumer-group partition
+(the SPSO..SPEO window, KIP-932's in-flight records), ``_archived_records_total``; per consumer-group partition
 ``sharebroker_consumer_group_lag`` (log end minus committed offset); ``sharebroker_connections``
 and the request-latency histogram ``sharebroker_request_latency_seconds{request}``.
 """
@@ -31,6 +31,7 @@ import logging
 import time
 
 from broker.pipeline import LATENCY_BUCKETS
+from coordinator.group.share_offsets import share_partition_lag
 from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.metrics")
@@ -217,12 +218,13 @@ def _share(w: _Writer, c) -> None:
         rows.append((group, info.name, partition, sp, info.logs[partition]))
     for suffix, kind, help_, value in (
             ("lag", "gauge", "Records not yet in a terminal state (KIP-1226): log end - SPSO - delivery complete "
-                             "count.", lambda sp, plog: max(plog.log_end_offset - sp.start_offset
-                                                            - sp.delivery_complete_count, 0)),
+                             "count.", lambda sp, plog: max(share_partition_lag(
+                                 plog.log_end_offset, sp.start_offset, sp.delivery_complete_count), 0)),
             ("start_offset", "gauge", "Share-partition start offset (SPSO).", lambda sp, plog: sp.start_offset),
-            ("in_flight_records", "gauge", "Acquired (locked) records.", lambda sp, plog: sp.in_flight_count),
+            ("in_flight_records", "gauge", "In-flight records (KIP-932: the SPSO..SPEO window).",
+             lambda sp, plog: sp.in_flight_count),
             ("archived_records_total", "counter", "Records archived (rejected, or delivery limit reached).",
-             lambda sp, plog: getattr(sp, "archived_count", 0))):
+             lambda sp, plog: sp.archived_count)):
         name = f"sharebroker_share_partition_{suffix}"
         w.family(name, kind, help_)
         for group, topic, partition, sp, plog in rows:

@@ -9,8 +9,7 @@ partitions TOPIC_AUTHORIZATION_FAILED and not altered, the others proceed).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.handlers.describe_share_group_offsets import TOPIC_AUTHORIZATION_MESSAGE
-from broker.security.authorize import allowed, enabled, filter_allowed
+from broker.security.authorize import TOPIC_AUTHORIZATION_MESSAGE, allowed, enabled, split_allowed
 from protocol.errors import Errors
 from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse as Resp
 from protocol.messages.registry import ApiKey
@@ -24,9 +23,7 @@ async def alter_share_group_offsets(ctx, req):
         return await groups.alter_share_group_offsets(req, ctx.api_version)
     if not allowed(ctx, "READ", "GROUP", req.group_id):
         return Resp(error_code=Errors.GROUP_AUTHORIZATION_FAILED)
-    readable = filter_allowed(ctx, "READ", "TOPIC", [t.topic_name for t in req.topics])
-    denied = [t for t in req.topics if t.topic_name not in readable]
-    req.topics = [t for t in req.topics if t.topic_name in readable]
+    req.topics, denied = split_allowed(ctx, "READ", "TOPIC", req.topics, lambda t: t.topic_name)
     resp = await groups.alter_share_group_offsets(req, ctx.api_version)
     if resp.error_code:
         return resp

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.handlers.join_group import client_host
-from broker.handlers.share_group_heartbeat import subscription_error
-from broker.security.authorize import enabled
+from broker.security.authorize import enabled, subscription_error
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.messages.registry import ApiKey
 

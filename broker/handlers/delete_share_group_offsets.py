@@ -8,8 +8,7 @@ topic (that topic TOPIC_AUTHORIZATION_FAILED, not deleted; the others proceed).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.handlers.describe_share_group_offsets import TOPIC_AUTHORIZATION_MESSAGE
-from broker.security.authorize import allowed, enabled, filter_allowed
+from broker.security.authorize import TOPIC_AUTHORIZATION_MESSAGE, allowed, enabled, split_allowed
 from protocol.errors import Errors
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse as Resp
 from protocol.messages.registry import ApiKey
@@ -23,11 +22,10 @@ async def delete_share_group_offsets(ctx, req):
         return await groups.delete_share_group_offsets(req, ctx.api_version)
     if not allowed(ctx, "DELETE", "GROUP", req.group_id):
         return Resp(error_code=Errors.GROUP_AUTHORIZATION_FAILED)
-    readable = filter_allowed(ctx, "READ", "TOPIC", [t.topic_name for t in req.topics])
+    req.topics, unreadable = split_allowed(ctx, "READ", "TOPIC", req.topics, lambda t: t.topic_name)
     denied = [Resp.DeleteShareGroupOffsetsResponseTopic(
         topic_name=t.topic_name, topic_id=ZERO_UUID, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
-        error_message=TOPIC_AUTHORIZATION_MESSAGE) for t in req.topics if t.topic_name not in readable]
-    req.topics = [t for t in req.topics if t.topic_name in readable]
+        error_message=TOPIC_AUTHORIZATION_MESSAGE) for t in unreadable]
     resp = await groups.delete_share_group_offsets(req, ctx.api_version)
     if not resp.error_code:
         resp.responses = denied + resp.responses

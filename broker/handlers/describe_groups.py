@@ -8,30 +8,29 @@ group's GROUP_AUTHORIZATION_FAILED and nothing else), v3+ authorized operations 
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import enabled, filter_allowed, operations
+from broker.security import authorize
 from protocol.errors import Errors
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from protocol.messages.registry import ApiKey
+
+_G = DescribeGroupsResponse.DescribedGroup
+
+
+def _denied(gid: str):
+    return _G(group_id=gid, error_code=Errors.GROUP_AUTHORIZATION_FAILED, group_state="", protocol_type="",
+              protocol_data="", members=[])
 
 
 @handler(ApiKey.DESCRIBE_GROUPS, versions=(0, 6))
 async def describe_groups(ctx, req):
     groups = ctx.components.groups
-    if not enabled(ctx):
+    if not authorize.enabled(ctx):
         return groups.describe_groups(req, ctx.api_version)
-    ok = filter_allowed(ctx, "DESCRIBE", "GROUP", req.groups)
-    described = iter(groups.describe_groups(DescribeGroupsRequest(
-        groups=[g for g in req.groups if g in ok], include_authorized_operations=req.include_authorized_operations),
-        ctx.api_version).groups)
-    out = []
-    for gid in req.groups:
-        if gid not in ok:
-            out.append(DescribeGroupsResponse.DescribedGroup(
-                group_id=gid, error_code=Errors.GROUP_AUTHORIZATION_FAILED, group_state="", protocol_type="",
-                protocol_data="", members=[]))
-            continue
-        d = next(described)
-        if ctx.api_version >= 3 and req.include_authorized_operations and not d.error_code:
-            d.authorized_operations = operations(ctx, "GROUP", gid)
-        out.append(d)
-    return DescribeGroupsResponse(groups=out)
+
+    def describe(ids):
+        return groups.describe_groups(DescribeGroupsRequest(
+            groups=ids, include_authorized_operations=req.include_authorized_operations), ctx.api_version).groups
+
+    # classic groups have no assigned topics to check (their assignments are opaque bytes)
+    return DescribeGroupsResponse(groups=authorize.describe_groups(
+        ctx, req.groups, describe, _denied, lambda g: (), ctx.api_version >= 3 and req.include_authorized_operations))

@@ -10,14 +10,12 @@ partition; with ``Topics`` null the undescribable topics are left out.
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import enabled, filter_allowed
+from broker.security.authorize import TOPIC_AUTHORIZATION_MESSAGE, enabled, filter_allowed, split_allowed
 from protocol.errors import Errors
 from protocol.messages.describe_share_group_offsets import (DescribeShareGroupOffsetsRequest as Req,
                                                             DescribeShareGroupOffsetsResponse as Resp)
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
-
-TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."  # Kafka's Errors.TOPIC_AUTHORIZATION_FAILED message
 
 
 @handler(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, versions=(0, 1))
@@ -34,10 +32,9 @@ async def describe_share_group_offsets(ctx, req):
             asked.append(g)
             denied_topics.append([])
             continue
-        readable = filter_allowed(ctx, "DESCRIBE", "TOPIC", [t.topic_name for t in g.topics])
-        asked.append(Req.DescribeShareGroupOffsetsRequestGroup(
-            group_id=g.group_id, topics=[t for t in g.topics if t.topic_name in readable]))
-        denied_topics.append([t for t in g.topics if t.topic_name not in readable])
+        readable, denied = split_allowed(ctx, "DESCRIBE", "TOPIC", g.topics, lambda t: t.topic_name)
+        asked.append(Req.DescribeShareGroupOffsetsRequestGroup(group_id=g.group_id, topics=readable))
+        denied_topics.append(denied)
     answered = iter(zip((await ctx.components.groups.describe_share_group_offsets(
         Req(groups=asked), ctx.api_version)).groups, denied_topics))
     out = []
@@ -49,8 +46,7 @@ async def describe_share_group_offsets(ctx, req):
         resp, denied = next(answered)
         if not resp.error_code:
             if g.topics is None:  # every topic: the undescribable ones are left out
-                readable = filter_allowed(ctx, "DESCRIBE", "TOPIC", [t.topic_name for t in resp.topics])
-                resp.topics = [t for t in resp.topics if t.topic_name in readable]
+                resp.topics = split_allowed(ctx, "DESCRIBE", "TOPIC", resp.topics, lambda t: t.topic_name)[0]
             resp.topics += [Resp.DescribeShareGroupOffsetsResponseTopic(
                 topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=[
                     Resp.DescribeShareGroupOffsetsResponsePartition(

@@ -12,7 +12,7 @@ left the coordinator is not asked).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import allowed, enabled, filter_allowed, topic_name
+from broker.security.authorize import allowed, enabled, split_allowed, topic_name
 from protocol.errors import Errors
 from protocol.messages.offset_commit import OffsetCommitResponse as Resp
 from protocol.messages.registry import ApiKey
@@ -34,12 +34,11 @@ async def offset_commit(ctx, req):
     by_id = ctx.api_version >= 10
     if not allowed(ctx, "READ", "GROUP", req.group_id):
         return Resp(topics=_answer(req.topics, Errors.GROUP_AUTHORIZATION_FAILED, by_id))
-    names = {id(t): topic_name(ctx, t.topic_id) if by_id else t.name for t in req.topics}
-    readable = filter_allowed(ctx, "READ", "TOPIC", [n for n in names.values() if n is not None])
-    denied = [t for t in req.topics if names[id(t)] is not None and names[id(t)] not in readable]
+    kept, denied = split_allowed(ctx, "READ", "TOPIC", req.topics,
+                                 (lambda t: topic_name(ctx, t.topic_id)) if by_id else (lambda t: t.name))
     if not denied:
         return await groups.offset_commit(req, ctx.api_version)
-    req.topics = [t for t in req.topics if names[id(t)] is None or names[id(t)] in readable]
+    req.topics = kept
     resp = await groups.offset_commit(req, ctx.api_version) if req.topics else Resp(topics=[])
     resp.topics += _answer(denied, Errors.TOPIC_AUTHORIZATION_FAILED, by_id)
     return resp

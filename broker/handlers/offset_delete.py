@@ -8,7 +8,7 @@ each topic (its partitions TOPIC_AUTHORIZATION_FAILED, not deleted).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import allowed, enabled, filter_allowed
+from broker.security.authorize import allowed, enabled, split_allowed
 from protocol.errors import Errors
 from protocol.messages.offset_delete import OffsetDeleteResponse as Resp
 from protocol.messages.registry import ApiKey
@@ -21,9 +21,7 @@ async def offset_delete(ctx, req):
         return await groups.offset_delete(req, ctx.api_version)
     if not allowed(ctx, "DELETE", "GROUP", req.group_id):
         return Resp(error_code=Errors.GROUP_AUTHORIZATION_FAILED, topics=[])
-    readable = filter_allowed(ctx, "READ", "TOPIC", [t.name for t in req.topics])
-    denied = [t for t in req.topics if t.name not in readable]
-    req.topics = [t for t in req.topics if t.name in readable]
+    req.topics, denied = split_allowed(ctx, "READ", "TOPIC", req.topics, lambda t: t.name)
     resp = await groups.offset_delete(req, ctx.api_version)
     resp.topics += [Resp.OffsetDeleteResponseTopic(name=t.name, partitions=[Resp.OffsetDeleteResponsePartition(
         partition_index=p.partition_index, error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions])

@@ -11,7 +11,7 @@ are left out.
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import allowed, enabled, filter_allowed, topic_name
+from broker.security.authorize import allowed, enabled, filter_allowed, split_allowed, topic_name
 from protocol.errors import Errors
 from protocol.messages.offset_fetch import OffsetFetchRequest as Req
 from protocol.messages.offset_fetch import OffsetFetchResponse as Resp
@@ -26,10 +26,7 @@ class _Scope:
         self.allowed = allowed(ctx, "DESCRIBE", "GROUP", group_id)
         self.asked, self.denied = topics, []
         if self.allowed and topics is not None:
-            names = [n for t in topics if (n := self.name(t)) is not None]
-            ok = filter_allowed(ctx, "DESCRIBE", "TOPIC", names)
-            self.asked = [t for t in topics if self.name(t) is None or self.name(t) in ok]
-            self.denied = [t for t in topics if self.name(t) is not None and self.name(t) not in ok]
+            self.asked, self.denied = split_allowed(ctx, "DESCRIBE", "TOPIC", topics, self.name)
 
     def name(self, t) -> str | None:
         return topic_name(self.ctx, t.topic_id) if self.by_id else t.name

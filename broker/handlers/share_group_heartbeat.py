@@ -8,19 +8,9 @@ topic (TOPIC_AUTHORIZATION_FAILED, and the coordinator is not asked).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.security.authorize import allowed, enabled, filter_allowed
-from protocol.errors import Errors
+from broker.security.authorize import enabled, subscription_error
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
-
-
-def subscription_error(ctx, group_id: str, topics) -> int:
-    """READ on the group, DESCRIBE on each subscribed topic: 0 or the error (also ConsumerGroupHeartbeat's)."""
-    if not allowed(ctx, "READ", "GROUP", group_id):
-        return Errors.GROUP_AUTHORIZATION_FAILED
-    if topics and len(filter_allowed(ctx, "DESCRIBE", "TOPIC", topics)) < len(set(topics)):
-        return Errors.TOPIC_AUTHORIZATION_FAILED
-    return Errors.NONE
 
 
 @handler(ApiKey.SHARE_GROUP_HEARTBEAT, versions=(1, 1))

@@ -4,12 +4,13 @@ Every helper asks ``ctx.components.authorizer`` with the request's principal and
 host; without an authorizer (``AllowAll``) they answer "allowed" at once, so a broker
 without ``authorizer.class.name`` pays one attribute test.
 
-    if not allowed(ctx, READ, TOPIC, name): ... Errors.TOPIC_AUTHORIZATION_FAILED
-    code = authorize_or(ctx, READ, GROUP, group_id, Errors.GROUP_AUTHORIZATION_FAILED)  # 0 when allowed
+    if not allowed(ctx, "READ", "TOPIC", name): ... Errors.TOPIC_AUTHORIZATION_FAILED
+    req.topics, denied = split_allowed(ctx, "READ", "TOPIC", req.topics, lambda t: t.name)
 """
 from __future__ import annotations
 
 from broker.security.acls import CLUSTER_NAME, OPERATIONS, SUPPORTED_OPERATIONS
+from protocol.errors import Errors
 
 # the bit sets an authorizer-less broker returns when asked (every supported operation)
 ALL_OPERATIONS = {rtype: sum(1 << OPERATIONS[op] for op in ops) for rtype, ops in SUPPORTED_OPERATIONS.items()}
@@ -37,11 +38,6 @@ def allowed_cluster(ctx, operation: str) -> bool:
     return allowed(ctx, operation, "CLUSTER", CLUSTER_NAME)
 
 
-def authorize_or(ctx, operation: str, resource_type: str, name: str, error: int) -> int:
-    """0 when allowed, else ``error`` (e.g. Errors.GROUP_AUTHORIZATION_FAILED)."""
-    return 0 if allowed(ctx, operation, resource_type, name) else error
-
-
 def allowed_any(ctx, operation: str, resource_type: str) -> bool:
     """Kafka's ``authorizeByResourceType``: allowed on at least one resource of the type."""
     a = authorizer(ctx)
@@ -54,6 +50,27 @@ def filter_allowed(ctx, operation: str, resource_type: str, names) -> set:
     if a is None:
         return set(names)
     return {n for n in set(names) if a.allowed(ctx.principal, operation, resource_type, n, ctx.host)}
+
+
+def split_allowed(ctx, operation: str, resource_type: str, items, name) -> tuple[list, list]:
+    """``items`` split, in order, into those allowed and those denied by ``name(item)``
+    (AuthHelper.partitionSeqByAuthorized); an item whose name is None (an unknown topic id) counts
+    as allowed: it keeps the answer it gets without an authorizer."""
+    names = [name(i) for i in items]
+    ok = filter_allowed(ctx, operation, resource_type, [n for n in names if n is not None])
+    kept, denied = [], []
+    for item, n in zip(items, names):
+        (kept if n is None or n in ok else denied).append(item)
+    return kept, denied
+
+
+def subscription_error(ctx, group_id: str, topics) -> int:
+    """Share/ConsumerGroupHeartbeat: READ on the group, DESCRIBE on each subscribed topic; 0 or the error."""
+    if not allowed(ctx, "READ", "GROUP", group_id):
+        return Errors.GROUP_AUTHORIZATION_FAILED
+    if topics and len(filter_allowed(ctx, "DESCRIBE", "TOPIC", topics)) < len(set(topics)):
+        return Errors.TOPIC_AUTHORIZATION_FAILED
+    return Errors.NONE
 
 
 def operations(ctx, resource_type: str, name: str) -> int:
@@ -70,6 +87,8 @@ def topic_name(ctx, topic_id: bytes) -> str | None:
     return None if info is None else info.name
 
 
+# Kafka's Errors.TOPIC_AUTHORIZATION_FAILED message, for answers that carry one
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
 # KafkaApis' message for a described group assigned topics the caller may not describe
 UNDESCRIBABLE_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 

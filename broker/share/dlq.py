@@ -43,8 +43,9 @@ from typing import Any
 from broker.log.errors import LogError
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.topics import Topics
-from protocol.records import (COMPRESSION_GZIP, COMPRESSION_NONE, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordsError, build_batch,
-                              iter_records, validate_records)
+from protocol.records import (ATTRIBUTES_OFFSET, COMPRESSION_GZIP, COMPRESSION_MASK, COMPRESSION_NONE, HEADER_SIZE,
+                              LENGTH_OFFSET, LOG_OVERHEAD, RecordsError, build_batch, iter_records, read_header,
+                              validate_records)
 
 log = logging.getLogger("sharebroker.share.dlq")
 
@@ -85,7 +86,6 @@ class DeadLetterQueue:
         # Test-only (documented as such): hold every append this long, after ARCHIVING is persisted,
         # so that a test can kill the broker between the two phases.
         self.test_delay_ms = config.get_int("sharebroker.share.dlq.test.append.delay.ms", 0)
-        self.records_written = 0
 
     # ------------------------------------------------------------------ the partition's entry point
     async def write(self, sp: Any, runs: list[tuple[int, int, int, int]]) -> bool:
@@ -111,7 +111,6 @@ class DeadLetterQueue:
                 await asyncio.sleep(delay / 1000.0)
                 backoff = min(backoff * 2, self.backoff_max_ms)
                 continue
-            self.records_written += count
             log.info("share group %s: %d dead-letter record(s) of %s written to %s", sp.group_id, count, where,
                      target)
             return True
@@ -165,7 +164,7 @@ class DeadLetterQueue:
             raise DlqError(f"Configured DLQ topic name does not comply with the DLQ topic prefix in share group: "
                            f"{group}, topic: {name}, prefix: {prefix}")
         if info is None:
-            if str(self.config.get(AUTO_CREATE, "false")).strip().lower() != "true":
+            if not self.config.get_bool(AUTO_CREATE):
                 raise DlqError(f"DLQ topic does not exist and auto create is disabled on cluster for share group: "
                                f"{group}, topic: {name}.")
             try:
@@ -212,17 +211,16 @@ def _decode(datas: list[bytes], wanted: list[tuple[int, int]]) -> dict:
 
 def _uncompressed(data: bytes) -> bytes:
     """The batch as an uncompressed one (gzip inflated); raises RecordsError for other codecs."""
-    fields = HEADER.unpack_from(data, 0)
-    attributes = fields[5]
-    codec = attributes & 0x07
+    info = read_header(data)
+    codec = info.compression
     if codec == COMPRESSION_NONE:
         return data
     if codec != COMPRESSION_GZIP:
         raise RecordsError(0, f"compression codec {codec} is not supported for copy-record")
     body = zlib.decompress(data[HEADER_SIZE:], wbits=31)
     out = bytearray(data[:HEADER_SIZE]) + body
-    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
-    struct.pack_into(">h", out, 21, attributes & ~0x07)
+    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, info.attributes & ~COMPRESSION_MASK)
     return bytes(out)
 
 

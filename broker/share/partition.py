@@ -561,6 +561,16 @@ class SharePartition:
     def _archive_range(self, lo: int, hi: int, from_state: int) -> bool:
         """In-memory archive (not persisted, as Kafka) of settled `from_state` records in lo..hi."""
         changed = False
+        for _b, s_lo, s_hi, st in self._in_state(lo, hi, from_state):
+            self._force_archive(st)
+            if s_hi >= self.start_offset:
+                self._dcc += s_hi - max(s_lo, self.start_offset) + 1
+            changed = True
+        return changed
+
+    def _in_state(self, lo: int, hi: int, state: int) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
+        """(batch, first, last, state) runs of the records within lo..hi that are in `state` with no
+        transition in flight; a whole-state batch reaching past lo..hi is exploded first."""
         i = max(self._floor(lo), 0)
         while i < len(self._batches) and self._batches[i].first <= hi:
             b = self._batches[i]
@@ -569,17 +579,13 @@ class SharePartition:
                 continue
             if b.offsets is None:
                 st = b.state
-                if st.state != from_state or st.rollback is not None:
+                if st.state != state or st.rollback is not None:
                     continue
                 if b.first < lo or b.last > hi:
                     b.explode()
             for s_lo, s_hi, st in b.states(lo, hi):
-                if st.state == from_state and st.rollback is None:
-                    self._force_archive(st)
-                    if s_hi >= self.start_offset:
-                        self._dcc += s_hi - max(s_lo, self.start_offset) + 1
-                    changed = True
-        return changed
+                if st.state == state and st.rollback is None:
+                    yield b, s_lo, s_hi, st
 
     # ------------------------------------------------------------------ acknowledge side
 
@@ -845,34 +851,23 @@ class SharePartition:
             except Exception:
                 log.exception("%s: writing dead-letter records failed", self)
         while self._status == ACTIVE:
-            code = await asyncio.shield(self._finish_archiving(runs))  # a close must not cancel the write
+            changes = self._begin_archived(runs)
+            if not changes:
+                return
+            code = await asyncio.shield(self._start_write(changes, _DLQ))  # a close must not cancel the write
             if code == Errors.NONE or code in FENCING_ERRORS:
                 return
             await asyncio.sleep(self._retry_backoff_ms / 1000.0)
 
-    def _finish_archiving(self, runs: list) -> "asyncio.Future[int]":
-        """ARCHIVING -> ARCHIVED (persisted) for the records of `runs` still ARCHIVING."""
+    def _begin_archived(self, runs: list) -> list[tuple[InFlightBatch, int, int]]:
+        """Start ARCHIVING -> ARCHIVED (persisted) for the records of `runs` still ARCHIVING."""
         changes = []
         for first, last, _dc, _cause in runs:
-            i = max(self._floor(first), 0)
-            while i < len(self._batches) and self._batches[i].first <= last:
-                b = self._batches[i]
-                i += 1
-                if b.last < first:
-                    continue
-                if b.offsets is None and (b.first < first or b.last > last) and b.state.state == ARCHIVING \
-                        and b.state.rollback is None:
-                    b.explode()
-                for lo, hi, st in b.states(first, last):
-                    if st.state == ARCHIVING and st.rollback is None:
-                        st.rollback = (ARCHIVING, st.delivery_count, "")
-                        st.state = ARCHIVED
-                        changes.append((b, lo, hi))
-        if not changes:
-            fut = asyncio.get_running_loop().create_future()
-            fut.set_result(Errors.NONE)
-            return fut
-        return self._start_write(changes, _DLQ)
+            for b, lo, hi, st in self._in_state(first, last, ARCHIVING):
+                st.rollback = (ARCHIVING, st.delivery_count, "")
+                st.state = ARCHIVED
+                changes.append((b, lo, hi))
+        return changes
 
     # ------------------------------------------------------------------ SPSO and log start
 

@@ -126,12 +126,6 @@ class GroupCoordinator:
         external = self._external_configs.overrides(group_id)
         return {**external, **local} if local else external
 
-    def group_config_int(self, group_id: str, key: str) -> int:
-        """A share group setting: the group's override, else the broker default (``group.<key>``)."""
-        defaults = {"share.session.timeout.ms": self.cfg.share_session_timeout_ms,
-                    "share.heartbeat.interval.ms": self.cfg.share_heartbeat_interval_ms}
-        return int(self.group_config(group_id).get(key, defaults[key]))
-
     def set_group_config(self, group_id: str, key: str, value: str | None) -> None:
         """Dynamic per-group settings (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``,
         ``consumer.auto.offset.reset`` for the lag assignor); None removes."""

@@ -60,6 +60,9 @@ ASSIGNMENT_INTERVAL = "share.assignment.interval.ms"
 ASSIGNOR_NAME = "share.assignor.name"  # ours: Kafka 4.4 has one share assignor for every group
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 INIT_RETRY_MS = 30000  # Kafka's group.share.initialize.retry.interval.ms default
+# per-group settings (``share.*`` overrides) -> the GroupConfig field of their broker default (``group.share.*``)
+_BROKER_DEFAULTS = {SESSION_TIMEOUT: "share_session_timeout_ms", HEARTBEAT_INTERVAL: "share_heartbeat_interval_ms",
+                    ASSIGNMENT_INTERVAL: "share_assignment_interval_ms"}
 
 
 class ShareMember:
@@ -144,6 +147,13 @@ class ShareGroup(ModernGroup):
                 self.initialized = {ti.topic_id: (ti.topic_name, set(ti.partitions)) for ti in v.initialized_topics}
 
 
+def group_not_found(group_id: str, group) -> KafkaError:
+    """GROUP_ID_NOT_FOUND for a group that is not a share group: unknown (None) or of another type."""
+    if group is None:
+        return KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+    return KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+
+
 def _unknown_member(member_id: str, group_id: str) -> KafkaError:
     return KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
 
@@ -175,7 +185,8 @@ class ShareGroupManager:
         return g if isinstance(g, ShareGroup) else None
 
     def _config(self, group_id: str, key: str) -> int:
-        return self.c.group_config_int(group_id, key)
+        """A share group setting: the group's override, else the broker default."""
+        return int(self.c.group_config(group_id).get(key, getattr(self.cfg, _BROKER_DEFAULTS[key])))
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.schedule(("sg-session", group_id, member_id), self._config(group_id, SESSION_TIMEOUT),
@@ -243,7 +254,7 @@ class ShareGroupManager:
     def _committed_group(self, group_id: str) -> ShareGroup | None:
         g = self.c.groups.get(group_id)
         if g is not None and not isinstance(g, ShareGroup):
-            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+            raise group_not_found(group_id, g)
         return g
 
     def _leave(self, gid: str, mid: str) -> tuple[HbResp, list]:
@@ -338,8 +349,7 @@ class ShareGroupManager:
 
     def assignment_interval_ms(self, gid: str) -> int:
         """``share.assignment.interval.ms`` of the group, else ``group.share.assignment.interval.ms``."""
-        value = self.c.group_config(gid).get(ASSIGNMENT_INTERVAL)
-        return int(value) if value is not None else self.cfg.share_assignment_interval_ms
+        return self._config(gid, ASSIGNMENT_INTERVAL)
 
     def _initialized_assignment_pending(self, g: ShareGroup) -> bool:
         """Kafka's initializedAssignmentPending: a subscribed topic's initialized partitions differ
@@ -503,9 +513,9 @@ class ShareGroupManager:
         for gid in group_ids:
             g = self.c.groups.get(gid)
             if not isinstance(g, ShareGroup):
-                msg = f"Group {gid} is not a share group." if g is not None else f"Group {gid} not found."
-                out.append(DescResp.DescribedGroup(error_code=Errors.GROUP_ID_NOT_FOUND, error_message=msg,
-                                                   group_id=gid, group_state="Dead"))
+                e = group_not_found(gid, g)
+                out.append(DescResp.DescribedGroup(error_code=e.code, error_message=e.message, group_id=gid,
+                                                   group_state="Dead"))
                 continue
             members = []
             for m in g.members.values():

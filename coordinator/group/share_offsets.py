@@ -52,7 +52,7 @@ from protocol.messages.read_share_group_state_summary import ReadShareGroupState
 from . import records as R
 from .classic import append_error_code
 from .modern import metadata_hash
-from .share import ShareGroup
+from .share import ShareGroup, group_not_found
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
@@ -72,12 +72,6 @@ def share_partition_lag(log_end_offset: int, start_offset: int, delivery_complet
     if start_offset == UNINITIALIZED or delivery_complete_count == UNINITIALIZED:
         return UNINITIALIZED
     return log_end_offset - start_offset - delivery_complete_count
-
-
-def _group_error(group_id: str, group) -> KafkaError:
-    if group is None:
-        return KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-    return KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
 
 
 class ShareOffsetsManager:
@@ -116,7 +110,7 @@ class ShareOffsetsManager:
         if rg.topics is None:
             group = self.c.groups.get(gid)
             if not isinstance(group, ShareGroup):
-                e = _group_error(gid, group)
+                e = group_not_found(gid, group)
                 return G(group_id=gid, error_code=e.code, error_message=e.message, topics=[])
             for tid, (name, parts) in sorted(group.initialized.items(), key=lambda kv: kv[1][0]):
                 current = cluster.topic_name(tid)
@@ -169,7 +163,7 @@ class ShareOffsetsManager:
         def op():
             group = self.c.groups.get(gid)
             if group is not None and not isinstance(group, ShareGroup):
-                raise _group_error(gid, group)
+                raise group_not_found(gid, group)
             if group is not None and group.members:
                 raise KafkaError(Errors.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
             cluster = self.c.cluster
@@ -241,7 +235,7 @@ class ShareOffsetsManager:
             return DeleteResp(error_code=Errors.INVALID_GROUP_ID, error_message="The configured groupId is invalid.")
         group = self.c.groups.get(gid)
         if not isinstance(group, ShareGroup):
-            e = _group_error(gid, group)
+            e = group_not_found(gid, group)
             return DeleteResp(error_code=e.code, error_message=e.message)
         if group.members:
             return DeleteResp(error_code=Errors.NON_EMPTY_GROUP, error_message=f"Share group {gid} is not empty.")

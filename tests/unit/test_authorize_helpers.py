@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 from broker.pipeline import AllowAll
 from broker.security.acls import ALLOW, LITERAL, OPERATIONS, AclBinding, AclStore, StandardAuthorizer
-from broker.security.authorize import ALL_OPERATIONS, allowed, describe_groups, enabled, filter_allowed, operations
+from broker.security.authorize import (ALL_OPERATIONS, allowed, describe_groups, enabled, filter_allowed, operations,
+                                       split_allowed)
 
 GROUP_TYPE = 3
 
@@ -63,3 +64,13 @@ def test_describe_groups_keeps_request_order_and_asks_only_for_allowed_groups():
     out = describe_groups(c, ["a"], lambda ids: [_group("a", topics={"t", "secret"})], denied,
                           lambda g: g.members[0].topics, False)
     assert (out[0].error_code, out[0].authorized_operations, out[0].members[0].topics) == (29, -1, set())
+
+
+def test_split_allowed_keeps_order_and_lets_unnamed_items_through():
+    items = [("a", 1), (None, 2), ("b", 3), ("a", 4)]  # None: an unknown topic id
+    for components in (SimpleNamespace(), SimpleNamespace(authorizer=standard((2, "a", "READ")))):
+        kept, denied = split_allowed(ctx(components), "READ", "TOPIC", items, lambda i: i[0])
+        if enabled(ctx(components)):
+            assert (kept, denied) == ([("a", 1), (None, 2), ("a", 4)], [("b", 3)])
+        else:
+            assert (kept, denied) == (items, [])
