@@ -53,14 +53,13 @@ class PartitionRecordLog:
                     held = pending.pop(ref.producer_id, ())
                     if control_record_type(ref.data) == CONTROL_COMMIT:
                         yield from held
-                elif ref.is_transactional:
-                    pending.setdefault(ref.producer_id, []).extend(
-                        (rec.offset, rec.key, rec.value) for rec in iter_records(ref.data)
-                        if rec.offset >= offset and rec.key is not None)
                 else:
-                    for rec in iter_records(ref.data):
-                        if rec.offset >= offset and rec.key is not None:
-                            yield rec.offset, rec.key, rec.value
+                    records = [(rec.offset, rec.key, rec.value) for rec in iter_records(ref.data)
+                               if rec.offset >= offset and rec.key is not None]
+                    if ref.is_transactional:
+                        pending.setdefault(ref.producer_id, []).extend(records)
+                    else:
+                        yield from records
                 offset = ref.last_offset + 1
 
     def truncate_before(self, offset: int) -> None:
