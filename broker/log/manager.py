@@ -55,8 +55,9 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, background=None) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
+def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` (file mode ``mode``, set before any byte is written) so that a
+    crash leaves either the old or the new content.
 
     Without ``background``: tmp, fsync, rename, fsync of the directory, all here.
     With a ``Background`` worker (``LogManager.background``): tmp and rename here, so
@@ -68,8 +69,9 @@ def atomic_write(path: str, data: bytes, background=None) -> None:
     """
     threaded = background is not None and background.threaded
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # a tmp file left by a crash keeps its old mode through O_TRUNC
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

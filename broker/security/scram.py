@@ -109,8 +109,7 @@ class ScramStore:
         data = {u: {m: {"salt": base64.b64encode(c.salt).decode(), "stored_key": base64.b64encode(c.stored_key).decode(),
                         "server_key": base64.b64encode(c.server_key).decode(), "iterations": c.iterations}
                     for m, c in creds.items()} for u, creds in self.users.items()}
-        atomic_write(self._path, json.dumps(data, sort_keys=True).encode(), self.background)
-        os.chmod(self._path, 0o600)
+        atomic_write(self._path, json.dumps(data, sort_keys=True).encode(), self.background, mode=0o600)
 
     def bootstrap(self, value: str | None) -> list[str]:
         """Create the credentials of ``sharebroker.scram.users`` that do not exist; returns what was added."""
