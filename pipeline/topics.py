@@ -7,7 +7,8 @@
           .option("startingOffsets", "earliest")              # earliest | latest | JSON
           .option("endingOffsets", "latest")
           .load())
-    df.write.format("kafka_topic").option("kafka.bootstrap.servers", bs).option("topic", "t").save()
+    (df.write.format("kafka_topic").mode("append")              # required: PySpark refuses the default mode
+       .option("kafka.bootstrap.servers", bs).option("topic", "t").save())
 
 The schema is Spark's Kafka source schema with headers. Reading: one input partition per
 topic-partition offset range (split by ``maxRecordsPerPartition`` / ``minPartitions``); each task
