@@ -22,7 +22,7 @@ from broker.dispatch import handler
 from broker.handlers.share_fetch import merge_topics, unreadable
 from broker.security.authorize import allowed, enabled
 from broker.share.errors import ShareError
-from broker.share.partition import validate_ack_batches
+from broker.share.acks import validate_ack_batches
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_acknowledge import ShareAcknowledgeResponse

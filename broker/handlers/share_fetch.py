@@ -37,7 +37,7 @@ import logging
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, topic_name
 from broker.share.errors import ShareError
-from broker.share.partition import validate_ack_batches
+from broker.share.acks import validate_ack_batches
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse

@@ -308,6 +308,9 @@ class SharePartitionManager:
                 part.error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             upper = plog.last_stable_offset if sp.config.read_committed else plog.high_watermark
+            # Retention or DeleteRecords may have moved the log start: the one place the share
+            # partition follows it (Kafka calls updateCacheAndOffsets from ShareFetchUtils only).
+            sp.update_log_start_offset(plog.log_start_offset)
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
                 if offset >= upper and offset >= sp.end_offset:

@@ -175,6 +175,8 @@ class H:
         self.wakeups = 0
 
     def fetch(self, member, max_records=500, batch_size=500, mode=0, **kw):
+        """What the manager does for one partition of a ShareFetch: follow the log start, read, acquire."""
+        self.sp.update_log_start_offset(self.log.log_start_offset)
         offset = self.sp.next_fetch_offset()
         res = self.sp.acquire(member, self.log.read(offset), max_records=max_records,
                               batch_size=batch_size, acquire_mode=mode, fetch_offset=offset, **kw)
@@ -342,7 +344,7 @@ async def test_record_limit_acquires_exactly_max_records():
 
 def cached_states(sp):
     """InFlightState objects the partition holds (one per batch, or one per offset of a split batch)."""
-    return sum(1 if b.offsets is None else len(b.offsets) for b in sp._batches)
+    return sum(1 if b.offsets is None else len(b.offsets) for b in sp._cache)
 
 
 def live_in_flight_states():
@@ -401,10 +403,8 @@ async def test_max_record_locks_bounds_the_in_flight_window():
     h = await make(sizes=(5,) * 6, start=0, partition_max_record_locks=10)
     assert h.fetch("a") == [(0, 9, 1)]
     assert h.sp.in_flight_count == 10
-    assert not h.sp.acquirable(h.log.log_end_offset)
     assert h.fetch("b") == []
     assert await h.ack("a", 7, 7, REL) == 0           # a redelivery inside the window is allowed
-    assert h.sp.acquirable(h.log.log_end_offset)
     assert h.fetch("b") == [(7, 7, 2)]
     assert await h.ack("a", 0, 4, ACC) == 0           # SPSO 5 frees 5 slots
     wakeups = h.wakeups
@@ -848,7 +848,10 @@ async def test_spso_follows_the_log_start_offset():
     assert h.fetch("b", max_records=10) == [(10, 19, 1)]
     assert await h.ack("b", 10, 14, ACC) == 0
     h.log.log_start_offset = 12
-    wakeups = h.wakeups
+    wakeups, writes = h.wakeups, len(h.p.writes)
+    assert h.sp.next_fetch_offset() == 20         # a query: the log start is followed explicitly
+    assert h.sp.start_offset == 0 and len(h.p.writes) == writes and h.wakeups == wakeups
+    h.sp.update_log_start_offset(h.log.log_start_offset)
     assert h.sp.next_fetch_offset() == 20
     assert h.wakeups > wakeups
     assert h.sp.start_offset == 15 and h.sp.delivery_complete_count == 0
@@ -891,7 +894,7 @@ async def test_close_stops_timers_and_refuses_work():
     await h.sp.drain()
     assert h.p.writes == []
     assert await h.ack("a", 0, 9, ACC) == Errors.NOT_LEADER_OR_FOLLOWER
-    assert not h.sp.acquirable()
+    assert h.fetch("b") == []
     with pytest.raises(ShareError):
         await h.sp.initialize()
 
@@ -1027,7 +1030,7 @@ async def test_delivery_complete_count_sent_gives_the_exact_lag():
     # retention moves the log start into the in-flight records (acquired ones included)
     h.fetch("d", max_records=25)
     h.log.log_start_offset = 23
-    h.sp.next_fetch_offset()
+    h.sp.update_log_start_offset(23)
     await settle(h, coord)
     assert coord.start == h.sp.start_offset >= 23
     # a clean restart: the new leader's state gives the same lag as the coordinator's numbers
@@ -1099,7 +1102,7 @@ async def test_delivery_complete_count_against_brute_force_counts(seed):
         elif op < 0.93:
             lso = min(h.log.log_end_offset, h.log.log_start_offset + rnd.randint(1, 6))
             h.log.log_start_offset = max(h.log.log_start_offset, lso)
-            sp.next_fetch_offset()
+            sp.update_log_start_offset(h.log.log_start_offset)
         else:
             await settle(h, coord)
             h.sp.close()
