@@ -3,10 +3,9 @@
 Order of work, as Kafka 4.4:
 1. the same topic may appear more than once (librdkafka does this): entries are
    merged by topic id;
-2. acknowledgement batches are validated per partition (INVALID_REQUEST for first >
-   last, overlapping or unordered batches, an empty type list, a type list whose
-   length is neither 1 nor last-first+1, a type outside 0..3 (0..4 on v2), RENEW
-   without IsRenewAck); such a partition is answered with INVALID_REQUEST and left alone;
+2. acknowledgement batches are validated per partition (Kafka's checks, listed at
+   ``validate_ack_batches`` in broker/share/acks.py); a partition that fails them is
+   answered with INVALID_REQUEST and left alone;
 3. the share session epoch is applied (broker/share/session.py: 0 opens, 1.. continues,
    -1 closes; acks in an opening request -> INVALID_REQUEST);
 4. piggy-backed acknowledgements are applied (persisted before they count) and their
@@ -27,8 +26,9 @@ READ was revoked is taken out of it: Kafka keeps it in the session and answers t
 on every fetch).
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
 null records field.  AcquisitionLockTimeoutMs is the group's lock duration.
-Not implemented: read_committed filtering of aborted transactions (transactions
-are not supported yet, so the last stable offset is the high watermark).
+With the group's ``share.isolation.level=read_committed`` records are read up to the last
+stable offset and those of aborted transactions are archived, never delivered
+(broker/share/isolation.py); control batches are never delivered.
 """
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ class InFlightState:
 
 
 class InFlightBatch:
-    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after a split."""
+    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after `explode()`."""
 
     __slots__ = ("first", "last", "state", "offsets")
 

@@ -367,7 +367,9 @@ class SharePartitionManager:
             self.partitions.pop(key).close()
 
     async def drop_group(self, group_id: str) -> None:
-        """Forget a deleted group's share partitions and sessions."""
+        """Forget a group's share partitions, sessions and live config. Called when DeleteGroups
+        deleted the group, and when Alter/DeleteShareGroupOffsets changed its durable share state
+        (the group is empty then): the next ShareFetch loads each partition from the new state."""
         for key in [k for k in self.partitions if k[0] == group_id]:
             self.partitions.pop(key).close()
         for s in [s for s in self.sessions.sessions() if s.group_id == group_id]:
