@@ -36,8 +36,8 @@ import logging
 
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, topic_name
-from broker.share.errors import ShareError
 from broker.share.acks import validate_ack_batches
+from broker.share.errors import ShareError
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
@@ -56,6 +56,18 @@ def merge_topics(topics) -> dict[tuple[bytes, int], list]:
         for p in t.partitions:
             out.setdefault((t.topic_id, p.partition_index), []).extend(p.acknowledgement_batches)
     return out
+
+
+def by_topic(parts, topic_cls) -> list:
+    """``[(topic id, partition response)]`` -> ``topic_cls`` responses, topics and partitions in the
+    order first seen (ShareFetch and ShareAcknowledge answers)."""
+    topics: dict[bytes, object] = {}
+    for tid, part in parts:
+        t = topics.get(tid)
+        if t is None:
+            t = topics[tid] = topic_cls(topic_id=tid, partitions=[])
+        t.partitions.append(part)
+    return list(topics.values())
 
 
 def unreadable(ctx, keys) -> set[tuple[bytes, int]]:
@@ -106,20 +118,15 @@ async def share_fetch(ctx, req):
     except ShareError as e:
         return ShareFetchResponse(error_code=e.code, error_message=e.message)
     leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
-    topics: dict[bytes, _T] = {}
-    for part in result.partitions:
-        t = topics.get(part.topic_id)
-        if t is None:
-            t = topics[part.topic_id] = _T(topic_id=part.topic_id, partitions=[])
-        t.partitions.append(_P(partition_index=part.partition, error_code=part.error,
-                               acknowledge_error_code=part.ack_error or 0, current_leader=leader,
-                               records=part.records,
-                               acquired_records=[_A(first_offset=f, last_offset=last, delivery_count=dc)
-                                                 for f, last, dc in part.acquired]))
-    for (tid, p), had_acks in denied.items():
-        t = topics.get(tid) or topics.setdefault(tid, _T(topic_id=tid, partitions=[]))
-        code = Errors.TOPIC_AUTHORIZATION_FAILED
-        t.partitions.append(_P(partition_index=p, error_code=code, acknowledge_error_code=code if had_acks else 0,
-                               current_leader=leader, records=b"", acquired_records=[]))
+    parts = [(part.topic_id, _P(partition_index=part.partition, error_code=part.error,
+                                acknowledge_error_code=part.ack_error or 0, current_leader=leader,
+                                records=part.records,
+                                acquired_records=[_A(first_offset=f, last_offset=last, delivery_count=dc)
+                                                  for f, last, dc in part.acquired]))
+             for part in result.partitions]
+    code = Errors.TOPIC_AUTHORIZATION_FAILED
+    parts += [(tid, _P(partition_index=p, error_code=code, acknowledge_error_code=code if had_acks else 0,
+                       current_leader=leader, records=b"", acquired_records=[]))
+              for (tid, p), had_acks in denied.items()]
     return ShareFetchResponse(acquisition_lock_timeout_ms=result.acquisition_lock_timeout_ms,
-                              responses=list(topics.values()))
+                              responses=by_topic(parts, _T))
