@@ -13,7 +13,7 @@ from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.share.partition import ACKNOWLEDGED, ARCHIVED, ARCHIVING, AVAILABLE, SharePartition
 from protocol.records import build_batch, read_header
 from tests.unit.test_batch_filter import CODECS, kp_batch
-from tests.unit.test_share_partition import GROUP, TOPIC, FakeLog, FakePersister, FakeTimers, H, payload
+from tests.unit.share_partition_support import GROUP, TOPIC, FakeLog, FakePersister, FakeTimers, H, payload
 
 
 class FakeDlq:
