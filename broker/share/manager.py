@@ -34,6 +34,7 @@ from typing import Any, Callable, NamedTuple
 from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
 from broker.share.dlq import DeadLetterQueue
+from broker.share.fair import RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
 from broker.share.partition import SharePartition
@@ -104,6 +105,7 @@ class SharePartitionManager:
                                           on_close=self._session_closed)
         self._sweep = scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
+        self.record_indexes = RecordIndexCache()  # big batches handed out in pieces (fair acquisition)
 
     # ------------------------------------------------------------------ configs
     def group_config(self, group_id: str) -> ShareGroupConfig:
@@ -125,7 +127,8 @@ class SharePartitionManager:
                      dlq_topic=gc.get(group_id, "errors.deadletterqueue.topic.name").strip(),
                      dlq_copy_record=gc.get_bool(group_id, "errors.deadletterqueue.copy.record.enable"),
                      redelivery_backoff_ms=gc.get_int(group_id, "share.redelivery.backoff.ms"),
-                     redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"))
+                     redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"),
+                     fair_acquisition=gc.get_bool(group_id, "share.fair.acquisition.enable"))
         except ShareError as e:
             log.warning("group %s: share configs not applied: %s", group_id, e)
 
@@ -292,7 +295,7 @@ class SharePartitionManager:
     async def _acquire(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> int:
         """One pass over ``parts`` within MaxRecords (the whole request), BatchSize, ShareAcquireMode
         and MaxBytes; returns the number of records acquired."""
-        records_left = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+        records_left = max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
         bytes_left = req.max_bytes
         total = 0
         for part in parts:
@@ -311,6 +314,8 @@ class SharePartitionManager:
             # Retention or DeleteRecords may have moved the log start: the one place the share
             # partition follows it (Kafka calls updateCacheAndOffsets from ShareFetchUtils only).
             sp.update_log_start_offset(plog.log_start_offset)
+            out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
+            part.records = out.records
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
                 if offset >= upper and offset >= sp.end_offset:
@@ -324,7 +329,8 @@ class SharePartitionManager:
                     break
                 skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
-                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip)
+                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip,
+                                 request_max_records=max_records)
                 if not res.count:
                     if skip and sp.next_fetch_offset() > offset:
                         continue  # only archived offsets here: read on
@@ -333,10 +339,9 @@ class SharePartitionManager:
                     log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset,
                               sp.start_offset, sp.end_offset, [(x.base_offset, x.last_offset) for x in batches],
                               res.acquired)
-                part.records.extend(ref.data for ref in res.batches)
                 part.acquired.extend(res.acquired)
                 records_left -= res.count
-                bytes_left -= sum(len(ref.data) for ref in res.batches)
+                bytes_left -= out.add(res.batches, res.acquired)
                 total += res.count
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break

@@ -53,7 +53,8 @@ class GroupConfigs:
               "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "earliest",
               "share.renew.acknowledge.enable": True, "share.isolation.level": "read_uncommitted",
               "errors.deadletterqueue.topic.name": "", "errors.deadletterqueue.copy.record.enable": False,
-              "share.redelivery.backoff.ms": 0, "share.redelivery.backoff.max.ms": 60_000}
+              "share.redelivery.backoff.ms": 0, "share.redelivery.backoff.max.ms": 60_000,
+              "share.fair.acquisition.enable": True}
 
     def get_int(self, group, name):
         return self.values[name]
