@@ -25,7 +25,8 @@ acknowledged, and is kept out of the share session (a partition of an open sessi
 READ was revoked is taken out of it: Kafka keeps it in the session and answers the error
 on every fetch).
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
-null records field.  AcquisitionLockTimeoutMs is the group's lock duration.
+null records field; it holds the stored batches, or (fair acquisition, the default) sub-batches
+of the acquired records of partly acquired uncompressed batches (broker/share/fair.py).  AcquisitionLockTimeoutMs is the group's lock duration.
 With the group's ``share.isolation.level=read_committed`` records are read up to the last
 stable offset and those of aborted transactions are archived, never delivered
 (broker/share/isolation.py); control batches are never delivered.
