@@ -44,9 +44,12 @@ from protocol.errors import Errors
 log = logging.getLogger("sharebroker.share")
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition)
-# Log reads in bounded steps: unlike Kafka's file slices, a read here copies bytes, and MaxBytes
-# (50 MB from librdkafka) would read far more than MaxRecords can acquire.
+# Log reads in bounded steps: unlike Kafka's file slices, a read here copies bytes and makes an
+# object per batch, and MaxBytes (50 MB from librdkafka) would read far more than MaxRecords can
+# acquire. The first read of a partition covers MaxRecords at READ_PER_RECORD bytes a record (at
+# least MIN_READ); each further read of the same request doubles, up to READ_STEP.
 READ_STEP = 1 << 20
+MIN_READ, READ_PER_RECORD = 16 << 10, 256
 DEFAULT_MAX_RECORDS = 500  # MaxRecords <= 0 in a ShareFetch
 
 
@@ -316,17 +319,19 @@ class SharePartitionManager:
             sp.update_log_start_offset(plog.log_start_offset)
             out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
             part.records = out.records
+            step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
                 if offset >= upper and offset >= sp.end_offset:
                     break
-                try:
-                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, READ_STEP),
-                                        max_offset=upper, min_one=total == 0)
+                try:  # MaxBytes is soft for the first batch of the response only (Kafka)
+                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
+                                        max_offset=upper, min_one=total == 0 or step < bytes_left)
                 except LogError:
                     break
-                if not batches:
+                if not batches or (total and len(batches[0].data) > bytes_left):
                     break
+                step = min(READ_STEP, 2 * step)
                 skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
                                  acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip,
