@@ -314,3 +314,37 @@ def test_the_record_lock_cap_is_exact(wire):
         assert b.fetch(acks=[(90, 99)])[0] == []                     # SPSO still 0
         assert a.fetch(max_records=1, acks=[(0, 89)])[0] == [(100, 100, 1)]
         assert c.fetch(max_records=500)[0] == [(101, 199, 1)]        # SPSO 100: the window is 100..199
+
+# ------------------------------------------------------------------ the settings
+def test_the_settings_are_booleans_described_with_the_broker_default(sharebroker_factory):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from protocol.errors import Errors
+
+    broker = sharebroker_factory({"group.share.fair.acquisition.enable": "false"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    group = unique("g")
+    res = ConfigResource(ConfigResource.Type.GROUP, group)
+    entry = admin.describe_configs([res])[res].result(15)["share.fair.acquisition.enable"]
+    assert entry.value == "false" and entry.source == 4  # STATIC_BROKER_CONFIG
+    for value, ok in (("TRUE", True), ("maybe", False)):
+        alter = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.fair.acquisition.enable", value, incremental_operation=AlterConfigOpType.SET)])
+        if ok:
+            admin.incremental_alter_configs([alter])[alter].result(15)
+        else:
+            with pytest.raises(KafkaException) as e:
+                admin.incremental_alter_configs([alter])[alter].result(15)
+            assert e.value.args[0].code() == Errors.INVALID_CONFIG
+    assert admin.describe_configs([res])[res].result(15)["share.fair.acquisition.enable"].value == "TRUE"
+
+
+def test_the_broker_refuses_a_setting_that_is_not_a_boolean(tmp_path):
+    from broker.testing import BrokerProcess
+
+    b = BrokerProcess(tmp_path / "d", config={"group.share.fair.acquisition.enable": "sometimes"}, start_timeout=20)
+    with pytest.raises(RuntimeError) as e:
+        b.start()
+    assert "group.share.fair.acquisition.enable" in str(e.value)
+    b.close()
