@@ -22,6 +22,7 @@ part, each the single owner of its state.
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
+| ``quotas``       | ``broker.quotas.Quotas``               | client quotas (``meta/client-quotas.json``) and their sensors |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
@@ -48,6 +49,8 @@ from broker.log.manager import LogManager
 from broker.metrics import MeteredPersister, ShareMetrics
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import Quotas
+from broker.quotas import build as build_quotas
 from broker.share.manager import SharePartitionManager
 from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
 from coordinator.group import GroupCoordinator
@@ -91,6 +94,7 @@ class Components:
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
+    quotas: Quotas = field(default_factory=lambda: build_quotas(BrokerConfig(), None))
     now_ms: Callable[[], int] = now_ms
 
     async def close(self) -> None:
@@ -163,4 +167,5 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                                                                       1000)),
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
-                      share_metrics=share_metrics, security=security, authorizer=security.authorizer)
+                      share_metrics=share_metrics, security=security, authorizer=security.authorizer,
+                      quotas=build_quotas(config, meta, logs.background))

@@ -93,7 +93,7 @@ class RequestContext:
     """What a handler knows about the request besides its body."""
 
     __slots__ = ("components", "connection", "api_key", "api_version", "correlation_id", "client_id",
-                 "principal", "listener", "host")
+                 "principal", "listener", "host", "quota")
 
     def __init__(self, components, connection, api_key: int, api_version: int, correlation_id: int,
                  client_id: str | None, principal: str = "User:ANONYMOUS", listener=None, host: str = "*"):
@@ -106,6 +106,7 @@ class RequestContext:
         self.principal = principal  # "User:name" (broker.pipeline.Authenticator.principal)
         self.listener = listener  # broker.security.listeners.Listener the request came on (None in unit tests)
         self.host = host  # the client's address, as ACLs match it
+        self.quota = None  # broker.quotas.RequestQuota while client quotas are configured (set by the pipeline)
 
     def endpoint(self) -> tuple[str, int]:
         """The advertised (host, port) of the listener the request came on, as Kafka answers Metadata."""

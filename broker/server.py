@@ -89,6 +89,8 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._paused_frames = False  # too many frames queued
         self._paused_memory = False  # the request memory (queued.max.request.bytes) is used up
+        self._paused_throttle = False  # muted by a quota (KIP-219) until self._throttled_until
+        self._throttled_until = 0.0  # server.clock() time; written by throttle(), cleared once sat out
         self._frame_metered = False  # the frame being read is metered by bytes received
         self._held = 0  # request-memory bytes this connection holds
         self._close_hooks: list = []
@@ -209,7 +211,7 @@ class Connection(asyncio.BufferedProtocol):
         """Pause reading while too many frames are queued or the request memory is used up."""
         if self.closed:
             return
-        paused = self._paused_frames or self._paused_memory
+        paused = self._paused_frames or self._paused_memory or self._paused_throttle
         if paused != self._reading_paused:
             self._reading_paused = paused
             if paused:
@@ -268,6 +270,30 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._close_hooks.append(hook)
 
+    def throttle(self, ms: int) -> None:
+        """Mute this connection for ``ms`` from now (a quota's throttle, KIP-219; Kafka's
+        ThrottledChannel): once the current response is written nothing more is read or handled
+        until then, so a client that ignores ``throttle_time_ms`` is held all the same."""
+        until = self.server.clock() + ms / 1000.0
+        if until > self._throttled_until:
+            self._throttled_until = until
+
+    async def _sit_out_throttle(self) -> None:
+        delay = self._throttled_until - self.server.clock()
+        self._throttled_until = 0.0
+        if delay <= 0 or self.closed:
+            return
+        self.busy = True  # not idle: held (connections.max.idle.ms does not apply)
+        self._paused_throttle = True
+        self._update_reading()
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self.busy = False
+            self._paused_throttle = False
+            self._update_reading()
+            self.last_active = self.server.clock()
+
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
@@ -305,6 +331,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.last_active = self.server.clock()
                 if self._drain is not None:
                     await self._drain
+                if self._throttled_until:
+                    await self._sit_out_throttle()
         except asyncio.CancelledError:
             pass
         except ProtocolViolation as e:
@@ -348,17 +376,27 @@ class Connection(asyncio.BufferedProtocol):
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
         metrics = server.metrics
+        quotas = server.quotas
+        q = ctx.quota = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) \
+            if quotas.active else None
         t0 = time.perf_counter()
         try:
-            resp = await h.fn(ctx, req)
+            resp = await (h.fn(ctx, req) if q is None else q.timed(h.fn(ctx, req)))
         except BaseException:
             metrics.failed(api_key)
             raise
         finally:
             metrics.observe(api_key, time.perf_counter() - t0)
+        if q is not None:
+            q.finish(resp)  # throttle_time_ms into the response; this connection muted (KIP-219)
         if resp is None or self.closed:
             return
-        self.send_response(ctx, resp, flexible)
+        if q is None:
+            self.send_response(ctx, resp, flexible)
+        else:
+            t1 = time.perf_counter()
+            self.send_response(ctx, resp, flexible)
+            q.handled(time.perf_counter() - t1)
         if self.close_after_response:
             self.close_after_flush()
 
@@ -492,6 +530,7 @@ class Server:
         self.authenticator = components.authenticator
         self.authorizer = components.authorizer
         self.metrics = components.request_metrics
+        self.quotas = components.quotas
         self.per_ip: collections.Counter = collections.Counter()
         self.clock = time.monotonic
         self._servers: list = []

@@ -18,6 +18,8 @@ implicitly, v11 gets TRANSACTION_ABORTABLE, v3-10 INVALID_TXN_STATE; a stale epo
 INVALID_PRODUCER_EPOCH, and CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS
 before v12 (retriable for every client), as Kafka's AddPartitionsToTxnManager and
 ReplicaManager do.  Only the batch header is read.
+Quotas (``broker.quotas``): the request's size counts against ``producer_byte_rate`` after the
+append; the answer carries the throttle time and the connection is muted for it.
 """
 from __future__ import annotations
 
@@ -74,6 +76,10 @@ async def produce(ctx, req):
                 code = await _verify(c, tid, topic.name, pd, ctx.api_version) if verify else 0
                 parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
+    q = ctx.quota
+    if q is not None:  # KafkaApis: the request's size counts against producer_byte_rate once appended
+        q.bandwidth(c.quotas.produce, q.size)
+        q.exempt = acks == 0  # no request quota for acks=0 (the connection may still be muted for bytes)
     if acks == 0:
         return None
     for topic_name, resp, durable in fsyncs:
