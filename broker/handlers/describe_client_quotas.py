@@ -18,15 +18,20 @@ from protocol.messages.describe_client_quotas import DescribeClientQuotasRespons
 from protocol.messages.registry import ApiKey
 
 
+def _error(code: int, message: str) -> Resp:
+    resp = Resp(error_code=code, error_message=message)
+    resp.entries = None  # null, as Kafka's getErrorResponse (the constructor turns None into [])
+    return resp
+
+
 @handler(ApiKey.DESCRIBE_CLIENT_QUOTAS, versions=(0, 1))
 async def describe_client_quotas(ctx, req):
     if not allowed_cluster(ctx, "DESCRIBE_CONFIGS"):
-        return Resp(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
-                    entries=None)
+        return _error(Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     try:
         found = ctx.components.quotas.store.describe(req.components, req.strict)
     except QuotaRequestError as e:
-        return Resp(error_code=e.code, error_message=e.message, entries=None)
+        return _error(e.code, e.message)
     return Resp(entries=[Resp.EntryData(entity=[Resp.EntityData(entity_type=t, entity_name=n) for t, n in entity],
                                         values=[Resp.ValueData(key=k, value=v) for k, v in values.items()])
                          for entity, values in found])
