@@ -7,7 +7,8 @@ writing waits when the transport's buffer is full.
 
 Every request goes through one pipeline (:meth:`Connection._process`): decode ->
 authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
-handler; the stages are the components in ``broker.pipeline``.
+handler -> quotas; the stages are the components in ``broker.pipeline`` and
+``broker.quotas`` (a throttled connection is muted with :meth:`Connection.throttle`).
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes

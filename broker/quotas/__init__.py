@@ -97,7 +97,7 @@ class RequestQuota:
     """
 
     __slots__ = ("quotas", "connection", "user", "client_id", "size", "busy", "step_started", "request_ms",
-                 "exempt", "byte_ms", "byte_manager", "byte_sensor", "mutation")
+                 "request_sensor", "exempt", "byte_ms", "byte_manager", "byte_sensor", "mutation")
 
     def __init__(self, quotas: Quotas, connection, user: str, client_id: str, size: int):
         self.quotas = quotas
@@ -108,6 +108,7 @@ class RequestQuota:
         self.busy = 0.0  # seconds the handler ran on the loop so far (timed only with a request quota)
         self.step_started = 0.0  # perf_counter at the start of the handler's running step, 0 between steps
         self.request_ms = -1  # the request quota's throttle, once taken (-1: not yet)
+        self.request_sensor: ClientSensor | None = None  # the request quota's sensor, once taken
         self.exempt = False  # Produce acks=0: no request quota
         self.byte_ms = 0
         self.byte_manager: ClientQuotaManager | None = None
@@ -164,7 +165,8 @@ class RequestQuota:
             else:
                 busy = self.busy + (time.perf_counter() - self.step_started if self.step_started else 0.0)
                 now = self.quotas.clock()
-                self.request_ms = manager.record(manager.sensor(self.user, self.client_id, now), busy * 100.0, now)
+                s = self.request_sensor = manager.sensor(self.user, self.client_id, now)
+                self.request_ms = manager.record(s, busy * 100.0, now)
         return self.request_ms
 
     def finish(self, resp) -> int:
@@ -181,8 +183,7 @@ class RequestQuota:
         elif mutation_ms > request_ms:
             ClientQuotaManager.throttled(self.mutation.sensor, ms, now)
         else:
-            r = self.quotas.request
-            ClientQuotaManager.throttled(r.sensor(self.user, self.client_id, now), ms, now)
+            ClientQuotaManager.throttled(self.request_sensor, ms, now)
         if resp is not None and "throttle_time_ms" in getattr(type(resp), "__slots__", ()):
             resp.throttle_time_ms = ms
         self.connection.throttle(ms)
@@ -196,10 +197,8 @@ class RequestQuota:
     def handled(self, seconds: float) -> None:
         """Time spent after the answer (encoding, sending) counts for the next requests, as Kafka
         records network-thread time without throttling."""
-        manager = self.quotas.request
-        if manager.enabled and not self.exempt:
-            now = self.quotas.clock()
-            manager.record_no_throttle(manager.sensor(self.user, self.client_id, now), seconds * 100.0, now)
+        if self.request_sensor is not None:
+            self.request_sensor.stat.record(seconds * 100.0, self.quotas.clock())
 
 
 class MutationQuota:

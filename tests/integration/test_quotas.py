@@ -424,3 +424,21 @@ def test_quota_metrics_on_prometheus(broker_factory):
     assert samples[("kafka_server_produce_throttle_time", labels)] == pytest.approx(throttled, abs=1)
     assert samples[("sharebroker_quota_throttle_time_ms_total", labels | {("quota_type", "Produce")})] == throttled
     assert math.isnan(samples.get(("kafka_server_fetch_throttle_time", labels), math.nan))
+
+
+def test_readme_example_sets_and_describes_a_quota(broker_factory):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"<!-- readme-example: client-quota .*?-->\s*```python\n(.*?)```", readme, re.S)
+    assert m, "README example client-quota not found"
+    b = broker_factory()
+    p = subprocess.run([sys.executable, "-c", m.group(1).replace("127.0.0.1:9092", b.bootstrap)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["0", "[('producer_byte_rate', 1048576.0)]"]
+    assert described(describe(b.bootstrap, [("client-id", EXACT, "batch-loader")])) == {
+        (("client-id", "batch-loader"),): {"producer_byte_rate": 1048576.0}}

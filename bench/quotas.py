@@ -1,0 +1,86 @@
+"""Broker CPU of client-quota accounting on the produce and fetch paths: quotas off vs on.
+
+Starts this checkout's broker twice per repetition, interleaved: ``off`` (no quota: the request path
+pays one attribute test) and ``on`` (``<default>`` client-id quotas for producer_byte_rate,
+consumer_byte_rate and request_percentage, set so high that nobody is throttled: every request is
+counted, timed step by step, and its throttle computed). Phases, as ``cpu_per_mb.py``:
+
+* ``produce16k``: N x 1 KiB records with ``batch.size=16384``, ``linger.ms=5`` (one Produce request
+  per ~16 KiB: the per-request cost);
+* ``consume``: the same records read back from the beginning (assign mode).
+
+The table gives the median broker CPU ms per MB (MB = 10^6 bytes of values) and the on/off ratio.
+
+    python bench/quotas.py --repeat 5 --records 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+try:
+    from . import _common as C  # type: ignore[import-not-found]
+    from . import cpu_per_mb as CPU  # type: ignore[import-not-found]
+    from . import peers  # type: ignore[import-not-found]
+except ImportError:  # run as a script
+    import _common as C  # type: ignore[no-redef]
+    import cpu_per_mb as CPU  # type: ignore[no-redef]
+    import peers  # type: ignore[no-redef]
+
+NEVER = 1e15  # a quota nobody reaches: everything is counted, nothing throttled
+
+
+def quotas_on(bootstrap: str) -> None:
+    sys.path.insert(0, str(peers.REPO_ROOT))
+    from admin.client import AdminClient
+    from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as A
+
+    req = A(entries=[A.EntryData(entity=[A.EntityData(entity_type="client-id", entity_name=None)],
+                                 ops=[A.OpData(key=k, value=NEVER) for k in
+                                      ("producer_byte_rate", "consumer_byte_rate", "request_percentage")])])
+    with AdminClient(bootstrap) as admin:
+        resp = admin.request(req)
+    codes = [e.error_code for e in resp.entries]
+    if codes != [0]:
+        raise SystemExit(f"AlterClientQuotas failed: {resp}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--records", type=int, default=200_000, help="1 KiB records per phase")
+    ap.add_argument("--phases", default="produce16k,consume")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    phases = [p for p in args.phases.split(",") if p]
+    results: dict[tuple[str, str], list[float]] = {}
+    for rep in range(args.repeat):
+        for mode in ("off", "on"):
+            bp = CPU.start_root(str(peers.REPO_ROOT), f"quotas-{mode}")
+            try:
+                if mode == "on":
+                    quotas_on(bp.bootstrap)
+                for phase, v in CPU.one_rep(bp, args.records, phases).items():
+                    results.setdefault((mode, phase), []).append(v[0])
+                    print(f"rep {rep + 1} {mode:>3} {phase:>10}: {v[0]:.3f} cpu_ms/MB", flush=True)
+            finally:
+                bp.stop()
+    rows = []
+    for phase in phases:
+        off = statistics.median(results[("off", phase)])
+        on = statistics.median(results[("on", phase)])
+        rows.append({"phase": phase, "n": len(results[("off", phase)]), "off": off, "on": on,
+                     "on/off": C.ratio(on, off), "off_min": min(results[("off", phase)]),
+                     "off_max": max(results[("off", phase)]), "on_min": min(results[("on", phase)]),
+                     "on_max": max(results[("on", phase)])})
+    print("\n# broker CPU ms per MB of 1 KiB values, quotas off vs on (medians; min/max across repetitions)")
+    C.table(rows, ["phase", "n", "off", "on", "on/off", "off_min", "off_max", "on_min", "on_max"])
+    C.write_json(args.json, {"bench": "quotas", "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    peers.terminate_on_sigterm()
+    sys.exit(main())
