@@ -32,14 +32,13 @@ except ImportError:  # run as a script
 NEVER = 1e15  # a quota nobody reaches: everything is counted, nothing throttled
 
 
-def quotas_on(bootstrap: str) -> None:
+def quotas_on(bootstrap: str, keys=("producer_byte_rate", "consumer_byte_rate", "request_percentage")) -> None:
     sys.path.insert(0, str(peers.REPO_ROOT))
     from admin.client import AdminClient
     from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as A
 
     req = A(entries=[A.EntryData(entity=[A.EntityData(entity_type="client-id", entity_name=None)],
-                                 ops=[A.OpData(key=k, value=NEVER) for k in
-                                      ("producer_byte_rate", "consumer_byte_rate", "request_percentage")])])
+                                 ops=[A.OpData(key=k, value=NEVER) for k in keys])])
     with AdminClient(bootstrap) as admin:
         resp = admin.request(req)
     codes = [e.error_code for e in resp.entries]
@@ -52,33 +51,44 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--records", type=int, default=200_000, help="1 KiB records per phase")
     ap.add_argument("--phases", default="produce16k,consume")
+    ap.add_argument("--keys", default="producer_byte_rate,consumer_byte_rate,request_percentage",
+                    help="the quota keys set for 'on'")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
-    results: dict[tuple[str, str], list[float]] = {}
+    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for rep in range(args.repeat):
-        for mode in ("off", "on"):
+        for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):  # neither always goes first
             bp = CPU.start_root(str(peers.REPO_ROOT), f"quotas-{mode}")
             try:
                 if mode == "on":
-                    quotas_on(bp.bootstrap)
+                    quotas_on(bp.bootstrap, [k for k in args.keys.split(",") if k])
                 for phase, v in CPU.one_rep(bp, args.records, phases).items():
-                    results.setdefault((mode, phase), []).append(v[0])
-                    print(f"rep {rep + 1} {mode:>3} {phase:>10}: {v[0]:.3f} cpu_ms/MB", flush=True)
+                    results.setdefault((mode, phase), []).append(v)
+                    print(f"rep {rep + 1} {mode:>3} {phase:>10}: {v[0]:.3f} cpu_ms/MB (user {v[1]:.3f}, sys "
+                          f"{v[2]:.3f})", flush=True)
             finally:
                 bp.stop()
     rows = []
     for phase in phases:
-        off = statistics.median(results[("off", phase)])
-        on = statistics.median(results[("on", phase)])
-        rows.append({"phase": phase, "n": len(results[("off", phase)]), "off": off, "on": on,
-                     "on/off": C.ratio(on, off), "off_min": min(results[("off", phase)]),
-                     "off_max": max(results[("off", phase)]), "on_min": min(results[("on", phase)]),
-                     "on_max": max(results[("on", phase)])})
-    print("\n# broker CPU ms per MB of 1 KiB values, quotas off vs on (medians; min/max across repetitions)")
-    C.table(rows, ["phase", "n", "off", "on", "on/off", "off_min", "off_max", "on_min", "on_max"])
+        off, on = results[("off", phase)], results[("on", phase)]
+
+        def med(vals, i):
+            return statistics.median(v[i] for v in vals)
+
+        rows.append({"phase": phase, "n": len(off), "off": med(off, 0), "on": med(on, 0),
+                     "on/off": C.ratio(med(on, 0), med(off, 0)), "off_user": med(off, 1), "on_user": med(on, 1),
+                     "off_sys": med(off, 2), "on_sys": med(on, 2), "off_range": _range(off), "on_range": _range(on)})
+    print("\n# broker CPU ms per MB of 1 KiB values, quotas off vs on (medians; user/sys medians; min-max)")
+    C.table(rows, ["phase", "n", "off", "on", "on/off", "off_user", "on_user", "off_sys", "on_sys", "off_range",
+                   "on_range"])
     C.write_json(args.json, {"bench": "quotas", "rows": rows})
     return 0
+
+
+def _range(vals) -> str:
+    tot = [v[0] for v in vals]
+    return f"{min(tot):.2f}-{max(tot):.2f}"
 
 
 if __name__ == "__main__":

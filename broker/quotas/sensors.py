@@ -39,19 +39,29 @@ class _Sample:
 
 
 class SampledStat:
-    """Samples of one statistic; :meth:`rate` and :meth:`average` combine them."""
+    """Samples of one statistic; :meth:`rate` and :meth:`average` combine them.
 
-    __slots__ = ("samples", "current", "count", "window_ms")
+    Kept incrementally so that a request costs O(1): ``total`` is the sum of the samples,
+    ``oldest`` the earliest start, and nothing can expire before ``next_purge`` (the earliest last
+    event plus the expiry age: last events only move forward), when one pass resets what expired and
+    recomputes both exactly.
+    """
+
+    __slots__ = ("samples", "current", "count", "window_ms", "total", "oldest", "next_purge")
 
     def __init__(self, samples: int, window_ms: int):
         self.samples: list[_Sample] = []
         self.current = 0
         self.count = samples  # config.samples(); the list holds at most count + 1
         self.window_ms = window_ms
+        self.total = 0.0
+        self.oldest = 0
+        self.next_purge = 0
 
     def record(self, value: float, now: int) -> None:
         if not self.samples:
             self.samples.append(_Sample(now))
+            self.oldest, self.next_purge = now, now + self.count * self.window_ms
         s = self.samples[self.current]
         if now - s.start >= self.window_ms:
             self.current = (self.current + 1) % (self.count + 1)
@@ -60,23 +70,29 @@ class SampledStat:
                 self.samples.append(s)
             else:
                 s = self.samples[self.current]
+                self.total -= s.value
                 s.reset(now)
+                self.oldest = min(x.start for x in self.samples)
         s.value += value
+        self.total += value
         s.events += 1
         s.last = now
 
     def _purge(self, now: int) -> None:
+        if now < self.next_purge or not self.samples:
+            return
         expire = self.count * self.window_ms
         for s in self.samples:
             if now - s.last >= expire:
                 s.reset(now)
+        self.total = sum(s.value for s in self.samples)
+        self.oldest = min(s.start for s in self.samples)
+        self.next_purge = min(s.last for s in self.samples) + expire
 
     def window_size(self, now: int) -> int:
         """``Rate.windowSize``: ms since the oldest live sample, at least ``count - 1`` full windows."""
         self._purge(now)
-        if not self.samples:
-            self.samples.append(_Sample(now))
-        return self._window(min(s.start for s in self.samples), now)
+        return self._window(self.oldest if self.samples else now, now)
 
     def _window(self, oldest: int, now: int) -> int:
         elapsed = now - oldest
@@ -86,17 +102,9 @@ class SampledStat:
         return max(elapsed, 1)
 
     def rate(self, now: int) -> float:
-        """``Rate.measure`` per second (the purge, the sum and the oldest start in one pass)."""
-        expire = self.count * self.window_ms
-        total = 0.0
-        oldest = now
-        for s in self.samples:
-            if now - s.last >= expire:
-                s.reset(now)
-            total += s.value
-            if s.start < oldest:
-                oldest = s.start
-        return total / (self._window(oldest, now) / 1000.0)
+        """``Rate.measure`` per second."""
+        self._purge(now)
+        return self.total / (self._window(self.oldest if self.samples else now, now) / 1000.0)
 
     # --- the same figures without resetting anything (for /metrics)
     def _live(self, now: int) -> list[_Sample]:

@@ -81,6 +81,56 @@ def test_measurement_without_purge_matches_measure():
         assert stat.rate_value(clock()) == pytest.approx(stat.rate(clock()))
 
 
+class KafkaRate:
+    """Kafka's SampledStat + Rate written out plainly (purge and sum on every measure): the oracle
+    for the incremental SampledStat."""
+
+    def __init__(self, samples: int, window_ms: int):
+        self.n, self.w, self.samples, self.current = samples, window_ms, [], 0
+
+    def record(self, value, now):
+        if not self.samples:
+            self.samples.append([0.0, now, now])  # value, start, last
+        s = self.samples[self.current]
+        if now - s[1] >= self.w:
+            self.current = (self.current + 1) % (self.n + 1)
+            if self.current >= len(self.samples):
+                s = [0.0, now, now]
+                self.samples.append(s)
+            else:
+                s = self.samples[self.current]
+                s[:] = [0.0, now, now]
+        s[0] += value
+        s[2] = now
+
+    def measure(self, now):
+        for s in self.samples:
+            if now - s[2] >= self.n * self.w:
+                s[:] = [0.0, now, now]
+        if not self.samples:
+            self.samples.append([0.0, now, now])
+        elapsed = now - min(s[1] for s in self.samples)
+        full = elapsed // self.w
+        if full < self.n - 1:
+            elapsed += (self.n - 1 - full) * self.w
+        return sum(s[0] for s in self.samples) / (max(elapsed, 1) / 1000.0)
+
+
+@pytest.mark.parametrize("samples,window", [(11, 1000), (2, 1000), (3, 500)])
+def test_incremental_rate_equals_kafkas_plain_algorithm(samples, window):
+    import random
+
+    rnd = random.Random(samples * window)
+    ours, oracle, now = SampledStat(samples, window), KafkaRate(samples, window), 1_000_000
+    for _ in range(5000):
+        now += rnd.choice((0, 1, 7, 50, 300, 999, 1000, 2500, 15000))
+        value = rnd.choice((16384.0, 100.0, -16384.0, 0.0))
+        ours.record(value, now)
+        oracle.record(value, now)
+        if rnd.random() < 0.7:
+            assert ours.rate(now) == pytest.approx(oracle.measure(now), rel=1e-9, abs=1e-6)
+
+
 def test_token_bucket_strict_and_permissive():
     """ControllerMutationQuotaManagerTest: 10 mutations/s, bursts of 11 windows x 1 s."""
     q, clock = Quotas(ClientQuotaStore(None), clock=None), Clock()
