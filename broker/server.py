@@ -392,12 +392,7 @@ class Connection(asyncio.BufferedProtocol):
             q.finish(resp)  # throttle_time_ms into the response; this connection muted (KIP-219)
         if resp is None or self.closed:
             return
-        if q is None:
-            self.send_response(ctx, resp, flexible)
-        else:
-            t1 = time.perf_counter()
-            self.send_response(ctx, resp, flexible)
-            q.handled(time.perf_counter() - t1)
+        self.send_response(ctx, resp, flexible)
         if self.close_after_response:
             self.close_after_flush()
 

@@ -46,7 +46,7 @@ _UNCOUNTED = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})  # the
 
 
 def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return time.monotonic_ns() // 1_000_000
 
 
 class Quotas:
@@ -118,7 +118,7 @@ class RequestQuota:
     # ------------------------------------------------------------------ what handlers call
     def bandwidth(self, manager: ClientQuotaManager, nbytes: int) -> int:
         """Count ``nbytes`` against ``manager``'s quota; the throttle time it calls for."""
-        if not manager.enabled:
+        if not manager.enabled_levels:
             return 0
         now = self.quotas.clock()
         s = manager.sensor(self.user, self.client_id, now)
@@ -160,7 +160,7 @@ class RequestQuota:
         """Take the request quota once: handling time so far, as a percentage of a second."""
         if self.request_ms < 0:
             manager = self.quotas.request
-            if self.exempt or not manager.enabled:
+            if self.exempt or not manager.enabled_levels:
                 self.request_ms = 0
             else:
                 busy = self.busy + (time.perf_counter() - self.step_started if self.step_started else 0.0)
@@ -172,9 +172,11 @@ class RequestQuota:
     def finish(self, resp) -> int:
         """After the handler: the throttle time (the longest that any quota calls for) goes into the
         response's ``throttle_time_ms`` and the connection is muted for it (KIP-219)."""
-        request_ms = self.request_throttle_ms()
+        request_ms = self.request_ms if self.request_ms >= 0 else self.request_throttle_ms()
         mutation_ms = self.mutation.throttle_time() if self.mutation is not None else 0
-        ms = max(self.byte_ms, mutation_ms, request_ms)
+        ms = self.byte_ms if self.byte_ms > request_ms else request_ms
+        if mutation_ms > ms:
+            ms = mutation_ms
         if ms <= 0:
             return 0
         now = self.quotas.clock()
@@ -193,12 +195,6 @@ class RequestQuota:
         """``coro``, with its running time (not its waiting time) added to :attr:`busy` while a request
         quota exists."""
         return _Timed(coro, self) if self.quotas.request.enabled else coro
-
-    def handled(self, seconds: float) -> None:
-        """Time spent after the answer (encoding, sending) counts for the next requests, as Kafka
-        records network-thread time without throttling."""
-        if self.request_sensor is not None:
-            self.request_sensor.stat.record(seconds * 100.0, self.quotas.clock())
 
 
 class MutationQuota:

@@ -37,6 +37,7 @@ DEFAULT = _Default()  # the <default> user or client id (a null entity name on t
 CLIENT_ID_LEVEL, USER_LEVEL, USER_CLIENT_ID_LEVEL = 1, 2, 4  # ClientQuotaManager's quota type bits
 SENSOR_EXPIRY_MS = 3600 * 1000
 THROTTLE_SAMPLES, THROTTLE_WINDOW_MS = 2, 30000  # MetricConfig defaults: the throttle-time Avg
+_CACHE_LIMIT = 10_000  # (user, client id) pairs remembered per manager
 
 
 def sanitize(name: str) -> str:
@@ -68,12 +69,16 @@ class ClientQuotaManager:
         self.samples = samples  # quota.window.num (controller.quota.window.num)
         self.window_ms = window_s * 1000  # quota.window.size.seconds (controller.quota.window.size.seconds)
         self.max_throttle_ms = max_throttle_ms  # the request quota's bound: one window
+        self._min_window_s = max((samples - 1) * window_s, 0.001)  # the shortest window a rate is taken over
         # (user part, client part) -> quota; written by update_quota (the quota store's replay)
         self.overrides: dict[tuple, float] = {}
         self.enabled_levels = 0  # quotaTypesEnabled: bits of the levels that have quotas
         self._level_counts = {CLIENT_ID_LEVEL: 0, USER_LEVEL: 0, USER_CLIENT_ID_LEVEL: 0}
         # tags -> sensor; created by the first request under those tags, dropped after an hour unused
         self.sensors: dict[tuple[str, str], ClientSensor] = {}
+        # (user, client id) -> its sensor: a cache of tags() + sensors, emptied when quotas change or
+        # sensors expire (and when it grows past _CACHE_LIMIT)
+        self._by_client: dict[tuple[str, str], ClientSensor] = {}
         self._next_sweep = 0
 
     @property
@@ -100,6 +105,7 @@ class ClientQuotaManager:
             self.overrides[key] = value
         for s in self.sensors.values():  # updateQuotaMetricConfigs: every sensor takes its new bound
             s.bound = self.limit(s.tags)
+        self._by_client.clear()  # the tags of a client may be others now
 
     def tags(self, user: str, client_id: str) -> tuple[str, str]:
         """``DefaultQuotaCallback.quotaMetricTags``: the sensor a request of ``user`` / ``client_id`` counts in."""
@@ -145,13 +151,19 @@ class ClientQuotaManager:
 
     # ------------------------------------------------------------------ sensors
     def sensor(self, user: str, client_id: str, now: int) -> ClientSensor:
-        tags = self.tags(user, client_id)
-        s = self.sensors.get(tags)
+        """The sensor a request of ``user`` / ``client_id`` counts in (created on first use)."""
+        s = self._by_client.get((user, client_id))
         if s is None:
-            if now >= self._next_sweep:
-                self.expire(now)
-            s = self.sensors[tags] = ClientSensor(tags, self.limit(tags), self.samples, self.window_ms, now,
-                                                  bucket=self.quota_type == "ControllerMutation")
+            tags = self.tags(user, client_id)
+            s = self.sensors.get(tags)
+            if s is None:
+                if now >= self._next_sweep:
+                    self.expire(now)
+                s = self.sensors[tags] = ClientSensor(tags, self.limit(tags), self.samples, self.window_ms, now,
+                                                      bucket=self.quota_type == "ControllerMutation")
+            if len(self._by_client) >= _CACHE_LIMIT:
+                self._by_client.clear()
+            self._by_client[(user, client_id)] = s
         s.last_used = now
         return s
 
@@ -160,12 +172,17 @@ class ClientQuotaManager:
         self._next_sweep = now + 60_000
         for tags in [t for t, s in self.sensors.items() if now - s.last_used >= SENSOR_EXPIRY_MS]:
             del self.sensors[tags]
+        self._by_client.clear()
 
     def record(self, s: ClientSensor, value: float, now: int) -> int:
         """``recordAndGetThrottleTimeMs``: count ``value``; the throttle time if the rate is now over the quota."""
         stat = s.stat
         stat.record(value, now)
+        if now >= stat.next_purge:
+            stat.purge(now)
         bound = s.bound
+        if stat.total <= bound * self._min_window_s:
+            return 0  # under the quota whatever the window (it is never shorter than samples - 1 windows)
         observed = stat.rate(now)
         if observed <= bound or math.isnan(bound):
             return 0

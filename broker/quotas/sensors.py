@@ -78,7 +78,8 @@ class SampledStat:
         s.events += 1
         s.last = now
 
-    def _purge(self, now: int) -> None:
+    def purge(self, now: int) -> None:
+        """Reset the samples with no event for ``count`` windows (``SampledStat.purgeObsoleteSamples``)."""
         if now < self.next_purge or not self.samples:
             return
         expire = self.count * self.window_ms
@@ -91,7 +92,7 @@ class SampledStat:
 
     def window_size(self, now: int) -> int:
         """``Rate.windowSize``: ms since the oldest live sample, at least ``count - 1`` full windows."""
-        self._purge(now)
+        self.purge(now)
         return self._window(self.oldest if self.samples else now, now)
 
     def _window(self, oldest: int, now: int) -> int:
@@ -103,8 +104,13 @@ class SampledStat:
 
     def rate(self, now: int) -> float:
         """``Rate.measure`` per second."""
-        self._purge(now)
-        return self.total / (self._window(self.oldest if self.samples else now, now) / 1000.0)
+        if now >= self.next_purge:
+            self.purge(now)
+        elapsed = now - self.oldest if self.samples else 0
+        full = elapsed // self.window_ms
+        if full < self.count - 1:
+            elapsed += (self.count - 1 - full) * self.window_ms
+        return self.total / (max(elapsed, 1) / 1000.0)
 
     # --- the same figures without resetting anything (for /metrics)
     def _live(self, now: int) -> list[_Sample]:
