@@ -262,3 +262,70 @@ def test_partial_frame_attack_leaves_other_clients_served_and_is_closed(broker_f
     finally:
         attack.stop()
     assert any("sharebroker.request.read.timeout.ms" in line for line in b.log_lines)
+
+
+def _warm_rss_kib(b) -> int:
+    """The broker's RSS once it has answered a request (lazily imported codecs loaded) and settled."""
+    s = _try_open_kept(b.port)
+    assert s is not None
+    s.close()
+    last = [_rss_kib(b.proc.pid)]
+
+    def steady():
+        time.sleep(0.2)
+        now = _rss_kib(b.proc.pid)
+        same = abs(now - last[0]) < 256
+        last[0] = now
+        return same
+
+    until(steady, 20, "the broker's RSS to settle")
+    return last[0]
+
+
+def _near_baseline(pid: int, baseline_kib: int, within_mib: float = 20.0):
+    def near():
+        return _rss_kib(pid) - baseline_kib <= within_mib * 1024
+    return near
+
+
+def test_memory_is_given_back_after_many_idle_connections_close(broker_factory):
+    """Issue 17 item 5: 5,000 connections that sent one request each and closed leave the broker's
+    RSS within 20 MiB of what it was before, within a minute."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 6000 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    b = broker_factory()
+    pid = b.proc.pid
+    baseline = _warm_rss_kib(b)
+    socks = []
+    try:
+        for _ in range(5000):
+            socks.append(socket.create_connection(("127.0.0.1", b.port), timeout=30))
+        frame = api_versions_frame(correlation_id=3)
+        for s in socks:
+            s.sendall(frame)
+        for s in socks:
+            assert len(s.recv(4, socket.MSG_WAITALL)) == 4
+    finally:
+        for s in socks:
+            s.close()
+    until(_near_baseline(pid, baseline), 60,
+          f"the broker's RSS to come back within 20 MiB of {baseline // 1024} MiB")
+
+
+def test_memory_is_given_back_after_a_partial_frame_attack(broker_factory):
+    """Issue 17 item 5: after 10 connections announced 100 MB frames, sent 30 MB each and went away,
+    the broker's RSS is back within 20 MiB of what it was before, within a minute."""
+    b = broker_factory()
+    pid = b.proc.pid
+    baseline = _warm_rss_kib(b)
+    attack = PartialFrameAttack(b.port, pid)
+    try:
+        until(lambda: attack.sent >= 200 * 1024 * 1024, 60, "the attackers to send 200 MB")
+        until(lambda: attack.peak_rss_kib - baseline > 100 * 1024, 30, "the broker to read the attack")
+    finally:
+        attack.stop()
+    until(_near_baseline(pid, baseline), 60,
+          f"the broker's RSS to come back within 20 MiB of {baseline // 1024} MiB")
