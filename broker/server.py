@@ -7,7 +7,9 @@ writing waits when the transport's buffer is full.
 
 Every request goes through one pipeline (:meth:`Connection._process`): decode ->
 authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
-handler; the stages are the components in ``broker.pipeline``.
+handler; the stages are the components in ``broker.pipeline``.  A handler with a fast
+path (``broker.dispatch``, Produce) may answer its common case right after the header
+is decoded and authenticated, timed and counted the same way.
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes
@@ -463,17 +465,33 @@ class Connection(asyncio.BufferedProtocol):
         m = memoryview(frame)
         try:
             header, pos = RequestHeader.decode_from(m, 0, 2 if flexible else 1)
-            req, end = cls.decode_from(m, pos, version)
         except (DecodeError, ValueError, IndexError, struct.error) as e:
-            raise ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}") from None
+            raise _malformed(api_key, version, e) from None
         server = self.server
         if not self.authenticator.admits(self, api_key):
             raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
+        metrics = server.metrics
+        if h.fast is not None:
+            b = self._response_head(correlation_id, flexible)
+            t0 = time.perf_counter()
+            try:
+                handled = h.fast(self.components, m, pos, version, b)
+            except BaseException:
+                metrics.failed(api_key)
+                raise
+            if handled:
+                metrics.observe(api_key, time.perf_counter() - t0)
+                if not self.closed:
+                    self._write_response(b)
+                return
+        try:
+            req, end = cls.decode_from(m, pos, version)
+        except (DecodeError, ValueError, IndexError, struct.error) as e:
+            raise _malformed(api_key, version, e) from None
         ctx = RequestContext(self.components, self, api_key, version, correlation_id, header.client_id,
                              self.principal, self.listener, self.host)
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
-        metrics = server.metrics
         t0 = time.perf_counter()
         try:
             resp = await h.fn(ctx, req)
@@ -495,20 +513,31 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolViolation("SASL authentication failed")
         self.transport.write(_SIZE.pack(len(out)) + out)
 
-    def send_response(self, ctx: RequestContext, resp, flexible: bool) -> None:
+    @staticmethod
+    def _response_head(correlation_id: int, flexible: bool) -> bytearray:
+        """A response's size placeholder and header (v1, with tagged fields, for flexible versions)."""
         b = bytearray(8)
-        _CORR.pack_into(b, 0, 0, ctx.correlation_id)
-        # The ApiVersions response header is always v0 (no tagged fields), whatever the version.
-        if flexible and ctx.api_key != ApiKey.API_VERSIONS:
+        _CORR.pack_into(b, 0, 0, correlation_id)
+        if flexible:
             b.append(0)
+        return b
+
+    def _write_response(self, b: bytearray) -> None:
+        """Send a response held whole in ``b`` (size placeholder first)."""
+        _SIZE.pack_into(b, 0, len(b) - 4)
+        self.last_active = self.server.clock()
+        self.transport.write(b)
+
+    def send_response(self, ctx: RequestContext, resp, flexible: bool) -> None:
+        # The ApiVersions response header is always v0 (no tagged fields), whatever the version.
+        b = self._response_head(ctx.correlation_id, flexible and ctx.api_key != ApiKey.API_VERSIONS)
         sp: list = []
         resp.encode_into(b, ctx.api_version, sp)
-        size = len(b) - 4 + sum(len(c) for _, c in sp)
-        _SIZE.pack_into(b, 0, size)
-        self.last_active = self.server.clock()
         if not sp:
-            self.transport.write(b)
+            self._write_response(b)
             return
+        _SIZE.pack_into(b, 0, len(b) - 4 + sum(len(c) for _, c in sp))
+        self.last_active = self.server.clock()
         parts = frame_parts(b, sp)
         if any(type(p) is FileChunk for p in parts):
             self._send_with_files(parts)
@@ -551,11 +580,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def _send_unsupported_api_versions(self, correlation_id: int) -> None:
         resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION, api_keys=api_version_entries())
-        b = bytearray(8)
-        _CORR.pack_into(b, 0, 0, correlation_id)
+        b = self._response_head(correlation_id, False)
         resp.encode_into(b, 0)
-        _SIZE.pack_into(b, 0, len(b) - 4)
-        self.transport.write(b)
+        self._write_response(b)
+
+
+def _malformed(api_key: int, version: int, e: Exception) -> ProtocolViolation:
+    return ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}")
 
 
 def api_version_entries() -> list:
