@@ -13,8 +13,6 @@ Owned by ``broker.server.Server``: one of each per broker, shared by every liste
 from __future__ import annotations
 
 import collections
-import ctypes
-import ctypes.util
 import mmap
 
 # Frames up to this size are one bytearray (counted whole from their first byte); larger
@@ -173,21 +171,25 @@ def _unmap(mm: mmap.mmap) -> None:
         pass
 
 
+_malloc_trim = None  # glibc's malloc_trim, loaded at the first trim (ctypes costs start-up time)
+
+
 def _load_malloc_trim():
+    import ctypes
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return None
+        return False
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
     return fn
 
 
-_malloc_trim = _load_malloc_trim()
-
-
 def trim_heap() -> None:
     """Give free heap pages back to the system (glibc keeps freed memory for reuse otherwise)."""
-    if _malloc_trim is not None:
+    global _malloc_trim
+    if _malloc_trim is None:
+        _malloc_trim = _load_malloc_trim()
+    if _malloc_trim:
         _malloc_trim(0)
