@@ -619,7 +619,7 @@ class Server:
         self.memory = RequestMemory(queued if queued > 0 else max(DEFAULT_REQUEST_MEMORY, self.max_request_bytes))
         self.buffers = FrameBuffers()
         # what the last sweep saw, to give memory back once load has gone (_give_back_memory)
-        self._released_at_trim = 0
+        self._released_at_trim = -TRIM_AFTER_BYTES  # start-up freed memory too: the first sweep trims
         self._closed_since_trim = 0
         self._buffers_seen = 0
         self.authenticator = components.authenticator
