@@ -377,12 +377,12 @@ class ShareGroupManager:
         about one assignment interval after it joined instead of one heartbeat interval (5 s)."""
         gid = g.group_id
         configured = self._config(gid, HEARTBEAT_INTERVAL)
-        if g.group_epoch == g.assignment_epoch and not self.uninitialized(g):
+        if g.group_epoch == g.assignment_epoch and not self.uninitialized_partitions(g):
             return configured
         wait = g.assignment_timestamp + self.assignment_interval_ms(gid) - now + PENDING_HEARTBEAT_MARGIN_MS
         return min(configured, max(PENDING_HEARTBEAT_MS, wait))
 
-    def uninitialized(self, g: ShareGroup) -> dict[bytes, tuple[str, list[int]]]:
+    def uninitialized_partitions(self, g: ShareGroup) -> dict[bytes, tuple[str, list[int]]]:
         """Partitions of the group's subscribed topics whose share state is not initialized, by topic id
         (nothing without a persister or without members)."""
         if self.share_state is None or not g.members:
@@ -485,7 +485,7 @@ class ShareGroupManager:
         heartbeat.  A partition already being initialized is not asked for again until
         ``group.share.initialize.retry.interval.ms`` passed."""
         g = self._group(gid)
-        missing_by_topic = self.uninitialized(g) if g is not None else {}
+        missing_by_topic = self.uninitialized_partitions(g) if g is not None else {}
         if not missing_by_topic:
             return
         now = self.c.now_ms()

@@ -1,7 +1,7 @@
 """Share-group membership with Kafka's default heartbeat settings (issue 17, items 1-3).
 
-These brokers run with ``group.share.heartbeat.interval.ms`` 5000 (Kafka's default; the suite's other
-brokers use 500, see tests/conftest.py), so they show what a user with default settings sees:
+These brokers run with ``group.share.heartbeat.interval.ms`` 5000 (Kafka's default, set explicitly), so
+they show what a user with default settings sees:
 
 - a ShareConsumer that calls ``subscribe()`` with other topics loses the old ones in the answer to that
   heartbeat and gets the new ones at the following heartbeat (confluent-kafka-python's
