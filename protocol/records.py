@@ -10,13 +10,22 @@ Implemented:
   * in-place rewrites: base offset, partition leader epoch, LogAppendTime
     (max timestamp + timestamp-type bit + CRC recomputed);
   * ``build_batch`` / ``build_control_batch`` (uncompressed) and
-    ``iter_records`` (uncompressed only) for internal topics and tests.
+    ``iter_records`` (any codec ``protocol.compression`` has) for internal
+    topics, the DLQ's copy-record, admin tools and tests;
+  * the batch filter: ``scan_records`` walks a batch's records reading only
+    their framing (length, offset and timestamp deltas, key, null value);
+    ``filter_batch`` copies the chosen records of a batch into a new batch
+    with the same base offset, last offset delta and producer fields, the
+    header and CRC rewritten and record bodies copied as bytes, never decoded
+    (Kafka's ``MemoryRecords.filterTo``); compressed batches are inflated,
+    filtered and written with the same codec. It serves the log cleaner and
+    share-fetch sub-batches. ``empty_batch`` is Kafka's
+    ``DefaultRecordBatch.writeEmptyHeader``; ``uncompressed_batch`` inflates.
 
 Not implemented: per-record validation of produced batches (Kafka decodes
-uncompressed records to check per-record timestamps, record count and key
-presence for compacted topics; here timestamps are checked on the batch's
-base/max timestamps only), decompression, and message format conversion
-(magic 0/1 is rejected).
+uncompressed records to check per-record timestamps and record count; here
+timestamps are checked on the batch's base/max timestamps only), and message
+format conversion (magic 0/1 is rejected).
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import time
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
+
+from protocol import compression
 
 # ---------------------------------------------------------------- error codes
 CORRUPT_MESSAGE = 2
@@ -391,38 +402,40 @@ class Record(NamedTuple):
 
 
 def iter_records(batch) -> Iterator[Record]:
-    """Decode the records of one uncompressed batch (internal topics, tests, ListOffsets)."""
+    """Decode the records of one batch (internal topics, DLQ copy-record, admin tools, tests).
+
+    A compressed batch is inflated first; a codec that is not installed or data that does not
+    inflate raise ``RecordsError`` (UNSUPPORTED_COMPRESSION_TYPE / CORRUPT_MESSAGE)."""
     mv = batch if isinstance(batch, memoryview) else memoryview(batch)
     info = BatchInfo(0, HEADER.unpack_from(mv, 0))
-    if info.compression != COMPRESSION_NONE:
-        raise RecordsError(UNSUPPORTED_COMPRESSION_TYPE, "decoding compressed batches is not supported")
-    end = info.size
-    if len(mv) < end:
+    if len(mv) < info.size:
         raise RecordsError(CORRUPT_MESSAGE, "batch is truncated")
+    body = batch_body(mv, info)
+    end = len(body)
     log_append = info.timestamp_type == LOG_APPEND_TIME
-    pos = HEADER_SIZE
+    pos = 0
     for _ in range(info.records_count):
-        length, pos = _read_varint(mv, pos)
+        length, pos = _read_varint(body, pos)
         rec_end = pos + length
         if length < 0 or rec_end > end:
             raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
         pos += 1  # attributes
-        ts_delta, pos = _read_varint(mv, pos)
-        off_delta, pos = _read_varint(mv, pos)
-        klen, pos = _read_varint(mv, pos)
-        key = None if klen < 0 else bytes(mv[pos:pos + klen])
+        ts_delta, pos = _read_varint(body, pos)
+        off_delta, pos = _read_varint(body, pos)
+        klen, pos = _read_varint(body, pos)
+        key = None if klen < 0 else bytes(body[pos:pos + klen])
         pos += max(klen, 0)
-        vlen, pos = _read_varint(mv, pos)
-        value = None if vlen < 0 else bytes(mv[pos:pos + vlen])
+        vlen, pos = _read_varint(body, pos)
+        value = None if vlen < 0 else bytes(body[pos:pos + vlen])
         pos += max(vlen, 0)
-        nheaders, pos = _read_varint(mv, pos)
+        nheaders, pos = _read_varint(body, pos)
         headers = []
         for _h in range(nheaders):
-            hklen, pos = _read_varint(mv, pos)
-            hkey = bytes(mv[pos:pos + hklen]).decode()
+            hklen, pos = _read_varint(body, pos)
+            hkey = bytes(body[pos:pos + hklen]).decode()
             pos += hklen
-            hvlen, pos = _read_varint(mv, pos)
-            headers.append((hkey, None if hvlen < 0 else bytes(mv[pos:pos + hvlen])))
+            hvlen, pos = _read_varint(body, pos)
+            headers.append((hkey, None if hvlen < 0 else bytes(body[pos:pos + hvlen])))
             pos += max(hvlen, 0)
         if pos != rec_end:
             raise RecordsError(CORRUPT_MESSAGE, "record length does not match its content")
@@ -445,3 +458,172 @@ def control_coordinator_epoch(batch) -> int:
         if rec.value is not None and len(rec.value) >= 6:
             return struct.unpack_from(">i", rec.value, 2)[0]
     return -1
+
+
+# --------------------------------------------------------------- batch filter
+class RecordSpan(NamedTuple):
+    """One record of a batch body, read from its framing only (key and value are not copied).
+
+    ``start``/``end`` bound the record (its length varint included) in the body;
+    ``key`` is a memoryview into the body, None for a null key; ``has_value`` is
+    False for a tombstone."""
+
+    start: int
+    end: int
+    offset_delta: int
+    timestamp_delta: int
+    key: memoryview | None
+    has_value: bool
+
+
+def batch_body(batch, info: BatchInfo | None = None):
+    """The records section of a complete batch at position 0, inflated when compressed.
+
+    Raises ``RecordsError``: UNSUPPORTED_COMPRESSION_TYPE when the codec needs the optional
+    extra (``protocol.compression.available`` tells beforehand), CORRUPT_MESSAGE when it does
+    not inflate."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    if info is None:
+        info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    body = mv[HEADER_SIZE:info.size]
+    codec = info.compression
+    if codec == COMPRESSION_NONE:
+        return body
+    try:
+        return memoryview(compression.decompress(codec, body))
+    except compression.CodecUnavailable as e:
+        raise RecordsError(UNSUPPORTED_COMPRESSION_TYPE, str(e)) from None
+    except compression.CodecError as e:
+        raise RecordsError(CORRUPT_MESSAGE, str(e)) from None
+
+
+def scan_records(body, count: int) -> list[RecordSpan]:
+    """The spans of the ``count`` records in ``body`` (a batch's records section, inflated)."""
+    mv = body if isinstance(body, memoryview) else memoryview(body)
+    end = len(mv)
+    out = []
+    pos = 0
+    try:
+        for _ in range(count):
+            length, p = _read_varint(mv, pos)
+            rec_end = p + length
+            if length <= 0 or rec_end > end:
+                raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+            ts_delta, p = _read_varint(mv, p + 1)  # after the attributes byte
+            off_delta, p = _read_varint(mv, p)
+            klen, p = _read_varint(mv, p)
+            key = None if klen < 0 else mv[p:p + klen]
+            p += max(klen, 0)
+            vlen, p = _read_varint(mv, p)
+            if p + max(vlen, 0) > rec_end:
+                raise RecordsError(CORRUPT_MESSAGE, "record content exceeds its length")
+            out.append(RecordSpan(pos, rec_end, off_delta, ts_delta, key, vlen >= 0))
+            pos = rec_end
+    except IndexError:
+        raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
+    return out
+
+
+def filter_batch(batch, keep, *, spans: list[RecordSpan] | None = None, body=None,
+                 delete_horizon_ms: int | None = None, force_delete_horizon: bool = False):
+    """The records of one v2 batch for which ``keep(span)`` is true, as a batch of their own.
+
+    The result keeps the base offset, the last offset delta (so producer sequence state and
+    offsets are unchanged), the partition leader epoch, producer id/epoch/base sequence, the
+    transactional/control flags, timestamp type and codec; the record count, max timestamp
+    (CreateTime), length and CRC are rewritten. Record bytes are copied, never decoded.
+
+    ``delete_horizon_ms`` (the log cleaner's now + delete.retention.ms) is written as KIP-534's
+    delete horizon when the batch has none yet and a kept record is a tombstone (or
+    ``force_delete_horizon``, for a marker of an empty transaction): the base timestamp becomes the
+    horizon and each kept record's timestamp delta is re-encoded against it.
+
+    Returns ``batch`` itself when every record is kept and nothing changes, None when no record
+    is kept (see :func:`empty_batch`), else new bytes. ``spans``/``body`` may be passed when the
+    caller already scanned the batch. Raises ``RecordsError`` as :func:`batch_body`.
+    """
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    if body is None:
+        body = batch_body(mv, info)
+    if spans is None:
+        spans = scan_records(body, info.records_count)
+    kept = [s for s in spans if keep(s)]
+    if not kept:
+        return None
+    has_horizon = bool(info.attributes & DELETE_HORIZON_MASK)
+    set_horizon = (delete_horizon_ms is not None and not has_horizon
+                   and (force_delete_horizon or any(not s.has_value for s in kept)))
+    if len(kept) == len(spans) and len(spans) == info.records_count and not set_horizon:
+        return batch
+    log_append = info.timestamp_type == LOG_APPEND_TIME
+    if log_append:
+        max_ts = info.max_timestamp
+    else:
+        max_ts = info.base_timestamp + max(s.timestamp_delta for s in kept)
+    base_ts = info.base_timestamp
+    attributes = info.attributes
+    out = bytearray()
+    if set_horizon:
+        attributes |= DELETE_HORIZON_MASK
+        shift = info.base_timestamp - delete_horizon_ms  # new delta = old base + old delta - horizon
+        base_ts = delete_horizon_ms
+        rec = bytearray()
+        for s in kept:
+            _, p = _read_varint(body, s.start)  # skip the length
+            _, after_ts = _read_varint(body, p + 1)  # skip attributes and the old timestamp delta
+            rec.clear()
+            rec.append(body[p])
+            _write_varint(rec, s.timestamp_delta + shift)
+            rec += body[after_ts:s.end]
+            _write_varint(out, len(rec))
+            out += rec
+    else:
+        start = None
+        for s in kept:  # runs of adjacent kept records are copied as one slice
+            if start is None:
+                start, end = s.start, s.end
+            elif s.start == end:
+                end = s.end
+            else:
+                out += body[start:end]
+                start, end = s.start, s.end
+        out += body[start:end]
+    if info.compression != COMPRESSION_NONE:
+        try:
+            out = compression.compress(info.compression, out)
+        except compression.CodecUnavailable as e:  # batch_body would have refused already
+            raise RecordsError(UNSUPPORTED_COMPRESSION_TYPE, str(e)) from None
+    return _assemble(info, attributes, base_ts, max_ts, len(kept), out)
+
+
+def empty_batch(batch) -> bytes:
+    """A batch with no records that keeps ``batch``'s offsets and producer fields (Kafka's
+    ``DefaultRecordBatch.writeEmptyHeader``): what the cleaner keeps of a producer's last batch
+    when all its records are removed, so the producer's sequence state survives."""
+    info = read_header(batch)
+    attributes = info.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
+    return _assemble(info, attributes, NO_TIMESTAMP, info.max_timestamp, 0, b"")
+
+
+def uncompressed_batch(batch):
+    """``batch`` with its records inflated and the codec bits cleared (``batch`` itself when
+    uncompressed). Raises ``RecordsError`` as :func:`batch_body`."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    if info.compression == COMPRESSION_NONE:
+        return batch
+    body = batch_body(mv, info)
+    return _assemble(info, info.attributes & ~COMPRESSION_MASK, info.base_timestamp, info.max_timestamp,
+                     info.records_count, body)
+
+
+def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count: int, body) -> bytes:
+    size = HEADER_SIZE + len(body)
+    out = bytearray(size)
+    HEADER.pack_into(out, 0, info.base_offset, size - LOG_OVERHEAD, info.partition_leader_epoch, 2, 0,
+                     attributes, info.last_offset_delta, base_ts, max_ts, info.producer_id,
+                     info.producer_epoch, info.base_sequence, count)
+    out[HEADER_SIZE:] = body
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
