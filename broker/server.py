@@ -10,8 +10,8 @@ authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
 handler -> quotas; the stages are the components in ``broker.pipeline`` and
 ``broker.quotas`` (a throttled connection is muted with :meth:`Connection.throttle`).
 A handler with a fast path (``broker.dispatch``, Produce) may answer its common case
-right after the header is decoded and authenticated, timed and counted the same way
-(not while client quotas are configured: they count in the handler).
+right after the header is decoded and authenticated, timed, counted and throttled the
+same way.
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes
@@ -46,6 +46,7 @@ log = logging.getLogger("sharebroker.server")
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
+_THROTTLE = struct.Struct(">i")
 MAX_QUEUED_FRAMES = 64
 SCRATCH_SMALL = 4 * 1024  # a connection's scratch buffer until a read fills it...
 SCRATCH_BYTES = 32 * 1024  # ...then this, until the connection has been quiet for SCRATCH_SHRINK_S
@@ -500,16 +501,23 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
         metrics = server.metrics
         quotas = server.quotas
-        if h.fast is not None and not quotas.active:
+        q = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) if quotas.active else None
+        if h.fast is not None:
             b = self._response_head(correlation_id, flexible)
             t0 = time.perf_counter()
             try:
-                handled = h.fast(self.components, m, pos, version, b)
+                throttle_at = h.fast(self.components, m, pos, version, b, q)
             except BaseException:
                 metrics.failed(api_key)
                 raise
-            if handled:
-                metrics.observe(api_key, time.perf_counter() - t0)
+            if throttle_at:
+                elapsed = time.perf_counter() - t0
+                metrics.observe(api_key, elapsed)
+                if q is not None:
+                    q.busy = elapsed  # a fast path never waits
+                    ms = q.finish(None)
+                    if ms:
+                        _THROTTLE.pack_into(b, throttle_at, ms)
                 if not self.closed:
                     self._write_response(b)
                 return
@@ -521,8 +529,7 @@ class Connection(asyncio.BufferedProtocol):
                              self.principal, self.listener, self.host)
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
-        q = ctx.quota = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) \
-            if quotas.active else None
+        ctx.quota = q
         t0 = time.perf_counter()
         try:
             resp = await (h.fn(ctx, req) if q is None else q.timed(h.fn(ctx, req)))

@@ -27,7 +27,7 @@ tagged fields, no authorizer, no ``flush.messages`` -- is parsed in place (heade
 partition, record-set bounds) and answered with bytes encoded here, without building the
 request and response objects; it appends through the same :func:`_append_records` as
 the general path.  Anything else goes the general way (which also answers malformed input),
-and so does every request while client quotas are configured.
+and with client quotas it counts the request's size as the general path does.
 """
 from __future__ import annotations
 
@@ -61,10 +61,13 @@ _PART_V5 = struct.Struct(">ihqqq")  # ... log start offset (v5+)
 _NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
 
 
-def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> bool:
-    """Answer the common Produce (see the module docstring) into ``b``; False (nothing done) otherwise.
+def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray, q=None) -> int:
+    """Answer the common Produce (see the module docstring) into ``b`` and return where its
+    throttle_time_ms is; False (nothing done) otherwise.
 
-    ``p`` is where the body starts in the frame ``m``; ``b`` holds the response header.
+    ``p`` is where the body starts in the frame ``m``; ``b`` holds the response header; ``q`` is the
+    request's quota accounting (None without client quotas): the request's size is counted as on
+    the general path.
     """
     if c.authorizer.enabled:
         return False
@@ -123,8 +126,10 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> bool:
     if log.config.flush_messages < _NO_FLUSH:
         return False
     code, message, res = _append_records(c, topic, index, log, m[p:end])
+    if q is not None:
+        q.bandwidth(c.quotas.produce, q.size)
     _encode_one(b, version, key, index, code, message, res)
-    return True
+    return len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
 
 
 def _encode_one(b: bytearray, version: int, key, index: int, code: int, message, res) -> None:

@@ -241,6 +241,24 @@ def test_a_client_that_ignores_throttle_time_is_held(broker_factory):
     assert held >= throttle / 1000.0 * 0.9, (held, throttle)
 
 
+def test_every_produce_version_carries_its_throttle_time(broker_factory):
+    """The general path and Produce's fast path (one partition) alike, flexible versions or not."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap, 2)
+    set_quota(b.bootstrap, [("client-id", None)], producer_byte_rate=10_000)  # each client id: 100 kB at once
+    for version in (3, 8, 9, 12):
+        for two_partitions in (False, True):  # two partitions: not the fast path
+            req = _produce_request(topic, 60_000)
+            if two_partitions:
+                req.topic_data[0].partition_data.append(ProduceRequest.PartitionProduceData(
+                    index=1, records=build_batch([(None, b"y", [])])))
+            with WireClient(b.bootstrap, client_id=f"v{version}-{two_partitions}") as w:
+                first = w.request(req, version)
+                second = w.request(_produce_request(topic, 60_000), version)
+            assert first.throttle_time_ms == 0 and 100 < second.throttle_time_ms <= 3000, (version, two_partitions)
+            assert all(p.error_code == 0 for t in first.responses + second.responses for p in t.partition_responses)
+
+
 def test_throttled_fetch_is_answered_empty_with_its_throttle_time(broker_factory):
     """KafkaApis: a fetch over consumer_byte_rate gets no records (they are not counted) and the
     throttle time; MaxBytes is capped at what one quota window allows."""
