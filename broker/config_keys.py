@@ -132,6 +132,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sasl.server.max.receive.size", INT),
     _k("security.inter.broker.protocol", STRING, choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
     _k("connections.max.reauth.ms", LONG),
+    _k("connection.failed.authentication.delay.ms", INT, minimum=0),
     _k("principal.builder.class", CLASS),
     _k("ssl.keystore.type", STRING),
     _k("ssl.keystore.location", STRING),
