@@ -6,7 +6,11 @@ idempotent-producer sequence check, assign offsets, append the bytes as they cam
 partition.  The response goes out only after the bytes are in the segment file
 (acks=1/-1; a single node makes them the same), and, when the append reached
 ``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
-addresses topics by id.  Record bodies are never decoded.
+addresses topics by id.  Record bodies are never decoded, except on a compacted topic
+(``cleanup.policy`` with ``compact``), where every record's framing is read to refuse records
+without a key as Kafka's LogValidator does: INVALID_RECORD with one RecordError per keyless
+record ("Compacted topic cannot accept message without key in topic partition t-p") and
+Kafka's summary message; a batch whose codec needs the optional extra is accepted unread.
 Authorization (KafkaApis): WRITE on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its
 partitions (checked before existence; v13 ids are resolved first, unknown ones are
 UNKNOWN_TOPIC_ID).  One cached lookup per topic when an authorizer is configured.
@@ -114,6 +118,10 @@ def _append(c, topic, pd, fsyncs: list) -> _PartResp:
                                  timestamp_type=1 if cfg.log_append_time else 0, now_ms=c.now_ms(),
                                  timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                  timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+        if cfg.compact:
+            refused = _check_keys(log, records, infos, pd.index)
+            if refused is not None:
+                return refused
         res = log.append(records, infos)
     except RecordsError as e:
         return _error(pd.index, e.code, str(e))
@@ -125,4 +133,18 @@ def _append(c, topic, pd, fsyncs: list) -> _PartResp:
                      log_start_offset=res.log_start_offset)
     if res.durable is not None:
         fsyncs.append((topic.name, resp, res.durable))
+    return resp
+
+
+def _check_keys(log, records, infos, partition: int) -> _PartResp | None:
+    """The INVALID_RECORD answer (with Kafka's record errors and summary) if a record has no key."""
+    errors = log.key_errors(records, infos)
+    if not errors:
+        return None
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    resp = _error(partition, Errors.INVALID_RECORD,
+                  f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+                  f"showing the first three errors at most: [{shown}]")
+    resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                          for i, m in errors]
     return resp

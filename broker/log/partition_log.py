@@ -45,8 +45,9 @@ from bisect import bisect_right
 from typing import Callable
 
 from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
-                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchInfo,
-                              build_control_batch, control_coordinator_epoch, control_record_type, iter_records,
+                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                              UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
+                              control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
 from .background import Inline
@@ -428,6 +429,26 @@ class PartitionLog:
                                 now_ms=self.clock() if now_ms is None else now_ms,
                                 timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                 timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+
+    def key_errors(self, records, infos: list[BatchInfo]) -> list[tuple[int, str]]:
+        """On a compacted log, (record index, message) for each record without a key: Kafka's
+        ``LogValidator.validateKey``, which refuses them (INVALID_RECORD). Empty otherwise, and for
+        a batch whose codec needs the optional extra (kept as it is; the cleaner keeps it whole).
+        Raises ``RecordsError`` (CORRUPT_MESSAGE) for a batch that does not inflate."""
+        if not self.config.compact:
+            return []
+        errors = []
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        message = f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}"
+        for info in infos:
+            try:
+                missing = keyless_records(mv[info.position:info.position + info.size])
+            except RecordsError as e:
+                if e.code == UNSUPPORTED_COMPRESSION_TYPE:
+                    continue
+                raise
+            errors += [(i, message) for i in missing]
+        return errors
 
     def check_producer(self, infos: list[BatchInfo]) -> tuple[int, int, int]:
         """Idempotence check before append: (error_code, dup_first_offset, dup_last_offset).

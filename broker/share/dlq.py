@@ -16,11 +16,15 @@ ShareGroupDLQValidator and ShareGroupDLQRecordHelper:
   ``__dlq.errors.topic|partition|offset|group|delivery.count|message`` (after the original
   headers), and the original key, value and headers only with
   ``errors.deadletterqueue.copy.record.enable`` (read from the source log here, in the DLQ
-  task, never on the fetch / acknowledge path; records are decoded off the event loop;
-  gzip and uncompressed batches are copied, other codecs give headers-only records);
+  task, never on the fetch / acknowledge path; records are decoded off the event loop, with
+  every codec ``protocol.compression`` has: snappy, lz4 and zstd need the optional extra
+  ``sharebroker[compression]``, without it such a batch gives headers-only records; offsets the
+  log cleaner removed give headers-only records too);
 - appends them to partition ``source partition % DLQ partitions`` through the broker's own
   log (split under the topic's ``max.message.bytes``) and waits for the fsync when the
-  topic's flush settings ask for one: what acks=all means on one node;
+  topic's flush settings ask for one: what acks=all means on one node; a compacted DLQ topic
+  refuses records without a key as a Produce would (INVALID_RECORD: the attempt fails; with
+  copy-record the source records' keys are kept, so keyed records go through and are compacted);
 - retries a failed attempt (configuration or append) with Kafka's exponential backoff,
   1 s doubling to 30 s with 20 % jitter, 5 attempts in all; then logs an error and returns,
   and the partition archives the records without a dead-letter record, as Kafka does.
@@ -35,17 +39,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 import time
-import zlib
 from typing import Any
 
 from broker.log.errors import LogError
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.topics import Topics
-from protocol.records import (ATTRIBUTES_OFFSET, COMPRESSION_GZIP, COMPRESSION_MASK, COMPRESSION_NONE, HEADER_SIZE,
-                              LENGTH_OFFSET, LOG_OVERHEAD, RecordsError, build_batch, iter_records, read_header,
-                              validate_records)
+from protocol.records import HEADER_SIZE, RecordsError, build_batch, iter_records, validate_records
 
 log = logging.getLogger("sharebroker.share.dlq")
 
@@ -141,6 +141,10 @@ class DeadLetterQueue:
                         for chunk in _chunks(records, plog.config.max_message_bytes))
         try:
             infos = validate_records(data, single_batch=False, client=False)
+            keyless = plog.key_errors(data, infos)
+            if keyless:
+                raise DlqError(f"append to {name}-{dest_partition} refused (INVALID_RECORD): {len(keyless)} "
+                               f"record(s) without a key for a compacted topic: {keyless[0][1]}")
             res = plog.append(data, infos, check_producer=False)
         except (LogError, RecordsError) as e:
             raise DlqError(f"append to {name}-{dest_partition} failed: {e}") from None
@@ -201,27 +205,12 @@ def _decode(datas: list[bytes], wanted: list[tuple[int, int]]) -> dict:
     out = {}
     for data in datas:
         try:
-            for rec in iter_records(_uncompressed(data)):
+            for rec in iter_records(data):
                 if any(f <= rec.offset <= l for f, l in wanted):
                     out[rec.offset] = rec
-        except (RecordsError, zlib.error, struct.error, ValueError) as e:
+        except RecordsError as e:
             log.info("DLQ copy-record: a source batch is not copied (%s); headers-only records", e)
     return out
-
-
-def _uncompressed(data: bytes) -> bytes:
-    """The batch as an uncompressed one (gzip inflated); raises RecordsError for other codecs."""
-    info = read_header(data)
-    codec = info.compression
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec != COMPRESSION_GZIP:
-        raise RecordsError(0, f"compression codec {codec} is not supported for copy-record")
-    body = zlib.decompress(data[HEADER_SIZE:], wbits=31)
-    out = bytearray(data[:HEADER_SIZE]) + body
-    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, info.attributes & ~COMPRESSION_MASK)
-    return bytes(out)
 
 
 def _chunks(records: list, max_bytes: int):

@@ -5,7 +5,6 @@ real pass, without the worker process); records are read back with kafka-python'
 decoder, so what the cleaner writes is checked by an independent implementation."""
 
 import os
-import struct
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -16,7 +15,7 @@ from broker.log.cleaner import (CHECKPOINT_FILE, CleanerConfig, LogCleaner, LogT
 from broker.log.cleaner.transactions import CleanedTransactionMetadata, CONTROL_ABORT, CONTROL_COMMIT
 from protocol import compression
 from protocol import records as R
-from protocol.records import build_batch, build_control_batch, validate_records
+from protocol.records import validate_records
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

@@ -3,14 +3,16 @@ test_share_partition (fake clock and timers, a persister that records writes, a 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import struct
 
+import pytest
+from crc32c import crc32c
+
 from broker.share.config import ShareGroupConfig
-from broker.share.dlq import _chunks, _uncompressed
+from broker.share.dlq import _chunks, _decode
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.share.partition import ACKNOWLEDGED, ARCHIVED, ARCHIVING, AVAILABLE, SharePartition
-from protocol.records import HEADER_SIZE, build_batch, iter_records
+from protocol.records import HEADER_SIZE, build_batch
 from tests.unit.test_share_partition import GROUP, TOPIC, AckBatch, FakeLog, FakePersister, FakeTimers, H, payload
 
 ACC, REL, REJ, GAP = 1, 2, 3, 0
@@ -177,15 +179,22 @@ async def test_lock_expiry_is_delayed_session_release_and_backoff_zero_are_not()
 
 # ---------------------------------------------------------------- dead-letter record building
 
-def test_gzip_batches_are_inflated_for_copy_record():
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_batches_are_inflated_for_copy_record(codec):
+    """Copy-record reads every codec the broker has (snappy/lz4/zstd with the optional extra)."""
+    from protocol import compression
+
+    if not compression.available(codec):
+        pytest.skip("needs the optional extra sharebroker[compression]")
     plain = build_batch([(b"k1", b"v1", [("h", b"x")]), (None, b"v2", [])], base_offset=40, timestamp=7)
-    body = gzip.compress(plain[HEADER_SIZE:])
+    body = compression.compress(codec, plain[HEADER_SIZE:])
     packed = bytearray(plain[:HEADER_SIZE]) + body
     struct.pack_into(">i", packed, 8, len(packed) - 12)
-    struct.pack_into(">h", packed, 21, 1)  # gzip
-    recs = list(iter_records(_uncompressed(bytes(packed))))
-    assert [(r.offset, r.key, r.value, r.headers) for r in recs] == [(40, b"k1", b"v1", [("h", b"x")]),
-                                                                      (41, None, b"v2", [])]
+    struct.pack_into(">h", packed, 21, codec)
+    struct.pack_into(">I", packed, 17, crc32c(bytes(packed[21:])))
+    recs = _decode([bytes(packed)], [(40, 41)])
+    assert [(r.offset, r.key, r.value, r.headers) for r in recs.values()] == [(40, b"k1", b"v1", [("h", b"x")]),
+                                                                             (41, None, b"v2", [])]
 
 
 def test_records_are_split_under_max_message_bytes():

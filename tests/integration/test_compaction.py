@@ -1,0 +1,198 @@
+"""Log compaction end to end: a real broker (its cleaner worker process included) and real clients.
+
+The cleaner's progress is observed as Kafka tests observe it (``awaitCleaned``): through the
+``cleaner-offset-checkpoint`` file of the data directory. Segments are small
+(``internal.segment.bytes``, Kafka's test-only topic config) and a segment rolls when
+``segment.ms`` has passed, so each test cleans in seconds.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.log.cleaner import CHECKPOINT_FILE, read_checkpoints
+from protocol import compression
+from tests.support import unique, until
+
+BROKER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
+ROLL_MS = 400
+
+
+def create(bootstrap: str, **configs) -> str:
+    name = unique("c")
+    cfg = {"cleanup.policy": "compact", "internal.segment.bytes": str(256 * 1024), "segment.ms": str(ROLL_MS),
+           "min.cleanable.dirty.ratio": "0", **{k.replace("_", "."): str(v) for k, v in configs.items()}}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, config=cfg)])[name].result(15)
+    return name
+
+
+def cleaned_to(broker, topic: str) -> int:
+    return read_checkpoints(os.path.join(str(broker.data_dir), CHECKPOINT_FILE)).get((topic, 0), -1)
+
+
+class Writer:
+    """A producer that remembers the offset of every acknowledged record."""
+
+    def __init__(self, bootstrap: str, topic: str, **conf):
+        self.topic = topic
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
+        self.acked: dict[int, tuple[bytes | None, bytes | None]] = {}
+        self.errors: list = []
+
+    def _report(self, err, msg):
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked[msg.offset()] = (msg.key(), msg.value())
+
+    def put(self, key: bytes | None, value: bytes | None) -> None:
+        while True:
+            try:
+                self.p.produce(self.topic, key=key, value=value, partition=0, on_delivery=self._report)
+                return
+            except BufferError:
+                self.p.poll(0.05)
+
+    def flush(self) -> int:
+        assert self.p.flush(60) == 0 and not self.errors, self.errors
+        return max(self.acked) + 1
+
+    def roll(self) -> int:
+        """Make every record so far cleanable: after segment.ms the next record starts a new segment.
+        Returns the offset of that record (everything before it is in closed segments)."""
+        self.flush()
+        since = time.monotonic()
+        until(lambda: time.monotonic() - since > ROLL_MS / 1000, 10, "segment.ms passed")
+        self.put(b"roll", b"%d" % time.time_ns())
+        self.flush()
+        return max(self.acked)
+
+    def latest(self, below: int) -> dict[bytes, tuple[int, bytes | None]]:
+        out = {}
+        for off in sorted(self.acked):
+            if off < below:
+                k, v = self.acked[off]
+                out[k] = (off, v)
+        return out
+
+
+def read_all(bootstrap: str, topic: str, end: int, isolation: str = "read_uncommitted") -> list:
+    """(offset, key, value) of every record in [0, end) as confluent-kafka delivers them."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("r"), "enable.auto.commit": False,
+                  "isolation.level": isolation, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    if c.position([TopicPartition(topic, 0)])[0].offset >= end:
+                        return [r for r in out if r[0] < end]
+                    continue
+                raise AssertionError(m.error())
+            out.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    raise AssertionError(f"did not reach offset {end}: {len(out)} records read")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    from broker.testing import BrokerProcess
+
+    with BrokerProcess(tmp_path_factory.mktemp("compaction"), config=BROKER) as b:
+        yield b
+
+
+def _wait_cleaned(broker, topic: str, offset: int) -> None:
+    until(lambda: cleaned_to(broker, topic) >= offset, 60, f"{topic} cleaned up to {offset}")
+
+
+# ------------------------------------------------------------------ the issue's scenario
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_latest_value_per_key_tombstones_until_delete_retention(broker, codec):
+    if codec not in ("none", "gzip") and not compression.available(
+            {"snappy": compression.SNAPPY, "lz4": compression.LZ4, "zstd": compression.ZSTD}[codec]):
+        pytest.skip("needs the optional extra sharebroker[compression]")
+    bs = broker.bootstrap
+    retention_ms = 3000
+    topic = create(bs, delete_retention_ms=retention_ms)
+    w = Writer(bs, topic, **{"compression.type": codec, "batch.num.messages": 500})
+    n_keys = 1000
+    for i in range(100_000):
+        w.put(b"key-%04d" % (i % n_keys), b"value-%d-%s" % (i, b"x" * (i % 17)))
+    for k in range(100):  # 100 tombstones
+        w.put(b"key-%04d" % k, None)
+    roll = w.roll()
+    produced_at = time.monotonic()
+    _wait_cleaned(broker, topic, roll)
+    want = w.latest(roll)
+    got = read_all(bs, topic, roll)
+    assert time.monotonic() - produced_at < retention_ms / 1000, "too slow to see the tombstones"
+    assert {k: (off, v) for off, k, v in got} == want  # the latest value of each key at its offset
+    assert len(got) == n_keys  # exactly one record per key, tombstones included
+    assert sum(1 for _, _, v in got if v is None) == 100
+    assert all(w.acked[off] == (k, v) for off, k, v in got)  # offsets unchanged
+    # after delete.retention.ms the next cleaning removes the tombstones
+    deadline = produced_at + retention_ms / 1000
+    until(lambda: time.monotonic() > deadline, 10, "delete.retention.ms passed")
+    roll2 = w.roll()
+    _wait_cleaned(broker, topic, roll2)
+    got = read_all(bs, topic, roll)
+    assert {k: (off, v) for off, k, v in got} == {k: ov for k, ov in want.items() if ov[1] is not None}
+    assert len(got) == n_keys - 100
+
+
+def test_keyless_record_refused_on_a_compacted_topic(broker):
+    bs = broker.bootstrap
+    topic = create(bs)
+    w = Writer(bs, topic)
+    w.put(None, b"no key")
+    w.p.flush(10)
+    assert [e.code() for e in w.errors] == [KafkaError.INVALID_RECORD]
+    w.errors.clear()
+    w.put(b"k", b"v")
+    assert w.flush() == 1
+
+
+def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
+    bs = broker.bootstrap
+    topic = create(bs)
+    w = Writer(bs, topic)
+    for i in range(5000):
+        w.put(b"k%d" % (i % 50), b"v%d" % i)
+    roll = w.roll()
+    _wait_cleaned(broker, topic, roll)
+    want = {k: (off, v) for k, (off, v) in w.latest(roll).items()}
+    assert len(want) == 50
+    from kafka import KafkaConsumer, TopicPartition as KTP
+
+    kc = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, consumer_timeout_ms=3000)
+    kc.assign([KTP(topic, 0)])
+    kc.seek_to_beginning()
+    seen = []
+    for m in kc:
+        seen.append((m.offset, m.key, m.value))
+        if m.offset >= roll:
+            break
+    kc.close()
+    assert {k: (off, v) for off, k, v in seen if off < roll} == want and len([s for s in seen if s[0] < roll]) == 50
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        pytest.skip("kcat is not installed (Debian package kcat; .ci/run installs it)")
+    out = subprocess.run([kcat, "-C", "-b", bs, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+                          "-f", "%o %k %s\n"], capture_output=True, timeout=60, check=True).stdout.decode()
+    rows = [line.split(" ", 2) for line in out.splitlines()]
+    assert {r[1].encode(): (int(r[0]), r[2].encode()) for r in rows if int(r[0]) < roll} == want
+    assert len([r for r in rows if int(r[0]) < roll]) == 50
