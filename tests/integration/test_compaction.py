@@ -45,6 +45,7 @@ class Writer:
         self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
         self.acked: dict[int, tuple[bytes | None, bytes | None]] = {}
         self.errors: list = []
+        self.sent_ms: list[float] = [0.0]  # wall clock of the last put
 
     def _report(self, err, msg):
         if err is not None:
@@ -53,6 +54,7 @@ class Writer:
             self.acked[msg.offset()] = (msg.key(), msg.value())
 
     def put(self, key: bytes | None, value: bytes | None) -> None:
+        self.sent_ms[0] = time.time() * 1000
         while True:
             try:
                 self.p.produce(self.topic, key=key, value=value, partition=0, on_delivery=self._report)
@@ -164,6 +166,20 @@ def test_keyless_record_refused_on_a_compacted_topic(broker):
     w.errors.clear()
     w.put(b"k", b"v")
     assert w.flush() == 1
+    # on the wire: Kafka's record errors (one per keyless record, by index) and summary message
+    from protocol.messages import produce as P
+    from protocol.records import build_batch
+    from tests.wire import WireClient
+
+    batch = build_batch([(b"a", b"1", []), (None, b"2", []), (None, b"3", [])])
+    with WireClient(bs) as wire:
+        resp = wire.request(P.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[P.ProduceRequest.TopicProduceData(
+            name=topic, partition_data=[P.ProduceRequest.PartitionProduceData(index=0, records=batch)])]), 9)
+    part = resp.responses[0].partition_responses[0]
+    message = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
+    assert part.error_code == KafkaError.INVALID_RECORD
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, message), (2, message)]
+    assert part.error_message.startswith("One or more records have been rejected due to 2 record errors")
 
 
 def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
@@ -196,3 +212,30 @@ def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
     rows = [line.split(" ", 2) for line in out.splitlines()]
     assert {r[1].encode(): (int(r[0]), r[2].encode()) for r in rows if int(r[0]) < roll} == want
     assert len([r for r in rows if int(r[0]) < roll]) == 50
+
+
+def test_aborted_records_removed_committed_kept(broker):
+    bs = broker.bootstrap
+    topic = create(bs)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": unique("tx"), "linger.ms": 5})
+    p.init_transactions(15)
+    p.begin_transaction()
+    for i in range(50):
+        p.produce(topic, key=b"k%d" % i, value=b"aborted-%d" % i, partition=0)
+    p.flush(15)
+    p.abort_transaction(15)
+    p.begin_transaction()
+    for i in range(25, 75):
+        p.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i, partition=0)
+    p.commit_transaction(15)
+    w = Writer(bs, topic)
+    w.put(b"other", b"plain")
+    roll = w.roll()
+    before = read_all(bs, topic, roll)  # read_uncommitted: the aborted records are still there
+    assert sum(1 for _, _, v in before if v.startswith(b"aborted")) == 50
+    _wait_cleaned(broker, topic, roll)
+    after = read_all(bs, topic, roll)
+    assert not [r for r in after if r[2].startswith(b"aborted")]
+    assert sorted(v for _, _, v in after if v.startswith(b"committed")) == sorted(
+        b"committed-%d" % i for i in range(25, 75))
+    assert read_all(bs, topic, roll, "read_committed") == after

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 from protocol import compression
@@ -332,6 +333,8 @@ class Cleaner:
         out.append(chunk, metas)
         self.throttler.maybe_throttle(len(chunk))
         if job.crash_phase == "writing":  # test-only: the broker dies while a cleaned segment is half written
+            print("log cleaner worker: test-only sharebroker.log.cleaner.test.crash.phase=writing: killing the broker",
+                  file=sys.stderr, flush=True)
             os.kill(os.getppid(), signal.SIGKILL)
             os._exit(1)
 

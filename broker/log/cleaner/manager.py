@@ -440,6 +440,7 @@ class LogCleaner:
     def _crash_at(self, phase: str) -> None:
         if self.config.crash_phase == phase:
             log.warning("log cleaner: test-only %s=%s: killing the broker", CRASH_PHASE_KEY, phase)
+            logging.shutdown()
             os.kill(os.getpid(), signal.SIGKILL)
 
     # --------------------------------------------------------- in-process

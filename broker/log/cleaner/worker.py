@@ -114,7 +114,7 @@ class WorkerProcess:
         self._on_message = on_message
         self._on_exit = on_exit
         self._buf = bytearray()
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.log.cleaner.worker", str(os.getpid())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.log.cleaner", str(os.getpid())],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self._out = self.proc.stdout.fileno()
         os.set_blocking(self._out, False)
@@ -177,6 +177,3 @@ class WorkerProcess:
             log.warning("cleaner worker %d did not exit", self.proc.pid)
         self.proc.stdout.close()
 
-
-if __name__ == "__main__":
-    main()
