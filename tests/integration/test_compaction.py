@@ -122,35 +122,65 @@ def _wait_cleaned(broker, topic: str, offset: int) -> None:
 
 
 # ------------------------------------------------------------------ the issue's scenario
+def delete_horizons(broker, topic: str) -> set[int]:
+    """KIP-534 delete horizons written in the batch headers of the topic's segment files."""
+    from protocol.records import DELETE_HORIZON_MASK, HEADER, HEADER_SIZE
+
+    out = set()
+    d = os.path.join(str(broker.data_dir), f"{topic}-0")
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".log"):
+            continue
+        with open(os.path.join(d, name), "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            h = HEADER.unpack_from(data, pos)
+            if h[5] & DELETE_HORIZON_MASK:
+                out.add(h[7])
+            pos += h[1] + 12
+    return out
+
+
+# ------------------------------------------------------------------ the issue's scenario
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_latest_value_per_key_tombstones_until_delete_retention(broker, codec):
     if codec not in ("none", "gzip") and not compression.available(
             {"snappy": compression.SNAPPY, "lz4": compression.LZ4, "zstd": compression.ZSTD}[codec]):
         pytest.skip("needs the optional extra sharebroker[compression]")
     bs = broker.bootstrap
-    retention_ms = 3000
+    retention_ms = 2000
     topic = create(bs, delete_retention_ms=retention_ms)
     w = Writer(bs, topic, **{"compression.type": codec, "batch.num.messages": 500})
     n_keys = 1000
     for i in range(100_000):
         w.put(b"key-%04d" % (i % n_keys), b"value-%d-%s" % (i, b"x" * (i % 17)))
+    tombstones_at = time.time() * 1000
     for k in range(100):  # 100 tombstones
         w.put(b"key-%04d" % k, None)
     roll = w.roll()
-    produced_at = time.monotonic()
     _wait_cleaned(broker, topic, roll)
     want = w.latest(roll)
     got = read_all(bs, topic, roll)
-    assert time.monotonic() - produced_at < retention_ms / 1000, "too slow to see the tombstones"
     assert {k: (off, v) for off, k, v in got} == want  # the latest value of each key at its offset
     assert len(got) == n_keys  # exactly one record per key, tombstones included
     assert sum(1 for _, _, v in got if v is None) == 100
     assert all(w.acked[off] == (k, v) for off, k, v in got)  # offsets unchanged
-    # after delete.retention.ms the next cleaning removes the tombstones
-    deadline = produced_at + retention_ms / 1000
-    until(lambda: time.monotonic() > deadline, 10, "delete.retention.ms passed")
-    roll2 = w.roll()
+    # the cleaning that first kept them gave their batches a delete horizon (KIP-534) of
+    # delete.retention.ms later; passes after it remove them
+    horizons = delete_horizons(broker, topic)
+    assert horizons and min(horizons) >= tombstones_at + retention_ms
+    roll2 = w.roll()  # a pass before the horizon keeps them
     _wait_cleaned(broker, topic, roll2)
+    if time.time() * 1000 < min(horizons):
+        assert sum(1 for r in read_all(bs, topic, roll) if r[2] is None) == 100
+
+    def tombstones_gone():
+        roll_n = w.roll()
+        _wait_cleaned(broker, topic, roll_n)
+        return not [r for r in read_all(bs, topic, roll) if r[2] is None]
+    until(tombstones_gone, 60, "the tombstones to be removed after their delete horizon")
+    assert time.time() * 1000 >= min(horizons)
     got = read_all(bs, topic, roll)
     assert {k: (off, v) for off, k, v in got} == {k: ov for k, ov in want.items() if ov[1] is not None}
     assert len(got) == n_keys - 100
@@ -239,3 +269,59 @@ def test_aborted_records_removed_committed_kept(broker):
     assert sorted(v for _, _, v in after if v.startswith(b"committed")) == sorted(
         b"committed-%d" % i for i in range(25, 75))
     assert read_all(bs, topic, roll, "read_committed") == after
+
+
+# ------------------------------------------------------------------ share groups (issue 20, item 5)
+def test_share_group_consumes_a_topic_while_it_is_cleaned(broker):
+    """Offsets compaction removes inside or ahead of the in-flight window are gaps: every live record
+    is delivered, none twice, and the KIP-1226 lag ends at 0."""
+    import threading
+
+    from tests.integration.test_share_consumers import consumer, new_group
+    from tests.integration.test_share_offsets_admin import lags
+
+    bs = broker.bootstrap
+    topic = create(bs, internal_segment_bytes=32 * 1024)
+    group = new_group(bs)
+    w = Writer(bs, topic)
+    done = threading.Event()
+    rolled: list[int] = []
+
+    def produce():
+        try:
+            for r in range(5):
+                for i in range(2000):
+                    w.put(b"k%d" % (i % 150), b"r%d-%d" % (r, i))
+                w.flush()
+                time.sleep(0.3)  # let the cleaner work between rounds (the consumer keeps polling)
+            rolled.append(w.roll())
+        finally:
+            done.set()
+
+    c = consumer(bs, group, topic)
+    delivered: list[tuple] = []
+    cleaned_while_consuming = False
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            for m in c.poll(0.3) or []:
+                assert m.error() is None, m.error()
+                delivered.append((m.offset(), m.key(), m.value()))
+            cleaned_while_consuming |= not done.is_set() and cleaned_to(broker, topic) > 0
+            if done.is_set() and rolled and cleaned_to(broker, topic) >= rolled[0]:
+                if lags(bs, group).get((topic, 0), (0, -1))[1] == 0:
+                    break
+        else:
+            raise AssertionError(f"lag did not reach 0: {lags(bs, group)}")
+    finally:
+        c.close()
+        t.join(30)
+    assert rolled and cleaned_while_consuming
+    offsets = [off for off, _, _ in delivered]
+    assert len(offsets) == len(set(offsets)), "a record was delivered twice"
+    assert all(w.acked[off] == (k, v) for off, k, v in delivered)
+    live = {off for off, _v in w.latest(max(w.acked) + 1).values()}
+    assert live <= set(offsets), f"live records never delivered: {sorted(live - set(offsets))[:10]}"
+    assert len(delivered) < len(w.acked)  # some superseded records were compacted away before delivery
