@@ -135,6 +135,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sharebroker.share.dlq.retry.backoff.max.ms", LONG, minimum=1),  # Kafka's 30 s
     _k("sharebroker.share.dlq.test.append.delay.ms", LONG, minimum=0),  # test-only: hold each DLQ append
     _k("sharebroker.metrics.listener", STRING),
+    _k("sharebroker.status.lag.sample.ms", LONG, minimum=10),  # the status page's lag sparkline interval
     # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides
     # of these are checked with the same definition
     _k("listener.security.protocol.map", STRING),
