@@ -53,7 +53,7 @@ from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, CO
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
-from .files import atomic_write
+from .files import atomic_write, fsync_dir
 from .producer_state import ProducerStateManager
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
                       rename_segment_files, scan)
@@ -834,9 +834,9 @@ class PartitionLog:
             seg.delete(bg)
         directory = self.dir
         if bg is not None:
-            bg.submit(lambda: _fsync_path_and_dir(directory), self._on_bg_error)
+            bg.submit(lambda: fsync_dir(directory), self._on_bg_error)
         else:
-            _fsync_path_and_dir(directory)
+            fsync_dir(directory)
         return True
 
     # ------------------------------------------------------------ durability

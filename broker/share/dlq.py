@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import struct
 import time
 from typing import Any
 

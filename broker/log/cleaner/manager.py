@@ -40,7 +40,7 @@ import time
 
 from protocol import compression
 
-from ..manager import atomic_write
+from ..files import atomic_write
 from ..segment import CLEANED_SUFFIX, Segment
 from .cleaner import Cleaner, CleanJob, CleanerStats
 from .worker import WorkerProcess
