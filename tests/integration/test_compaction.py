@@ -325,3 +325,73 @@ def test_share_group_consumes_a_topic_while_it_is_cleaned(broker):
     live = {off for off, _v in w.latest(max(w.acked) + 1).values()}
     assert live <= set(offsets), f"live records never delivered: {sorted(live - set(offsets))[:10]}"
     assert len(delivered) < len(w.acked)  # some superseded records were compacted away before delivery
+
+
+# ------------------------------------------------------------------ internal topics (item 2)
+def _commit(bs: str, group: str, topic: str, offset: int) -> None:
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def _committed(bs: str, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout=15)[0].offset
+    finally:
+        c.close()
+
+
+def test_consumer_offsets_compacted_and_replayed_after_restart(tmp_path):
+    """__consumer_offsets is compacted: a live group's offset survives cleaning and a restart, a deleted
+    group's tombstones remove it, and the log keeps about one record per key."""
+    from broker.testing import BrokerProcess
+
+    b = BrokerProcess(tmp_path / "d", config={**BROKER, "log.roll.ms": str(ROLL_MS),
+                                              "log.cleaner.min.cleanable.ratio": "0",
+                                              "log.cleaner.delete.retention.ms": "0"}).start()
+    try:
+        bs = b.bootstrap
+        topic = create(bs)
+        live, doomed = unique("live"), unique("doomed")
+        c = Consumer({"bootstrap.servers": bs, "group.id": live, "enable.auto.commit": False})
+        for i in range(400):
+            c.commit(offsets=[TopicPartition(topic, 0, i + 1)], asynchronous=False)
+        c.close()
+        _commit(bs, doomed, topic, 7)
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.delete_consumer_groups([doomed])[doomed].result(15)
+        offsets_dir = os.path.join(str(b.data_dir), "__consumer_offsets-0")
+        roller = unique("roller")
+
+        def records_in_offsets_topic() -> int:
+            from protocol.records import HEADER
+
+            n = 0
+            for name in os.listdir(offsets_dir):
+                if name.endswith(".log"):
+                    with open(os.path.join(offsets_dir, name), "rb") as f:
+                        data = f.read()
+                    pos = 0
+                    while pos + 61 <= len(data):
+                        h = HEADER.unpack_from(data, pos)
+                        n += h[12]
+                        pos += h[1] + 12
+            return n
+        assert records_in_offsets_topic() >= 400
+
+        def cleaned() -> bool:
+            # a commit after log.roll.ms rolls the offsets topic: everything before it is cleanable
+            time.sleep(ROLL_MS / 1000)
+            _commit(bs, roller, topic, 1)
+            return records_in_offsets_topic() < 50
+        until(cleaned, 60, "__consumer_offsets to be cleaned")
+        b.kill9()
+        b.start()
+        assert _committed(bs, live, topic) == 400
+        listed = {g.group_id for g in admin.list_consumer_groups().result(15).valid}
+        assert live in listed and doomed not in listed
+    finally:
+        b.stop()

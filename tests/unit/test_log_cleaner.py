@@ -17,16 +17,9 @@ from protocol import compression
 from protocol import records as R
 from protocol.records import validate_records
 
-T0 = 1_700_000_000_000
+from tests.unit.test_log import T0, Clock
+
 DAY = 86_400_000
-
-
-class Clock:
-    def __init__(self, now=T0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": 2048, "index.interval.bytes": 256,
