@@ -198,10 +198,34 @@ def bench_cleaner(args) -> None:
 
 
 # ------------------------------------------------------------------ loop stall
+_CALLBACKS: list[float] = []  # durations of the cleaner's callbacks on the loop in the current run, ms
+
+
+def _timed(cls, name: str, out: list) -> None:
+    """Record the duration of every call of ``cls.name`` (a cleaner callback on the loop) in ``out``."""
+    fn = getattr(cls, name)
+
+    def wrapper(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            out.append((time.perf_counter() - t) * 1000)
+    setattr(cls, name, wrapper)
+
+
 async def _stall_run(args, clean: bool, append: bool = True) -> dict:
-    from broker.log import LogManager
+    from broker.log import LogManager, PartitionLog
     from broker.log.cleaner import LogCleaner
+    from broker.log.cleaner.worker import WorkerProcess
     from protocol.records import build_batch, validate_records
+
+    if not _CALLBACKS:  # time every cleaner callback on the loop (once per process)
+        for cls, name in ((LogCleaner, "_tick"), (LogCleaner, "_done"), (WorkerProcess, "_readable"),
+                          (PartitionLog, "replace_segments")):
+            _timed(cls, name, _CALLBACKS)
+    del _CALLBACKS[:]
+    _CALLBACKS.append(0.0)
 
     data = tempfile.mkdtemp(prefix="sb-bench-stall-")
     logs = LogManager(data, default_configs={"segment.bytes": str(args.segment_mib << 20)})
@@ -209,7 +233,8 @@ async def _stall_run(args, clean: bool, append: bool = True) -> dict:
     logs.create_topic("other", 1, {"retention.bytes": str(256 << 20)})  # the maintenance timer keeps it bounded
     records = _fill(logs.get_log("dirty", 0), args.stall_mib, args.keys, args.value_bytes, 0) if clean else 0
     logs.start_background()
-    cleaner = LogCleaner(logs, {"log.cleaner.backoff.ms": "100"})
+    cleaner = LogCleaner(logs, {"log.cleaner.backoff.ms": "100",
+                                "log.cleaner.io.max.bytes.per.second": str(args.io_max_mbs * 1e6 or 1.7e308)})
     loop = asyncio.get_running_loop()
     other = logs.get_log("other", 0)
     batch = build_batch([(None, os.urandom(1024), [])], timestamp=int(time.time() * 1000))  # CPU-bound appends
@@ -219,7 +244,6 @@ async def _stall_run(args, clean: bool, append: bool = True) -> dict:
     stop = False
 
     async def ticker():
-        nonlocal stop
         while not stop:
             t = loop.time()
             await asyncio.sleep(0.001)
@@ -257,6 +281,7 @@ async def _stall_run(args, clean: bool, append: bool = True) -> dict:
     shutil.rmtree(data, ignore_errors=True)
     lags.sort()
     return {"secs": secs, "records": records, "appends": appended / len(batch) / secs, "max": lags[-1],
+            "callback_max": max(_CALLBACKS),
             "p99": lags[int(len(lags) * 0.99)], "median": statistics.median(lags)}
 
 
@@ -266,7 +291,8 @@ def bench_stall(args) -> None:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    print(f"event loop while the cleaner (worker process) cleans {args.stall_mib} MiB, vs the cleaner idle: "
+    print(f"event loop while the cleaner (worker process, io max {args.io_max_mbs or 'unlimited'} MB/s) cleans "
+          f"{args.stall_mib} MiB, vs the cleaner idle: "
           f"a 1 ms ticker alone, then with an appender appending 1 KiB batches to another topic as fast as "
           f"the loop lets it")
     rows = [("cleaning", runner(_stall_run(args, True, append=False)))]
@@ -276,10 +302,11 @@ def bench_stall(args) -> None:
     args.idle_s = busy["secs"]
     idle = runner(_stall_run(args, False))
     rows += [("cleaning+appends", busy), ("idle+appends", idle)]
-    print(f"{'':>17} {'seconds':>8} {'tick lag max':>13} {'p99':>7} {'median':>7} {'appends/s':>10}")
+    print(f"{'':>17} {'seconds':>8} {'tick lag max':>13} {'p99':>7} {'median':>7} {'appends/s':>10} "
+          f"{'longest cleaner callback':>25}")
     for name, r in rows:
         print(f"{name:>17} {r['secs']:>8.1f} {r['max']:>11.2f}ms {r['p99']:>5.2f}ms {r['median']:>5.2f}ms "
-              f"{r['appends']:>10,.0f}")
+              f"{r['appends']:>10,.0f} {r['callback_max']:>23.2f}ms")
     print(f"appends while cleaning / idle: {busy['appends'] / idle['appends']:.2f}x "
           f"({busy['records']:,} records cleaned)")
 
@@ -295,6 +322,8 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=128, help="log size of the cleaner throughput runs")
     ap.add_argument("--stall-mib", type=int, default=1024, help="log size cleaned in the stall run")
     ap.add_argument("--segment-mib", type=int, default=64)
+    ap.add_argument("--io-max-mbs", type=float, default=0.0,
+                    help="stall: log.cleaner.io.max.bytes.per.second in MB/s (default: unlimited, Kafka's)")
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--value-bytes", type=int, default=1024)
     args = ap.parse_args()
