@@ -351,7 +351,8 @@ def test_consumer_offsets_compacted_and_replayed_after_restart(tmp_path):
 
     b = BrokerProcess(tmp_path / "d", config={**BROKER, "log.roll.ms": str(ROLL_MS),
                                               "log.cleaner.min.cleanable.ratio": "0",
-                                              "log.cleaner.delete.retention.ms": "0"}).start()
+                                              "log.cleaner.delete.retention.ms": "0",
+                                              "sharebroker.metrics.listener": "127.0.0.1:0"}).start()
     try:
         bs = b.bootstrap
         topic = create(bs)
@@ -388,6 +389,17 @@ def test_consumer_offsets_compacted_and_replayed_after_restart(tmp_path):
             _commit(bs, roller, topic, 1)
             return records_in_offsets_topic() < 50
         until(cleaned, 60, "__consumer_offsets to be cleaned")
+        import urllib.request
+
+        text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+        gauges = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                  if line.startswith("kafka_log_logcleaner")}
+        assert gauges["kafka_log_logcleaner_cleaner_recopy_percent"] < 100
+        assert gauges["kafka_log_logcleaner_deadthreadcount"] == 0
+        assert 0 <= gauges["kafka_log_logcleanermanager_time_since_last_run_ms"] < 60_000
+        assert 0 <= gauges["kafka_log_logcleanermanager_max_dirty_percent"] <= 100
+        assert [v for k, v in gauges.items() if k.startswith("kafka_log_logcleanermanager_uncleanable_partitions_count")
+                and "logDirectory=" in k] == [0]
         b.kill9()
         b.start()
         assert _committed(bs, live, topic) == 400
