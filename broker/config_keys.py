@@ -50,6 +50,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("max.connections.per.ip.overrides", STRING),
     _k("connections.max.idle.ms", LONG),
     _k("queued.max.request.bytes", LONG),
+    _k("sharebroker.request.read.timeout.ms", LONG, minimum=1),  # a started request must progress
     _k("log.retention.check.interval.ms", LONG, minimum=1),
     _k("log.retention.minutes", INT),
     _k("log.retention.hours", INT),
