@@ -58,6 +58,20 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("max.incremental.fetch.session.cache.slots", INT, minimum=0),
     _k("producer.id.expiration.ms", INT, minimum=1),
     _k("producer.id.expiration.check.interval.ms", INT, minimum=1),
+    # the log cleaner (broker/log/cleaner; the topic-level log.cleaner.* defaults are synonyms below)
+    _k("log.cleaner.enable", BOOLEAN),
+    _k("log.cleaner.threads", INT, minimum=0),
+    _k("log.cleaner.dedupe.buffer.size", LONG),
+    _k("log.cleaner.io.buffer.size", INT, minimum=0),
+    _k("log.cleaner.io.buffer.load.factor", DOUBLE),
+    _k("log.cleaner.io.max.bytes.per.second", DOUBLE),
+    _k("log.cleaner.backoff.ms", LONG, minimum=0),
+    _k("sharebroker.log.cleaner.test.crash.phase", STRING,
+       choices=("", "writing", "cleaned", "swap", "deleted", "done", "checkpoint")),  # test-only
+    # internal topics' segments (broker/topics.py)
+    _k("offsets.topic.segment.bytes", INT, minimum=1),
+    _k("transaction.state.log.segment.bytes", INT, minimum=1),
+    _k("share.coordinator.state.topic.segment.bytes", INT, minimum=1),
     # transactions (broker.transactions)
     _k("transaction.max.timeout.ms", INT, minimum=1),
     _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, minimum=1),
@@ -162,10 +176,10 @@ ACCEPTED_KEYS = frozenset({
     "controller.listener.names", "inter.broker.listener.name",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
-    "offsets.topic.replication.factor", "offsets.topic.num.partitions", "offsets.topic.segment.bytes",
+    "offsets.topic.replication.factor", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-    "share.coordinator.state.topic.num.partitions", "log.cleaner.enable", "log.cleaner.threads",
+    "share.coordinator.state.topic.num.partitions",
     "group.coordinator.rebalance.protocols", "unstable.api.versions.enable", "unstable.feature.versions.enable",
     "metadata.log.dir", "broker.id", "broker.rack", "replica.lag.time.max.ms", "auto.leader.rebalance.enable",
     "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
