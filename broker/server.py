@@ -62,7 +62,8 @@ TRIM_AFTER_CLOSES = 100  # ...closed connections, after which the heap is trimme
 # Why a connection is not reading (bits of Connection._pauses; Connection._update_reading applies them).
 PAUSE_FRAMES = 1  # too many of its frames are queued (its own pipelining)
 PAUSE_MEMORY = 2  # the request memory refused its next bytes
-PAUSE_THROTTLE = 4  # muted by a client quota (KIP-219) until Connection._throttled_until
+PAUSE_CLOSING = 4  # a failed login was answered; the connection closes after a delay (no more reads)
+PAUSE_THROTTLE = 8  # muted by a client quota (KIP-219) until Connection._throttled_until
 
 
 class ProtocolViolation(Exception):
@@ -473,6 +474,8 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _process(self, frame: bytearray | memoryview) -> None:
         """The request pipeline: decode -> authenticate -> authorize -> time and count -> handler."""
+        if self._pauses & PAUSE_CLOSING:  # a failed login was answered: nothing more is
+            return
         sasl = self.sasl
         if sasl is not None and sasl.raw:  # SaslHandshake v0: the tokens come without a request header
             self._raw_sasl_token(frame)
@@ -544,7 +547,18 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.send_response(ctx, resp, flexible)
         if self.close_after_response:
+            self._close_after_failed_login()
+
+    def _close_after_failed_login(self) -> None:
+        """Kafka's ``connection.failed.authentication.delay.ms`` (Selector's delayed close): the
+        connection reads nothing more and closes after the delay, so a client sees the answer
+        before the close (kafka-python drops data that arrives with the end of the stream)."""
+        delay = self.server.failed_auth_delay_ms
+        if delay <= 0:
             self.close_after_flush()
+            return
+        self.pause_for(PAUSE_CLOSING)  # and _process answers no frame already queued
+        asyncio.get_running_loop().call_later(delay / 1000.0, self.close_after_flush)
 
     def _raw_sasl_token(self, frame: bytearray) -> None:
         """One token of the legacy (handshake v0) exchange: answer it raw, or close on failure."""
@@ -655,6 +669,7 @@ class Server:
         self.max_per_ip_overrides = parse_per_ip_overrides(cfg.get("max.connections.per.ip.overrides", ""))
         self.idle_ms = cfg.get_int("connections.max.idle.ms", 600000)
         self.read_timeout_ms = cfg.get_int("sharebroker.request.read.timeout.ms", DEFAULT_READ_TIMEOUT_MS)
+        self.failed_auth_delay_ms = cfg.get_int("connection.failed.authentication.delay.ms", 100)
         queued = cfg.get_int("queued.max.request.bytes", -1)
         self.memory = RequestMemory(queued if queued > 0 else max(DEFAULT_REQUEST_MEMORY, self.max_request_bytes))
         self.buffers = FrameBuffers()

@@ -6,7 +6,11 @@ idempotent-producer sequence check, assign offsets, append the bytes as they cam
 partition.  The response goes out only after the bytes are in the segment file
 (acks=1/-1; a single node makes them the same), and, when the append reached
 ``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
-addresses topics by id.  Record bodies are never decoded.
+addresses topics by id.  Record bodies are never decoded, except on a compacted topic
+(``cleanup.policy`` with ``compact``), where every record's framing is read to refuse records
+without a key as Kafka's LogValidator does: INVALID_RECORD with one RecordError per keyless
+record ("Compacted topic cannot accept message without key in topic partition t-p") and
+Kafka's summary message; a batch whose codec needs the optional extra is accepted unread.
 Authorization (KafkaApis): WRITE on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its
 partitions (checked before existence; v13 ids are resolved first, unknown ones are
 UNKNOWN_TOPIC_ID).  One cached lookup per topic when an authorizer is configured.
@@ -23,7 +27,7 @@ append; the answer carries the throttle time and the connection is muted for it.
 
 Fast path (:func:`fast_produce`, run by the server before the request is decoded): the
 common request -- no transactional id, acks 1 or -1, one topic with one partition, no
-tagged fields, no authorizer, no ``flush.messages`` -- is parsed in place (header, topic,
+tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place (header, topic,
 partition, record-set bounds) and answered with bytes encoded here, without building the
 request and response objects; it appends through the same :func:`_append_records` as
 the general path.  Anything else goes the general way (which also answers malformed input),
@@ -123,9 +127,9 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray, q=None) -
     if acks not in (1, -1) or topic is None or not 0 <= index < topic.partitions or c.topics.is_internal(topic.name):
         return False
     log = c.logs.get_log(topic.name, index)
-    if log.config.flush_messages < _NO_FLUSH:
+    if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
         return False
-    code, message, res = _append_records(c, topic, index, log, m[p:end])
+    code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
     if q is not None:
         q.bandwidth(c.quotas.produce, q.size)
     _encode_one(b, version, key, index, code, message, res)
@@ -246,9 +250,13 @@ async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
 def _append(c, topic, pd, fsyncs: list) -> _PartResp:
     if pd.records is None:
         return _error(pd.index, Errors.INVALID_RECORD, "null records")
-    code, message, res = _append_records(c, topic, pd.index, c.logs.get_log(topic.name, pd.index), pd.records)
+    code, message, res, record_errors = _append_records(c, topic, pd.index, c.logs.get_log(topic.name, pd.index),
+                                                        pd.records)
     if code:
-        return _error(pd.index, code, message)
+        resp = _error(pd.index, code, message)
+        resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                              for i, m in record_errors or ()]
+        return resp
     resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
                      log_start_offset=res.log_start_offset)
     if res.durable is not None:
@@ -257,16 +265,27 @@ def _append(c, topic, pd, fsyncs: list) -> _PartResp:
 
 
 def _append_records(c, topic, index: int, log, records) -> tuple:
-    """Validate and append one partition's records: (0, None, AppendResult) or (error code, message, None)."""
+    """Validate and append one partition's records: (0, None, AppendResult, None) or (error code, message,
+    None, record errors or None)."""
     cfg = log.config
     try:
         infos = validate_records(records, max_message_bytes=cfg.max_message_bytes,
                                  timestamp_type=1 if cfg.log_append_time else 0, now_ms=c.now_ms(),
                                  timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                  timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+        keyless = log.key_errors(records, infos) if cfg.compact else None
+        if keyless:
+            return Errors.INVALID_RECORD, _key_errors_message(keyless), None, keyless
         res = log.append(records, infos)
     except (RecordsError, LogError) as e:
-        return e.code, str(e), None
+        return e.code, str(e), None, None
     if not res.duplicate:
         c.topics.appended(topic.name, index)
-    return 0, None, res
+    return 0, None, res, None
+
+
+def _key_errors_message(errors: list[tuple[int, str]]) -> str:
+    """Kafka's summary of a batch refused for its records (LogValidator.processRecordErrors)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+            f"showing the first three errors at most: [{shown}]")

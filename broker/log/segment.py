@@ -12,6 +12,13 @@ to its files with os.write once INDEX_WRITE_BATCH of them are pending (one write
 A crash can leave the files short of the log: recovery re-scans from the last entry on
 disk and adds the missing ones (as after any torn index). Indexes are rebuilt by a header scan when missing or
 inconsistent. Segments are not preallocated and not memory-mapped.
+
+A segment written by the log cleaner carries a file-name suffix (``suffix``:
+``.cleaned`` while it is written, ``.swap`` while it replaces older segments,
+as Kafka's ``LogFileUtils``); ``change_suffix`` renames its three files (the log
+file last, so a ``.log.swap`` implies its index files are ``.swap`` too) and
+``rename_segment_files`` does the same for a segment that has no object here
+(see partition_log.py, "Segment replacement").
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEA
 log = logging.getLogger(__name__)
 
 OFFSET_ENTRY = struct.Struct(">II")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX = ".cleaned", ".swap", ".deleted"
 TIME_ENTRY = struct.Struct(">qI")
 SCAN_CHUNK = 256 * 1024
 INDEX_WRITE_BATCH = 64  # pending index entries written at once by the active segment
@@ -51,10 +60,12 @@ class Segment:
                  "max_timestamp", "offset_of_max_timestamp", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
                  "_idx_written", "_time_written",
-                 "interval")
+                 "interval", "suffix")
 
-    def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int):
+    def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+                 suffix: str = ""):
         self.interval = interval  # index.interval.bytes
+        self.suffix = suffix  # "" or the cleaner's ".cleaned" / ".swap" (written by change_suffix)
         self.dir = dir_path
         self.base_offset = base_offset
         self.fd: int | None = None
@@ -80,7 +91,7 @@ class Segment:
 
     # ------------------------------------------------------------------ paths
     def path(self, suffix: str) -> str:
-        return os.path.join(self.dir, segment_name(self.base_offset, suffix))
+        return os.path.join(self.dir, segment_name(self.base_offset, suffix) + self.suffix)
 
     @property
     def log_path(self) -> str:
@@ -88,8 +99,9 @@ class Segment:
 
     # ---------------------------------------------------------- open / create
     @classmethod
-    def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
-        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+    def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+               suffix: str = "") -> "Segment":
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
         seg._open_index_writers(truncate=True)
@@ -107,9 +119,10 @@ class Segment:
         return seg
 
     @classmethod
-    def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
+    def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+             suffix: str = "") -> "Segment":
         """Open an existing segment and load its indexes (call ``indexes_sane`` / ``recover`` next)."""
-        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         seg.size = os.fstat(seg.fd).st_size
         seg._load_indexes()
@@ -269,6 +282,13 @@ class Segment:
             return -1
         return HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))[8]
 
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch, -1 if none (Kafka's ``getFirstBatchTimestamp``, which
+        ``max.compaction.lag.ms`` is measured from); read once per inactive segment."""
+        if self.rolling_timestamp < 0 and self.size >= HEADER_SIZE:
+            self.rolling_timestamp = self._first_batch_max_timestamp()
+        return self.rolling_timestamp
+
     def scan_headers(self, on_batch) -> None:
         """Call ``on_batch(position, header)`` for every batch (no CRC check)."""
         scan(self.fd, 0, self.size, self.base_offset, False, on_batch)
@@ -385,12 +405,20 @@ class Segment:
             os.close(self.fd)
             self.fd = None
 
+    def change_suffix(self, new_suffix: str) -> None:
+        """Kafka's ``changeFileSuffixes``: rename the three files from this suffix to ``new_suffix``
+        (index files first, the log file last; open descriptors stay valid)."""
+        rename_segment_files(self.dir, self.base_offset, self.suffix, new_suffix)
+        self.suffix = new_suffix
+
     def delete(self, background=None) -> None:
         """Close and remove the files; with ``background`` the unlinks run there.
 
         Deferring is safe: no segment with the same base offset is created in this
         directory later (new segments start at the log end offset, above every
-        deleted one; a deleted topic's directory is renamed away first).
+        deleted one; a deleted topic's directory is renamed away first; the log
+        cleaner replaces a segment at the same base offset only while the old one is
+        still in the log, renaming the old files to ``.deleted`` before deleting them).
         """
         self.close()
         paths = [self.path(suffix) for suffix in (".log", ".index", ".timeindex")]
@@ -427,6 +455,18 @@ class SpareFiles:
             os.close(fd)
         self.fds = []
         _unlink_all(self.paths)
+
+
+def rename_segment_files(dir_path: str, base_offset: int, old_suffix: str, new_suffix: str) -> None:
+    """Rename a segment's files from ``old_suffix`` to ``new_suffix``, index files first and the log
+    file last (an index file that is missing is skipped: it is rebuilt when the segment is recovered)."""
+    for suffix in (".index", ".timeindex", ".log"):
+        name = os.path.join(dir_path, segment_name(base_offset, suffix))
+        try:
+            os.rename(name + old_suffix, name + new_suffix)
+        except FileNotFoundError:
+            if suffix == ".log":
+                raise
 
 
 def _read_file(path: str) -> bytes:

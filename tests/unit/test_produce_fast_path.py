@@ -24,6 +24,7 @@ class Topic:
 class Log:
     class config:
         flush_messages = (1 << 63) - 1
+        compact = False
 
 
 class Logs:
@@ -61,7 +62,7 @@ def appended(monkeypatch):
         calls.append((topic.name, index, bytes(records)))
         return calls_result[0]
 
-    calls_result = [(0, None, Result)]
+    calls_result = [(0, None, Result, None)]  # code, message, result, record errors
     monkeypatch.setattr(P, "_append_records", fake)
     return calls, calls_result
 
@@ -106,7 +107,7 @@ def test_fast_path_reads_and_answers_as_the_codec(version, acks, appended):
 @pytest.mark.parametrize("version", [3, 5, 8, 9, 12, 13])
 def test_fast_path_answers_errors_as_the_codec(version, appended):
     _, result = appended
-    result[0] = (Errors.CORRUPT_MESSAGE, "batch CRC mismatch", None)
+    result[0] = (Errors.CORRUPT_MESSAGE, "batch CRC mismatch", None, None)
     m, pos = frame(version, ProduceRequest(acks=-1, timeout_ms=1, topic_data=[topic_data(version)]))
     b = bytearray()
     assert P.fast_produce(Components, m, pos, version, b)
