@@ -22,6 +22,8 @@ part, each the single owner of its state.
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
+| ``quotas``       | ``broker.quotas.Quotas``               | client quotas (``meta/client-quotas.json``) and their sensors |
+| ``cleaner``      | ``broker.log.cleaner.LogCleaner``      | compaction: cleaner checkpoints, its worker processes |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
@@ -44,10 +46,13 @@ from broker.delayed import Watchers
 from broker.fetch_sessions import FetchSessionCache
 from broker.group_configs import GroupConfigManager
 from broker.internal_topics import PartitionRecordLog
+from broker.log.cleaner import LogCleaner
 from broker.log.manager import LogManager
 from broker.metrics import MeteredPersister, ShareMetrics
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import Quotas
+from broker.quotas import build as build_quotas
 from broker.share.manager import SharePartitionManager
 from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
 from coordinator.group import GroupCoordinator
@@ -91,6 +96,8 @@ class Components:
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
+    quotas: Quotas = field(default_factory=lambda: build_quotas(BrokerConfig(), None))
+    cleaner: object = None  # broker.log.cleaner.LogCleaner
     now_ms: Callable[[], int] = now_ms
 
     async def close(self) -> None:
@@ -105,6 +112,8 @@ class Components:
                     await r
             except Exception:
                 log.exception("closing %s failed", name)
+        if self.cleaner is not None:
+            self.cleaner.close()  # stops its workers: a pass in the middle is redone after the restart
         self.logs.close()  # drains the file worker first
 
 
@@ -115,7 +124,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     meta = os.path.join(data_dir, "meta")
     watchers = Watchers()
     topics = Topics(logs, watchers)
-    topics.ensure_internal()
+    topics.ensure_internal(config)
     group_configs = GroupConfigManager(config, meta, background=logs.background)
     configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs)
 
@@ -158,9 +167,13 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
 
     producer_ids = ProducerIdManager(meta, background=logs.background)
     transactions = await transactions_.build(config, logs, topics, groups, producer_ids, now_ms)
-    return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
+    cleaner = LogCleaner(logs, config)
+    topics.on_delete(lambda name, _topic_id: cleaner.topic_deleted(name))
+    cleaner.start(loop)
+    return Components(cleaner=cleaner, config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
-                      share_metrics=share_metrics, security=security, authorizer=security.authorizer)
+                      share_metrics=share_metrics, security=security, authorizer=security.authorizer,
+                      quotas=build_quotas(config, meta, logs.background))

@@ -22,12 +22,6 @@ import pytest
 
 from broker.testing import BrokerProcess
 
-# As in Kafka 4.4, a new share consumer gets its partitions on its second heartbeat; at the default
-# 5 s interval every share-consumer test would wait 5 s for its first records. Brokers started by the
-# tests use 500 ms (a test that needs the defaults passes its own values).
-BrokerProcess.default_config = {"group.share.min.heartbeat.interval.ms": "500",
-                                "group.share.heartbeat.interval.ms": "500"}
-
 
 WORKERS_ENV = "SHAREBROKER_TEST_WORKERS"
 

@@ -186,6 +186,21 @@ class ProducerStateManager:
             if entry.txn_first_offset < log_start_offset:
                 entry.txn_first_offset = log_start_offset
 
+    def remove_aborted(self, marker_offsets) -> None:
+        """Forget the aborted transactions whose ABORT markers (at ``marker_offsets``) the log cleaner
+        removed: their data went first, and a fetch must not name them (Kafka rebuilds the cleaned
+        segment's transaction index without them)."""
+        gone = set(marker_offsets)
+        if gone:
+            keep = [i for i, last in enumerate(self._aborted_last) if last not in gone]
+            self._aborted = [self._aborted[i] for i in keep]
+            self._aborted_last = [self._aborted_last[i] for i in keep]
+
+    def last_records(self) -> dict[int, tuple[int, int]]:
+        """Producer id -> (offset of its last data batch's last record or -1, epoch): Kafka's
+        ``lastRecordsOfActiveProducers``, the batches the log cleaner keeps."""
+        return {pid: (e.batches[-1][3] if e.batches else -1, e.epoch) for pid, e in self.producers.items()}
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Kafka's removeExpiredProducers: drop producers with no open transaction whose last
         timestamp is ``expiration_ms`` or more before ``now_ms``; returns how many."""
