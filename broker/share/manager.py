@@ -322,8 +322,9 @@ class SharePartitionManager:
             step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
-                if offset >= upper and offset >= sp.end_offset:
-                    break
+                if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
+                                                >= sp.config.partition_max_record_locks):
+                    break  # nothing new, or no room for it and nothing to redeliver (Kafka's canAcquireRecords)
                 try:  # MaxBytes is soft for the first batch of the response only (Kafka)
                     batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
                                         max_offset=upper, min_one=total == 0 or step < bytes_left)

@@ -70,6 +70,7 @@ class Settled(NamedTuple):
     expired: list[AcquisitionLock]         # locks that ran out while their records were being written
     archived: int                          # records committed ARCHIVED by REJECT or the delivery limit
     due_ms: int | None                     # earliest delayed redelivery the commit set (event-loop ms)
+    wake: bool                             # records became AVAILABLE or the SPSO moved: fetches may acquire
 
 
 class SharePartition:
@@ -590,7 +591,7 @@ class SharePartition:
         expired: dict[int, AcquisitionLock] = {}
         start, now = self.start_offset, self._now_ms()
         dead: list[tuple[int, int, int, int]] = []
-        archived, due = 0, None
+        archived, due, wake = 0, None, False
         delay_runs = ok and kind in (_ACK, _EXPIRY) and self.config.redelivery_backoff_ms > 0
         for b, lo, hi in changes:
             for s_lo, s_hi, st in b.states(lo, hi):
@@ -603,7 +604,7 @@ class SharePartition:
                     continue
                 st.drop_lock()
                 if st.state == AVAILABLE:
-                    self._find_next = True
+                    self._find_next = wake = True
                     if delay_runs and prev[0] == ACQUIRED:  # RELEASE or lock expiry: delayed redelivery
                         delay = self.config.redelivery_delay_ms(st.delivery_count)
                         if delay:
@@ -616,14 +617,15 @@ class SharePartition:
                         self._dcc += s_hi - max(s_lo, start) + 1
                     if st.state == ARCHIVED and prev[0] != ARCHIVED and st.cause:  # not a GAP
                         archived += s_hi - s_lo + 1
-        if ok:
-            self._advance_start()
+        if ok and self._advance_start():
+            wake = True
         self._cache.trim(self.start_offset)
-        return Settled(dead, list(expired.values()), archived, due)
+        return Settled(dead, list(expired.values()), archived, due, wake)
 
     def _follow_up(self, done: Settled, kind: str) -> None:
         """Act on a settled write: expire (or retry expiring) locks, arm the delayed-redelivery
-        timer, start the dead-letter phase, count archived records, wake the long polls."""
+        timer, start the dead-letter phase, count archived records, wake the long polls when a
+        fetch may acquire more than before (not for acknowledgements behind the SPSO's head)."""
         for lock in done.expired:
             if kind == _EXPIRY:  # the expiry itself was not persisted: try again later
                 if lock.handle is None:
@@ -637,7 +639,8 @@ class SharePartition:
         if done.dead:
             self._dead_letter(done.dead)
         self.archived_count += done.archived
-        self._notify()
+        if done.wake:
+            self._notify()
 
     # ------------------------------------------------------------------ delayed redelivery
 

@@ -203,3 +203,18 @@ def test_the_record_index_of_a_big_batch_is_cached_and_checked():
     cache.get((b"t", 0, 1), batch(1000, 1).data)
     cache.get((b"t", 0, 2), batch(1000, 2).data)
     assert len(cache) == 2
+
+
+async def test_long_polls_wake_only_when_a_fetch_may_acquire_more():
+    # With many members at the max-record-locks cap, every acknowledgement used to wake every
+    # waiting ShareFetch; only a moved SPSO (room in the window) or AVAILABLE records can help one.
+    h = await make(sizes=(100,), start=0, partition_max_record_locks=100)
+    for m in "abcd":
+        assert h.fetch(m, max_records=25)
+    woken = h.wakeups
+    assert await h.ack("b", 25, 49, ACC) == 0 and await h.ack("c", 50, 74, ACC) == 0
+    assert h.wakeups == woken                      # behind the head: the window stays full
+    assert await h.ack("a", 0, 24, ACC) == 0
+    assert h.wakeups == woken + 1 and h.sp.start_offset == 75
+    assert await h.ack("d", 75, 79, REL) == 0      # released: available again
+    assert h.wakeups == woken + 2
