@@ -24,10 +24,11 @@ the share-partition manager builds the response records with :class:`ResponseRec
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from protocol.records import RecordIndex, RecordsError, read_header, slice_batch
+from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch
 
 from broker.share.fetched import last_of_batch_with
 
@@ -43,14 +44,50 @@ def last_new_to_acquire(batches: Sequence[Any], first: int, last: int, remaining
 
     Kafka: the end of the log batch holding the `remaining`-th record (whole batches). Fair
     (`piece` > 0): exactly `remaining` records when that batch holds more than `piece` records
-    or its end passes `window_last`, the last offset the max-record-locks window allows."""
+    or its end passes `window_last`, the last offset the max-record-locks window allows.
+
+    A batch the log cleaner thinned (fewer records than offsets) is cut at its records: a piece
+    ends at a record (or, past its last record, at the batch end) and holds at least one, so no
+    acquired range is only offsets without records (librdkafka never acknowledges a response
+    whose acquired ranges hold no record: those offsets would wait for their lock to expire)."""
     cut = first + remaining - 1
     end = last_of_batch_with(batches, cut)
     if piece > 0 and end > cut:
-        base = next(bt.base_offset for bt in batches if bt.base_offset <= cut <= bt.last_offset)
-        if end - base + 1 > piece or end > window_last:
-            return cut
+        bt = next(bt for bt in batches if bt.base_offset <= cut <= bt.last_offset)
+        offsets = _record_offsets(bt)
+        if offsets is None:  # dense: an offset is a record
+            if end - bt.base_offset + 1 > piece or end > window_last:
+                return cut
+        elif len(offsets) > piece or end > window_last:
+            return _cut_at_records(offsets, max(first, bt.base_offset), cut, end, window_last)
     return min(last, end)
+
+
+def _record_offsets(bt: Any) -> list[int] | None:
+    """The offsets of the records of a batch that has gaps (None when every offset is a record)."""
+    try:
+        info = read_header(bt.data)
+        if info.records_count == info.last_offset_delta + 1:
+            return None
+        body = batch_body(bt.data, info)
+        return [info.base_offset + s.offset_delta for s in scan_records(body, info.records_count)]
+    except (RecordsError, struct.error):
+        return None  # a batch that does not parse is cut by offsets; the client decides
+
+
+def _cut_at_records(offsets: list[int], start: int, cut: int, end: int, window_last: int) -> int:
+    """Where a piece of a thinned batch ends: at its last record at or before `cut`, or, when
+    `start`..`cut` holds none, at the next record; past the batch's last record, at its end (the
+    window allowing)."""
+    lo = bisect_left(offsets, start)
+    hi = bisect_right(offsets, cut)
+    if hi == lo:  # no record in start..cut: take the next one
+        if hi == len(offsets) or offsets[hi] > window_last:
+            return cut
+        hi += 1
+    if hi == len(offsets):  # nothing but offsets without records after it
+        return min(end, window_last) if end > cut else cut
+    return offsets[hi - 1]
 
 
 class RecordIndexCache:

@@ -145,6 +145,36 @@ def test_last_new_to_acquire():
     assert last_new_to_acquire([Ref(0, 9), Ref(20, 29)], 0, 29, 15, 5, 10**9) == 14
 
 
+def thinned(base: int, n: int, kept) -> Ref:
+    """A batch of offsets base..base+n-1 of which the log cleaner kept the records at `kept` (deltas)."""
+    full = R.build_batch([(b"k%d" % i, b"v%d" % i, []) for i in range(n)], base_offset=base, timestamp=1000)
+    data = R.filter_batch(full, lambda sp: sp.offset_delta in kept)
+    return Ref(base, base + n - 1, data)
+
+
+def test_a_thinned_batch_is_cut_at_its_records():
+    # 2,000 offsets, 150 records at their end (what compaction leaves of 2,000 updates of 150 keys):
+    # at most 500 of them is still the whole batch, since it holds fewer records than a piece.
+    tail = thinned(8000, 2000, set(range(1850, 2000)))
+    assert last_new_to_acquire([tail], 8000, 9999, 500, 500, 10**9) == 9999
+    # More records than a piece: a piece ends at a record and holds at least one, never only
+    # offsets without records (librdkafka would not acknowledge such a range).
+    spread = thinned(0, 1000, set(range(0, 1000, 10)) | {995})   # records at 0, 10, ..., 990, 995
+    assert last_new_to_acquire([spread], 0, 999, 55, 50, 10**9) == 50     # records 0..50, not the gap 51..54
+    assert last_new_to_acquire([spread], 51, 999, 5, 50, 10**9) == 60     # 51..55 holds none: to the next one
+    assert last_new_to_acquire([spread], 991, 999, 5, 1, 10**9) == 999    # past the last record: the batch end
+    assert last_new_to_acquire([spread], 991, 999, 5, 1, 996) == 996      # ... as far as the window allows
+    # The cutting follows the records, so every piece of a fair hand-out holds records.
+    first, pieces = 0, []
+    while first <= 999:
+        last = last_new_to_acquire([spread], first, 999, 50, 50, 10**9)
+        pieces.append((first, last))
+        first = last + 1
+    kept = [o for o in range(1000) if o % 10 == 0 or o == 995]
+    assert all(any(a <= o <= b for o in kept) for a, b in pieces)
+    assert pieces[-1][1] == 999 and len(pieces) == 21
+
+
 # ---------------------------------------------------------------- the records a response carries
 
 class BatchRef:
