@@ -13,11 +13,14 @@ Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
 tail of the last segment after its last index entry; otherwise every segment
 at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
 or corrupt tail is truncated (later segments are dropped, as Kafka does).
-Producer state is rebuilt by scanning all batch headers.
+Producer state comes from the latest producer snapshot (written at each roll
+and at close) plus a scan of the batches after it (``producer_state_load``
+says which snapshot and how many batches); only without a usable snapshot is
+the whole log scanned. Sealed segments' indexes are not read at start-up.
 
 Not implemented: compaction (``cleanup.policy=compact`` only disables
-deletion), leader epoch cache, tiered storage, the on-disk transaction index
-(aborted transactions are rebuilt from control batches at start-up).
+deletion), leader epoch cache, tiered storage, Kafka's per-segment transaction
+index (the aborted-transaction list travels in the producer snapshots).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import random
 import struct
 import time
 from bisect import bisect_right
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
                               HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchInfo,
@@ -39,7 +42,7 @@ from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, CO
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
-from .producer_state import ProducerStateManager
+from .producer_state import ProducerStateManager, SnapshotFiles
 from .segment import Segment, SpareFiles
 
 log = logging.getLogger(__name__)
@@ -170,6 +173,14 @@ class AppendResult:
                 f"lso={self.log_start_offset}, duplicate={self.duplicate})")
 
 
+class ProducerStateLoad(NamedTuple):
+    """How start-up rebuilt the producer state: from the snapshot at ``snapshot_offset`` (None: no
+    usable snapshot, the whole log was read) plus ``batches_scanned`` batch headers after it."""
+
+    snapshot_offset: int | None
+    batches_scanned: int
+
+
 class PartitionLog:
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
@@ -200,6 +211,8 @@ class PartitionLog:
         self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
         self._spare: SpareFiles | None = None  # next segment's files, made on the worker
         self._spare_pending = False
+        self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
+        self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
 
@@ -268,14 +281,15 @@ class PartitionLog:
         active.open_for_append()
         self._leo = active.next_offset
         self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
-        self._rebuild_producer_state(now)
-        if self._recovery_point != self._leo:
-            # recovered data is made durable before the recovery point moves past it; after a clean
-            # shutdown close() left recovery point == log end, so nothing is synced or rewritten
-            for seg, nxt in zip(self._segments, self._bases[1:] + [self._leo + 1]):
-                if nxt > self._recovery_point:
-                    seg.flush()
-            self._recovery_point = self._leo
+        self._load_producer_state(now, names)
+        if clean:
+            self._recovery_point = self._leo  # close() flushed everything
+        else:
+            # Kafka's LogLoader: only a flush moves the recovery point. Sealed segments above it were
+            # re-scanned but never fsynced: the next maintenance pass syncs them before moving it.
+            self._recovery_point = min(self._recovery_point, self._leo)
+            self._pending_flush = [seg for seg, nxt in zip(self._segments, self._bases[1:])
+                                   if nxt > self._recovery_point]
         self._write_checkpoint()
 
     def _recover(self, clean: bool) -> None:
@@ -287,8 +301,9 @@ class PartitionLog:
             trusted = clean or (not last and segs[i + 1].base_offset <= self._recovery_point)
             if last:
                 seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
-            elif not trusted or not seg.indexes_sane():
+            elif not trusted or not seg.index_files_plausible():
                 truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
+                seg.seal()  # the maximum entry as a roll writes it; entries leave memory
                 if truncated or seg.next_offset != segs[i + 1].base_offset:
                     log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
                               self.partition, seg.log_path, len(segs) - i - 1)
@@ -297,14 +312,24 @@ class PartitionLog:
                     del segs[i + 1:], self._bases[i + 1:]
             i += 1
 
-    def _rebuild_producer_state(self, now: int) -> None:
-        ps = self.producer_state
-        for seg in self._segments:
+    def _load_producer_state(self, now: int, names: list[str]) -> None:
+        """Kafka's rebuildProducerState: the latest snapshot at or below the log end, then the batches
+        after it; a snapshot at the log end is written when batches were read."""
+        snaps = self._snapshots = SnapshotFiles(self.dir, names)
+        snaps.remove_stray(self._bases)
+        found = snaps.load_latest(self._leo)
+        start, ps = found if found is not None else (self._segments[0].base_offset, ProducerStateManager())
+        self.producer_state = ps
+        scanned = 0
+        first = max(bisect_right(self._bases, start) - 1, 0)
+        for seg in self._segments[first:]:
             fd = seg.fd
-
-            def on_batch(pos, hdr, fd=fd):
+            for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
+                if hdr[0] + hdr[6] < start:
+                    continue
+                scanned += 1
                 if hdr[9] < 0:
-                    return
+                    continue
                 info = BatchInfo(pos, hdr)
                 if info.is_control:
                     data = os.pread(fd, info.size, pos)
@@ -312,10 +337,12 @@ class PartitionLog:
                                  control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
                 else:
                     ps.on_batch(info, info.base_offset)
-            seg.scan_headers(on_batch)
         ps.truncate_head(self._log_start)
         # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
+        self.producer_state_load = ProducerStateLoad(found[0] if found is not None else None, scanned)
+        if start < self._leo:
+            snaps.write(self._leo, ps.snapshot(), self._bg)
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
@@ -502,6 +529,8 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
+        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
+        self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
 
     def _prepare_spare(self) -> None:
         """With a background worker, make the next segment's files there (a roll then only renames)."""
@@ -736,6 +765,7 @@ class PartitionLog:
             if seg in self._pending_flush:
                 self._pending_flush.remove(seg)
             seg.delete(self._bg if self._bg.threaded else None)
+        self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
         if self._bases[0] > self._log_start:
             self._log_start = self._bases[0]
             self._write_checkpoint()
@@ -862,6 +892,7 @@ class PartitionLog:
         self._bg = Inline()
         self._discard_spare()
         self.flush()
+        self._snapshots.write(self._leo, self.producer_state.snapshot())  # Kafka: a snapshot at close
         self._finish_flush_future(self._next_flush, None)
         for seg in self._segments:
             seg.close()
