@@ -25,8 +25,11 @@ part, each the single owner of its state.
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
-them in dependency order, replays the coordinators from the internal topics and
-returns; ``close()`` shuts them down in reverse order.
+them in dependency order and returns at once: the coordinators replay their internal
+topics in the background (COORDINATOR_LOAD_IN_PROGRESS until they are done, as Kafka;
+:meth:`Components.wait_loaded` waits for them); ``close()`` shuts them down in reverse
+order.  In process, share-partition leaders and the group coordinator reach the share
+coordinator through its waiting persister (a call made while it loads waits for it).
 """
 from __future__ import annotations
 
@@ -93,10 +96,16 @@ class Components:
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
     now_ms: Callable[[], int] = now_ms
 
+    async def wait_loaded(self) -> None:
+        """Return once the coordinators have replayed their internal topics."""
+        for part in (self.share_state, self.groups, self.transactions):
+            if part is not None:
+                await part.wait_loaded()
+
     async def close(self) -> None:
         """Shut the parts down in the reverse order of :func:`build`; the logs last."""
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("transactions", self.transactions.drain if self.transactions is not None else lambda: None),
+            ("transactions", self.transactions.close if self.transactions is not None else lambda: None),
             ("shares", self.shares.close), ("groups", self.groups.close), ("share state", self.share_state.shutdown)]
         for name, fn in steps:
             try:
@@ -108,14 +117,28 @@ class Components:
         self.logs.close()  # drains the file worker first
 
 
+def load_hold(config: BrokerConfig) -> Callable[[], Awaitable[None]] | None:
+    """Test-only ``sharebroker.coordinator.test.load.hold.file``: coordinators start loading once that file
+    is gone, so a test sees COORDINATOR_LOAD_IN_PROGRESS for as long as it keeps the file."""
+    path = config.get("sharebroker.coordinator.test.load.hold.file")
+    if not path:
+        return None
+
+    async def hold() -> None:
+        while os.path.exists(path):
+            await asyncio.sleep(0.02)
+    return hold
+
+
 async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManager,
                 settings: BrokerSettings) -> Components:
-    """Build every part on an opened data directory and replay the coordinators' logs."""
+    """Build every part on an opened data directory; the coordinators load in the background."""
     loop = asyncio.get_running_loop()
+    hold = load_hold(config)
     meta = os.path.join(data_dir, "meta")
     watchers = Watchers()
     topics = Topics(logs, watchers)
-    topics.ensure_internal()
+    topics.ensure_internal(config)
     group_configs = GroupConfigManager(config, meta, background=logs.background)
     configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs)
 
@@ -125,21 +148,22 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
 
     share_state = ShareCoordinator(PartitionRecordLog(logs.get_log(SHARE_GROUP_STATE, 0)), config, now_ms,
                                    partition_exists=partition_exists)
-    await share_state.load()
+    share_state.start_loading(hold)
     share_state.start_periodic_jobs()
+    persister = share_state.persister()  # in process: waits while the share coordinator loads
     topics.on_delete(lambda name, topic_id: loop.create_task(share_state.on_topics_deleted([topic_id])))
 
     offsets_log = PartitionRecordLog(logs.get_log(CONSUMER_OFFSETS, 0))
     groups = GroupCoordinator(offsets_log, ClusterView(logs), config, loop, now_ms=now_ms,
-                              group_configs=group_configs, share_state=share_state)
-    await groups.load()  # one replay of __consumer_offsets: classic, consumer and share groups, offsets
+                              group_configs=group_configs, share_state=persister)
+    groups.start_loading(hold)  # __consumer_offsets: classic, consumer and share groups, offsets
     from broker import security as security_
 
     security = security_.build(config, meta, logs.background)  # SCRAM store, authorizer and its ACLs
 
     share_metrics = ShareMetrics()
     shares = SharePartitionManager(config, logs=logs, watchers=watchers, topics=topics,
-                                   persister=MeteredPersister(share_state, share_metrics),
+                                   persister=MeteredPersister(persister, share_metrics),
                                    group_configs=group_configs, scheduler=loop, now_ms=now_ms,
                                    metrics=share_metrics)
     group_configs.add_listener(shares.group_config_changed)
@@ -157,7 +181,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     from broker import transactions as transactions_
 
     producer_ids = ProducerIdManager(meta, background=logs.background)
-    transactions = await transactions_.build(config, logs, topics, groups, producer_ids, now_ms)
+    transactions = transactions_.build(config, logs, topics, groups, producer_ids, now_ms, hold)
     return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),

@@ -111,6 +111,10 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.share.max.share.sessions", INT, minimum=1),
     _k("share.coordinator.snapshot.update.records.per.snapshot", INT, minimum=0, maximum=500),
     _k("share.coordinator.cold.partition.snapshot.interval.ms", INT, minimum=1),
+    # internal topics' segment sizes (broker.topics.Topics.ensure_internal)
+    _k("offsets.topic.segment.bytes", INT, minimum=1),
+    _k("transaction.state.log.segment.bytes", INT, minimum=1),
+    _k("share.coordinator.state.topic.segment.bytes", INT, minimum=1),
     # KIP-1191 share-group dead-letter queue (broker/share/dlq.py)
     _k("errors.deadletterqueue.auto.create.topics.enable", BOOLEAN),
     _k("errors.deadletterqueue.topic.name.prefix", STRING),
@@ -120,6 +124,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sharebroker.share.dlq.retry.backoff.ms", LONG, minimum=1),      # Kafka's 1 s (not configurable there)
     _k("sharebroker.share.dlq.retry.backoff.max.ms", LONG, minimum=1),  # Kafka's 30 s
     _k("sharebroker.share.dlq.test.append.delay.ms", LONG, minimum=0),  # test-only: hold each DLQ append
+    _k("sharebroker.coordinator.test.load.hold.file", STRING),  # test-only: coordinators load once it is gone
     _k("sharebroker.metrics.listener", STRING),
     # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides
     # of these are checked with the same definition
@@ -159,7 +164,7 @@ ACCEPTED_KEYS = frozenset({
     "controller.listener.names", "inter.broker.listener.name",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
-    "offsets.topic.replication.factor", "offsets.topic.num.partitions", "offsets.topic.segment.bytes",
+    "offsets.topic.replication.factor", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
     "share.coordinator.state.topic.num.partitions", "log.cleaner.enable", "log.cleaner.threads",

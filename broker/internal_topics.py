@@ -10,6 +10,13 @@ of the producer; ``replay`` yields such records only once their COMMIT marker is
 read (at the marker's position, as Kafka's coordinators replay them), drops them on
 ABORT, and leaves those of transactions still open at the end of the log in
 ``open_transactions`` (producer id -> records) for the coordinator to hold as pending.
+
+``replay_latest`` (compacted logs: ``__consumer_offsets``, ``__transaction_state``)
+reads the log once, keeping only the latest record of each key (with the same
+transaction rules: a committed record counts at its marker), and then yields those
+records in that order: what replaying the fully compacted log would yield. Both
+yield ``None`` between chunks of batches, a pause the loader uses to give the event
+loop a turn.
 """
 from __future__ import annotations
 
@@ -17,9 +24,9 @@ import time
 from typing import Iterator
 
 from broker.log.partition_log import PartitionLog
-from protocol.records import CONTROL_COMMIT, build_batch, control_record_type, iter_records, validate_records
+from protocol.records import CONTROL_COMMIT, build_batch, control_record_type, record_key_values, validate_records
 
-READ_CHUNK = 4 * 1024 * 1024
+READ_CHUNK = 1024 * 1024
 
 
 class PartitionRecordLog:
@@ -40,27 +47,59 @@ class PartitionRecordLog:
             self._on_append(self.log.topic, self.log.partition)
         return res.last_offset
 
-    def replay(self) -> Iterator[tuple[int, bytes, bytes | None]]:
+    def replay(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
+        chunk: list[tuple[int, bytes, bytes | None]] = []
+        for _ in self._scan(chunk.extend):
+            yield from chunk
+            chunk.clear()
+            yield None
+
+    def replay_latest(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
+        latest: dict[bytes, tuple[int, bytes, bytes | None]] = {}  # key -> record, in the order of last writes
+        pop = latest.pop
+
+        def take(records) -> None:
+            for rec in records:
+                pop(rec[1], None)
+                latest[rec[1]] = rec
+
+        yield from self._scan(take)
+        for n, rec in enumerate(latest.values(), 1):
+            yield rec
+            if n & 1023 == 0:
+                yield None
+        for pid, held in self.open_transactions.items():  # still open: the latest record of each key
+            last: dict[bytes, tuple[int, bytes, bytes | None]] = {}
+            for rec in held:
+                last.pop(rec[1], None)
+                last[rec[1]] = rec
+            self.open_transactions[pid] = list(last.values())
+
+    def _scan(self, take) -> Iterator[None]:
+        """Read the log once: ``take(records)`` gets each batch's (offset, key, value) records as they take
+        effect (a transactional batch's at its COMMIT marker, never if aborted; those still open at the end
+        are left in ``open_transactions``). Yields after each chunk of batches."""
         offset = self.log.log_start_offset
-        end = self.log.log_end_offset
         pending = self.open_transactions = {}
-        while offset < end:
+        while offset < self.log.log_end_offset:
             refs = self.log.read(offset, READ_CHUNK)
             if not refs:
                 break
             for ref in refs:
                 if ref.is_control:
                     held = pending.pop(ref.producer_id, ())
-                    if control_record_type(ref.data) == CONTROL_COMMIT:
-                        yield from held
+                    if held and control_record_type(ref.data) == CONTROL_COMMIT:
+                        take(held)
                 else:
-                    records = [(rec.offset, rec.key, rec.value) for rec in iter_records(ref.data)
-                               if rec.offset >= offset and rec.key is not None]
+                    records = record_key_values(ref.data)
+                    if records and records[0][0] < offset:  # the log starts inside this batch
+                        records = [r for r in records if r[0] >= offset]
                     if ref.is_transactional:
                         pending.setdefault(ref.producer_id, []).extend(records)
                     else:
-                        yield from records
+                        take(records)
                 offset = ref.last_offset + 1
+            yield None
 
     def truncate_before(self, offset: int) -> None:
         if offset > self.log.log_start_offset:

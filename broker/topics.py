@@ -21,6 +21,11 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE})
+# segment.bytes of each internal topic: Kafka's broker key and default (100 MiB)
+INTERNAL_SEGMENT_BYTES = {CONSUMER_OFFSETS: "offsets.topic.segment.bytes",
+                          TRANSACTION_STATE: "transaction.state.log.segment.bytes",
+                          SHARE_GROUP_STATE: "share.coordinator.state.topic.segment.bytes"}
+DEFAULT_INTERNAL_SEGMENT_BYTES = 104857600
 
 
 def log_key(topic: str, partition: int) -> tuple:
@@ -39,11 +44,19 @@ class Topics:
     def is_internal(name: str) -> bool:
         return name in INTERNAL_TOPICS
 
-    def ensure_internal(self) -> None:
-        """Create the internal topics (one partition each, never deleted by retention)."""
+    def ensure_internal(self, config=None) -> None:
+        """Create the internal topics (one partition each, never deleted by retention) with Kafka's segment
+        sizes (``config``: the broker config, for INTERNAL_SEGMENT_BYTES); one created before those were
+        set gets them now, an explicit override is kept."""
         for name in sorted(INTERNAL_TOPICS):
-            if self.logs.topic(name) is None:
-                self.logs.create_topic(name, 1, {"cleanup.policy": "delete", "retention.ms": "-1"})
+            segment = str(config.get_int(INTERNAL_SEGMENT_BYTES[name], DEFAULT_INTERNAL_SEGMENT_BYTES)
+                          if config is not None else DEFAULT_INTERNAL_SEGMENT_BYTES)
+            info = self.logs.topic(name)
+            if info is None:
+                self.logs.create_topic(name, 1, {"cleanup.policy": "delete", "retention.ms": "-1",
+                                                 "segment.bytes": segment})
+            elif "segment.bytes" not in info.configs:
+                self.logs.set_topic_configs(name, {**info.configs, "segment.bytes": segment})
 
     def collision(self, name: str) -> str | None:
         """An existing topic that differs from ``name`` only by '.' versus '_' (Kafka refuses those)."""

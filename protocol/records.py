@@ -443,6 +443,53 @@ def iter_records(batch) -> Iterator[Record]:
         yield Record(info.base_offset + off_delta, ts, key, value, headers)
 
 
+def record_key_values(batch) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of one batch, headers and timestamps skipped: what a
+    coordinator's replay reads (several times faster than ``iter_records`` on small records).
+    Raises ``RecordsError`` as ``iter_records``."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    if len(mv) < info.size:
+        raise RecordsError(CORRUPT_MESSAGE, "batch is truncated")
+    body = bytes(batch_body(mv, info))
+    base, end, pos, out = info.base_offset, len(body), 0, []
+    append = out.append
+    try:
+        for _ in range(info.records_count):
+            b = body[pos]  # record length: zigzag varint, one byte below 64, two below 8192
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif body[pos + 1] < 0x80:
+                b = (b & 0x7F) | (body[pos + 1] << 7)
+                length, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                length, pos = _read_varint(body, pos)
+            rec_end = pos + length
+            if length <= 0 or rec_end > end:
+                raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+            p = pos + 1  # attributes
+            while body[p] >= 0x80:  # timestamp delta, not needed
+                p += 1
+            b = body[p + 1]
+            delta, p = ((b >> 1) ^ -(b & 1), p + 2) if b < 0x80 else _read_varint(body, p + 1)
+            b = body[p]
+            klen, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else _read_varint(body, p)
+            if klen < 0:
+                key = None
+            else:
+                key = body[p:p + klen]
+                p += klen
+            b = body[p]
+            vlen, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else _read_varint(body, p)
+            if p + vlen > rec_end:
+                raise RecordsError(CORRUPT_MESSAGE, "record content exceeds its length")
+            append((base + delta, key, None if vlen < 0 else body[p:p + vlen]))
+            pos = rec_end
+    except IndexError:
+        raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
+    return out
+
+
 def control_record_type(batch) -> int:
     """CONTROL_ABORT / CONTROL_COMMIT of a control batch, -1 if it has no (known) record."""
     for rec in iter_records(batch):
