@@ -26,7 +26,8 @@ from typing import Iterator
 from broker.log.partition_log import PartitionLog
 from protocol.records import CONTROL_COMMIT, build_batch, control_record_type, record_key_values, validate_records
 
-READ_CHUNK = 1024 * 1024
+READ_CHUNK = 256 * 1024
+PAUSE_EVERY = 32  # batches between two pause points of a replay
 
 
 class PartitionRecordLog:
@@ -85,7 +86,9 @@ class PartitionRecordLog:
             refs = self.log.read(offset, READ_CHUNK)
             if not refs:
                 break
-            for ref in refs:
+            for n, ref in enumerate(refs, 1):
+                if n % PAUSE_EVERY == 0:
+                    yield None
                 if ref.is_control:
                     held = pending.pop(ref.producer_id, ())
                     if held and control_record_type(ref.data) == CONTROL_COMMIT:
