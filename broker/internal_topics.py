@@ -21,6 +21,7 @@ loop a turn.
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Iterator
 
 from broker.log.partition_log import PartitionLog
@@ -28,6 +29,14 @@ from protocol.records import CONTROL_COMMIT, build_batch, control_record_type, r
 
 READ_CHUNK = 256 * 1024
 PAUSE_EVERY = 32  # batches between two pause points of a replay
+
+
+_OFFSET, _KEY = itemgetter(0), itemgetter(1)
+
+
+def _effect_order(rec: tuple) -> tuple[int, int]:
+    """Where a record takes effect: at its offset, or (committed transactional) just before its marker."""
+    return rec[3] if len(rec) > 3 else (rec[0], 0)
 
 
 class PartitionRecordLog:
@@ -50,36 +59,33 @@ class PartitionRecordLog:
 
     def replay(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
         chunk: list[tuple[int, bytes, bytes | None]] = []
-        for _ in self._scan(chunk.extend):
+        for _ in self._scan(lambda records, _marker: chunk.extend(records)):
             yield from chunk
             chunk.clear()
             yield None
 
     def replay_latest(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
-        latest: dict[bytes, tuple[int, bytes, bytes | None]] = {}  # key -> record, in the order of last writes
-        pop = latest.pop
+        latest: dict[bytes, tuple] = {}  # key -> its latest record (a committed one carries its marker order)
 
-        def take(records) -> None:
-            for rec in records:
-                pop(rec[1], None)
-                latest[rec[1]] = rec
+        def take(records, marker: int | None) -> None:
+            if marker is not None:  # takes effect at the marker, after what precedes it
+                records = [(o, k, v, (marker - 1, i)) for i, (o, k, v) in enumerate(records, 1)]
+            latest.update(zip(map(_KEY, records), records))  # C loops: the key pass is the load's cost
 
         yield from self._scan(take)
-        for n, rec in enumerate(latest.values(), 1):
-            yield rec
+        for n, rec in enumerate(sorted(latest.values(), key=_effect_order), 1):
+            yield rec[:3]
             if n & 1023 == 0:
                 yield None
         for pid, held in self.open_transactions.items():  # still open: the latest record of each key
-            last: dict[bytes, tuple[int, bytes, bytes | None]] = {}
-            for rec in held:
-                last.pop(rec[1], None)
-                last[rec[1]] = rec
-            self.open_transactions[pid] = list(last.values())
+            last = dict(zip(map(_KEY, held), held))
+            self.open_transactions[pid] = sorted(last.values(), key=_OFFSET)
 
     def _scan(self, take) -> Iterator[None]:
-        """Read the log once: ``take(records)`` gets each batch's (offset, key, value) records as they take
-        effect (a transactional batch's at its COMMIT marker, never if aborted; those still open at the end
-        are left in ``open_transactions``). Yields after each chunk of batches."""
+        """Read the log once: ``take(records, marker)`` gets each batch's (offset, key, value) records as they
+        take effect: a plain batch's with marker None, a transactional batch's at its COMMIT marker (with the
+        marker's offset), never if aborted; those still open at the end are left in ``open_transactions``.
+        Yields between chunks of batches."""
         offset = self.log.log_start_offset
         pending = self.open_transactions = {}
         while offset < self.log.log_end_offset:
@@ -92,7 +98,7 @@ class PartitionRecordLog:
                 if ref.is_control:
                     held = pending.pop(ref.producer_id, ())
                     if held and control_record_type(ref.data) == CONTROL_COMMIT:
-                        take(held)
+                        take(held, ref.base_offset)
                 else:
                     records = record_key_values(ref.data)
                     if records and records[0][0] < offset:  # the log starts inside this batch
@@ -100,7 +106,7 @@ class PartitionRecordLog:
                     if ref.is_transactional:
                         pending.setdefault(ref.producer_id, []).extend(records)
                     else:
-                        take(records)
+                        take(records, None)
                 offset = ref.last_offset + 1
             yield None
 

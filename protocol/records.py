@@ -456,31 +456,51 @@ def record_key_values(batch) -> list[tuple[int, bytes | None, bytes | None]]:
     append = out.append
     try:
         for _ in range(info.records_count):
-            b = body[pos]  # record length: zigzag varint, one byte below 64, two below 8192
-            if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            # zigzag varints, inlined for one and two bytes (what coordinator records use)
+            v = body[pos]
+            if v < 0x80:
+                pos += 1
             elif body[pos + 1] < 0x80:
-                b = (b & 0x7F) | (body[pos + 1] << 7)
-                length, pos = (b >> 1) ^ -(b & 1), pos + 2
+                v = (v & 0x7F) | (body[pos + 1] << 7)
+                pos += 2
             else:
-                length, pos = _read_varint(body, pos)
+                v, pos = _read_varint(body, pos)
+                v = (v << 1) ^ (v >> 63)  # back to the raw form the inlined cases hold
+            length = (v >> 1) ^ -(v & 1)
             rec_end = pos + length
             if length <= 0 or rec_end > end:
                 raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
             p = pos + 1  # attributes
             while body[p] >= 0x80:  # timestamp delta, not needed
                 p += 1
-            b = body[p + 1]
-            delta, p = ((b >> 1) ^ -(b & 1), p + 2) if b < 0x80 else _read_varint(body, p + 1)
-            b = body[p]
-            klen, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else _read_varint(body, p)
+            p += 1
+            v = body[p]
+            if v < 0x80:
+                p += 1
+            elif body[p + 1] < 0x80:
+                v = (v & 0x7F) | (body[p + 1] << 7)
+                p += 2
+            else:
+                v, p = _read_varint(body, p)
+                v = (v << 1) ^ (v >> 63)
+            delta = (v >> 1) ^ -(v & 1)
+            v = body[p]
+            if v < 0x80:
+                klen = (v >> 1) ^ -(v & 1)
+                p += 1
+            else:
+                klen, p = _read_varint(body, p)
             if klen < 0:
                 key = None
             else:
                 key = body[p:p + klen]
                 p += klen
-            b = body[p]
-            vlen, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else _read_varint(body, p)
+            v = body[p]
+            if v < 0x80:
+                vlen = (v >> 1) ^ -(v & 1)
+                p += 1
+            else:
+                vlen, p = _read_varint(body, p)
             if p + vlen > rec_end:
                 raise RecordsError(CORRUPT_MESSAGE, "record content exceeds its length")
             append((base + delta, key, None if vlen < 0 else body[p:p + vlen]))
