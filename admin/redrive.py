@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -53,6 +52,7 @@ from admin.common import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Failed, add_common_options, eprint, parse_datetime, print_json,
     print_table, run, warn)
 from admin.consumer_groups import committed_offsets, describe_group
+from protocol import dlq_headers as H
 from protocol import records as rb
 from protocol.errors import Errors
 from protocol.messages.fetch import FetchRequest
@@ -62,10 +62,6 @@ from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
 
 PROG = "sharebroker-dlq-redrive"
-DLQ_HEADER_PREFIX = "__dlq."
-HEADER_TOPIC = "__dlq.errors.topic"
-HEADER_PARTITION = "__dlq.errors.partition"
-HEADER_OFFSET = "__dlq.errors.offset"
 COMMIT_METADATA = PROG
 READ_COMMITTED = 1
 FETCH_PARTITION_BYTES = 1 << 20
@@ -237,33 +233,14 @@ def _int_header(raw: bytes | None) -> int | None:
 
 
 def parse_dlq_record(rec: rb.Record) -> DlqRecord:
-    dlq = {k: v for k, v in rec.headers if k.startswith(DLQ_HEADER_PREFIX)}
+    dlq = {k: v for k, v in rec.headers if k.startswith(H.PREFIX)}
     try:
-        topic = dlq[HEADER_TOPIC].decode("utf-8") or None
+        topic = dlq[H.TOPIC].decode("utf-8") or None
     except (KeyError, AttributeError, UnicodeDecodeError):
         topic = None
     return DlqRecord(rec.offset, rec.timestamp, rec.key, rec.value,
-                     [(k, v) for k, v in rec.headers if not k.startswith(DLQ_HEADER_PREFIX)],
-                     topic, _int_header(dlq.get(HEADER_PARTITION)), _int_header(dlq.get(HEADER_OFFSET)))
-
-
-def _batch_records(mv: memoryview, info: rb.BatchInfo):
-    """The records of one complete batch (uncompressed or gzip; the others need libraries the
-    broker's runtime does not have)."""
-    batch = mv[info.position:info.position + info.size]
-    if info.compression == rb.COMPRESSION_NONE:
-        return rb.iter_records(batch)
-    if info.compression != rb.COMPRESSION_GZIP:
-        names = {rb.COMPRESSION_SNAPPY: "snappy", rb.COMPRESSION_LZ4: "lz4", rb.COMPRESSION_ZSTD: "zstd"}
-        raise AdminError(f"the batch at offset {info.base_offset} is {names.get(info.compression, 'unknown')}-"
-                         "compressed: this command reads only uncompressed and gzip batches")
-    body = zlib.decompress(bytes(batch[rb.HEADER_SIZE:]), 47)
-    plain = bytearray(batch[:rb.HEADER_SIZE]) + body
-    rb.HEADER.pack_into(plain, 0, info.base_offset, len(plain) - rb.LOG_OVERHEAD, info.partition_leader_epoch, 2,
-                        info.crc, info.attributes & ~rb.COMPRESSION_MASK, info.last_offset_delta,
-                        info.base_timestamp, info.max_timestamp, info.producer_id, info.producer_epoch,
-                        info.base_sequence, info.records_count)
-    return rb.iter_records(plain)
+                     [(k, v) for k, v in rec.headers if not k.startswith(H.PREFIX)],
+                     topic, _int_header(dlq.get(H.PARTITION)), _int_header(dlq.get(H.OFFSET)))
 
 
 def committed_records(blob, aborted, start: int, end: int) -> tuple[list[rb.Record], int]:
@@ -292,8 +269,14 @@ def committed_records(blob, aborted, start: int, end: int) -> tuple[list[rb.Reco
                 if info.is_transactional and rb.control_record_type(batch) == rb.CONTROL_ABORT:
                     aborted_pids.discard(info.producer_id)
             elif not (info.is_transactional and info.producer_id in aborted_pids):
-                out.extend(r for r in _batch_records(mv, info) if start <= r.offset < end)
-        except (rb.RecordsError, UnicodeDecodeError, IndexError, zlib.error) as e:
+                batch = mv[info.position:info.position + info.size]
+                out.extend(r for r in rb.iter_records(batch) if start <= r.offset < end)
+        except rb.RecordsError as e:
+            if e.code == rb.UNSUPPORTED_COMPRESSION_TYPE:  # snappy / lz4 / zstd without the optional extra
+                raise AdminError(f"the batch at offset {info.base_offset} cannot be read: {e}", e.code) from None
+            raise AdminError(f"the batch at offset {info.base_offset} cannot be decoded: {e}",
+                             Errors.CORRUPT_MESSAGE) from None
+        except (UnicodeDecodeError, IndexError) as e:
             raise AdminError(f"the batch at offset {info.base_offset} cannot be decoded: {e}",
                              Errors.CORRUPT_MESSAGE) from None
     return out, next_pos

@@ -360,15 +360,24 @@ def alter_offsets_request(group: str, offsets: dict[tuple[str, int], int]) -> Al
         AlterReq.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in topics.items()])
 
 
+def not_empty(group: str) -> AdminError:
+    return AdminError(f"Share group '{group}' is not empty.", Errors.NON_EMPTY_GROUP)
+
+
+def check_group_error(group: str, resp, doing: str, ok=(Errors.NONE,)) -> None:
+    """The top-level error of an offsets admin response as the tool reports it."""
+    code = resp.error_code
+    if code == Errors.GROUP_ID_NOT_FOUND:
+        raise AdminError(dead_group_error(group), code)
+    if code == Errors.NON_EMPTY_GROUP:
+        raise not_empty(group)
+    if code not in ok:
+        raise AdminError(f"{doing} of share group '{group}' failed: {error_text(code, resp.error_message)}", code)
+
+
 def alter_offsets(client: AdminClient, group: str, offsets: dict[tuple[str, int], int]) -> None:
     resp, _ = client.group_request(group, lambda: alter_offsets_request(group, offsets), lambda r: r.error_code)
-    if resp.error_code == Errors.NON_EMPTY_GROUP:
-        raise AdminError(f"Share group '{group}' is not empty.", resp.error_code)
-    if resp.error_code == Errors.GROUP_ID_NOT_FOUND:
-        raise AdminError(dead_group_error(group), resp.error_code)
-    if resp.error_code != Errors.NONE:
-        raise AdminError(f"resetting the offsets of share group '{group}' failed: "
-                         f"{error_text(resp.error_code, resp.error_message)}", resp.error_code)
+    check_group_error(group, resp, "resetting the offsets")
     errors = [f"{tp_str(t.topic_name, p.partition_index)}: {error_text(p.error_code, p.error_message)}"
               for t in resp.responses for p in t.partitions if p.error_code != Errors.NONE]
     if errors:
@@ -379,7 +388,7 @@ def cmd_reset_offsets(client: AdminClient, args) -> None:
     group = args.group[0]
     desc = describe_group(client, group)
     if desc.state not in ("Empty", "Dead"):
-        raise AdminError(f"Share group '{group}' is not empty.", Errors.NON_EMPTY_GROUP)
+        raise not_empty(group)
     tps = partitions_to_reset(client, args, group)
     plan = plan_reset(client, args, tps) if tps else {}
     if args.execute and plan:
@@ -404,13 +413,8 @@ def cmd_delete_offsets(client: AdminClient, args) -> None:
     group = args.group[0]
     topics = list(dict.fromkeys(args.topic))
     resp, _ = client.group_request(group, lambda: delete_offsets_request(group, topics), lambda r: r.error_code)
-    if resp.error_code == Errors.GROUP_ID_NOT_FOUND:
-        raise AdminError(dead_group_error(group), resp.error_code)
-    if resp.error_code == Errors.NON_EMPTY_GROUP:
-        raise AdminError(f"Share group '{group}' is not empty.", resp.error_code)
-    if resp.error_code not in (Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.TOPIC_AUTHORIZATION_FAILED):
-        raise AdminError(f"deleting the offsets of share group '{group}' failed: "
-                         f"{error_text(resp.error_code, resp.error_message)}", resp.error_code)
+    check_group_error(group, resp, "deleting the offsets",
+                      ok=(Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.TOPIC_AUTHORIZATION_FAILED))
     results = {t.topic_name: (t.error_code, t.error_message) for t in resp.responses}
     status = {}
     for t in topics:

@@ -2,8 +2,8 @@
 
 Starts a broker with the metrics listener, creates ``--partitions`` partitions (over topics of
 100 partitions), puts one record in each, lets one share consumer acquire and accept them all
-(so every share partition is live in the broker), then scrapes ``--scrapes`` times and prints the
-median and maximum wall time of a scrape and the size of the exposition.
+(so every share partition is live in the broker), then scrapes ``/metrics`` and fetches the status
+page ``/`` ``--scrapes`` times each and prints the median and maximum wall time and the size of each.
 
     python bench/metrics_scrape.py --partitions 1000
 """
@@ -49,17 +49,21 @@ def main() -> None:
         while got < args.partitions and time.monotonic() < deadline:
             got += sum(1 for m in c.poll(1.0) or [] if m.error() is None)
         c.commit_sync()
-        times, size = [], 0
-        for _ in range(args.scrapes):
-            t0 = time.perf_counter()
-            with urllib.request.urlopen(b.metrics_url, timeout=30) as r:
-                body = r.read()
-            times.append((time.perf_counter() - t0) * 1000)
-            size = len(body)
+        results = {}
+        for what, url in (("/metrics", b.metrics_url), ("status page /", b.metrics_url.replace("/metrics", "/"))):
+            times = []
+            for _ in range(args.scrapes):
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    body = r.read()
+                times.append((time.perf_counter() - t0) * 1000)
+            results[what] = (times, body)
         c.close()
-        live = body.count(b"sharebroker_share_partition_lag{")
-        print(f"{live} live share partitions ({got} records consumed), {args.scrapes} scrapes of {size:,} bytes: "
-              f"median {statistics.median(times):.1f} ms, max {max(times):.1f} ms")
+        live = results["/metrics"][1].count(b"sharebroker_share_partition_lag{")
+        print(f"{live} live share partitions ({got} records consumed), {args.scrapes} requests each:")
+        for what, (times, body) in results.items():
+            print(f"  {what:14} {len(body):>9,} bytes: median {statistics.median(times):.1f} ms, "
+                  f"max {max(times):.1f} ms")
 
 
 if __name__ == "__main__":

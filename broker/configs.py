@@ -20,7 +20,7 @@ from typing import Callable
 from broker.config import BrokerConfig
 from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.log.errors import LogError
-from broker.log.manager import atomic_write
+from broker.log.files import atomic_write
 from protocol.errors import Errors
 
 # ConfigSource

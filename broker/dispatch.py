@@ -107,6 +107,12 @@ class RequestContext:
         self.listener = listener  # broker.security.listeners.Listener the request came on (None in unit tests)
         self.host = host  # the client's address, as ACLs match it
 
+    @property
+    def client_host(self) -> str:
+        """The member's ClientHost in group APIs, as Kafka writes it (``InetAddress.toString()``:
+        "/" + address, brackets-free for IPv6); "" when the address is unknown."""
+        return "/" + self.host if self.host not in ("", "?", "*") else ""
+
     def endpoint(self) -> tuple[str, int]:
         """The advertised (host, port) of the listener the request came on, as Kafka answers Metadata."""
         lst = self.listener

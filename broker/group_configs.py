@@ -38,7 +38,7 @@ from typing import Callable
 
 from broker.configs import ConfigEntry, apply_ops
 from broker.log.config import ConfigError
-from broker.log.manager import atomic_write
+from broker.log.files import atomic_write
 from broker.share.config import parse_auto_offset_reset
 from coordinator.group.config import assignor_names
 from protocol.errors import Errors, KafkaError

@@ -1,8 +1,8 @@
 """Prometheus metrics on ``/metrics`` (text exposition format 0.0.4), off unless configured.
 
 Started with ``--metrics HOST:PORT`` or the setting ``sharebroker.metrics.listener=HOST:PORT``; a
-small asyncio HTTP listener on the broker's loop answers ``GET /metrics`` (and ``GET /`` with a
-pointer).  A scrape reads counters and gauges the components keep on the fly (request counts, the
+small asyncio HTTP listener on the broker's loop answers ``GET /metrics`` and ``GET /``, the status
+page (``broker/status_page.py``).  A scrape reads counters and gauges the components keep on the fly (request counts, the
 share partitions' offsets and counts, group states, log offsets and sizes); it never reads a log.
 
 Names.  Metrics that Kafka has are named as the Prometheus JMX exporter's usual Kafka rules derive
@@ -16,13 +16,18 @@ lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kaf
 - ``kafka_server_share_group_metrics_partition_load_time_avg`` / ``_max`` (ms);
 - ``kafka_server_share_coordinator_metrics_write_total``, ``..._write_latency_avg`` / ``_max`` (ms);
 - ``kafka_log_log_logstartoffset`` / ``_logendoffset`` / ``_size{topic, partition}``;
-- ``kafka_network_requestmetrics_requests_total{request}``.
+- ``kafka_network_requestmetrics_requests_total{request}``;
+- ``kafka_network_socketserver_memorypoolavailable`` / ``_memorypoolused`` (SocketServer's MemoryPoolAvailable
+  and MemoryPoolUsed: the request memory bounded by ``queued.max.request.bytes``, in bytes).
 
 Ours, under ``sharebroker_``: per share partition ``sharebroker_share_partition_lag`` (KIP-1226:
 the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_in_flight_records``
 (the SPSO..SPEO window, KIP-932's in-flight records), ``_archived_records_total``; per consumer-group partition
-``sharebroker_consumer_group_lag`` (log end minus committed offset); ``sharebroker_connections``
-and the request-latency histogram ``sharebroker_request_latency_seconds{request}``.
+``sharebroker_consumer_group_lag`` (log end minus committed offset); ``sharebroker_group_members{group,
+protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) and ``_stored_records``;
+``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``.
+The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
+The numbers shared with the status page are computed in ``broker/observe.py``.
 """
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ import asyncio
 import logging
 import time
 
+from broker import observe, status_page
 from broker.pipeline import LATENCY_BUCKETS
-from coordinator.group.share_offsets import share_partition_lag
 from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.metrics")
@@ -126,14 +131,16 @@ class MeteredPersister:
             self._metrics.state_writes.record((time.perf_counter() - t0) * 1000)
 
 
-def render(c, connections: int) -> bytes:
-    """The whole exposition for one scrape."""
+def render(c, connections: int, memory=None) -> bytes:
+    """The whole exposition for one scrape (``memory``: the listeners' ``RequestMemory``)."""
     w = _Writer()
     _requests(w, c.request_metrics)
     w.family("sharebroker_connections", "gauge", "Open client connections.")
     w.sample("sharebroker_connections", connections)
+    _limits(w, memory)
     _groups(w, c)
     _share(w, c)
+    _dlq(w, c)
     _logs(w, c)
     return w.text()
 
@@ -176,15 +183,14 @@ def _groups(w: _Writer, c) -> None:
     w.family(name, "counter", "New target assignments (rebalances) since start-up, by protocol.")
     for protocol in ("consumer", "share"):
         w.sample(name, c.groups.rebalances.get(protocol, 0), protocol=protocol)
+    name = "sharebroker_group_members"
+    w.family(name, "gauge", "Members of each group, by protocol (classic, consumer, share).")
+    for gid, g in list(c.groups.groups.items()):
+        w.sample(name, len(g.members), group=gid, protocol=g.GROUP_TYPE)
     lag = "sharebroker_consumer_group_lag"
     w.family(lag, "gauge", "Log end offset minus the group's committed offset, per partition.")
-    for group, topics in list(c.groups.offsets.by_group.items()):
-        for topic, parts in topics.items():
-            for partition, om in parts.items():
-                plog = c.logs.get_log(topic, partition)
-                if plog is not None and om.offset >= 0:
-                    w.sample(lag, max(plog.log_end_offset - om.offset, 0), group=group, topic=topic,
-                             partition=partition)
+    for group, topic, partition, value in observe.consumer_lags(c):
+        w.sample(lag, value, group=group, topic=topic, partition=partition)
 
 
 def _share(w: _Writer, c) -> None:
@@ -208,27 +214,47 @@ def _share(w: _Writer, c) -> None:
     w.family(name, "counter", "Share-group state writes.")
     w.sample(name, sm.state_writes.count)
 
-    rows = []
-    for (group, topic_id, partition), sp in list(c.shares.partitions.items()):
-        if sp.status != "ACTIVE":
-            continue
-        info = c.logs.topic_by_id(topic_id)
-        if info is None:
-            continue
-        rows.append((group, info.name, partition, sp, info.logs[partition]))
-    for suffix, kind, help_, value in (
+    rows = observe.share_partitions(c)
+    for suffix, kind, help_, field in (
             ("lag", "gauge", "Records not yet in a terminal state (KIP-1226): log end - SPSO - delivery complete "
-                             "count.", lambda sp, plog: max(share_partition_lag(
-                                 plog.log_end_offset, sp.start_offset, sp.delivery_complete_count), 0)),
-            ("start_offset", "gauge", "Share-partition start offset (SPSO).", lambda sp, plog: sp.start_offset),
-            ("in_flight_records", "gauge", "In-flight records (KIP-932: the SPSO..SPEO window).",
-             lambda sp, plog: sp.in_flight_count),
+                             "count.", "lag"),
+            ("start_offset", "gauge", "Share-partition start offset (SPSO).", "start_offset"),
+            ("in_flight_records", "gauge", "In-flight records (KIP-932: the SPSO..SPEO window).", "in_flight"),
             ("archived_records_total", "counter", "Records archived (rejected, or delivery limit reached).",
-             lambda sp, plog: sp.archived_count)):
+             "archived")):
         name = f"sharebroker_share_partition_{suffix}"
         w.family(name, kind, help_)
-        for group, topic, partition, sp, plog in rows:
-            w.sample(name, value(sp, plog), group=group, topic=topic, partition=partition)
+        for v in rows:
+            w.sample(name, getattr(v, field), group=v.group, topic=v.topic, partition=v.partition)
+
+
+def _dlq(w: _Writer, c) -> None:
+    topics = observe.dlq_topics(c)
+    name = "sharebroker_dlq_records_total"
+    w.family(name, "counter", "Records appended to each dead-letter topic since it was created (the sum of its "
+                              "partitions' log end offsets): rate() is the DLQ rate.")
+    for v in topics:
+        w.sample(name, v.appended, topic=v.topic)
+    name = "sharebroker_dlq_stored_records"
+    w.family(name, "gauge", "Records each dead-letter topic holds now (log end - log start, all partitions).")
+    for v in topics:
+        w.sample(name, v.stored, topic=v.topic)
+
+
+def _limits(w: _Writer, memory) -> None:
+    """The broker's open files against their limit, and the request memory pool (queued.max.request.bytes)."""
+    for name, help_, value in (("process_open_fds", "Number of open file descriptors.", observe.open_fds()),
+                               ("process_max_fds", "Maximum number of open file descriptors.", observe.max_fds())):
+        if value is not None:
+            w.family(name, "gauge", help_)
+            w.sample(name, value)
+    if memory is not None:
+        name = "kafka_network_socketserver_memorypoolavailable"
+        w.family(name, "gauge", "Request memory left (queued.max.request.bytes minus the bytes held), bytes.")
+        w.sample(name, memory.capacity - memory.used)
+        name = "kafka_network_socketserver_memorypoolused"
+        w.family(name, "gauge", "Bytes held by requests read but not yet handled, bytes.")
+        w.sample(name, memory.used)
 
 
 def _logs(w: _Writer, c) -> None:
@@ -250,24 +276,37 @@ class MetricsServer:
         self.server = server  # the Kafka listener (connection count)
         self.host, self.port = host, port
         self._listener: asyncio.base_events.Server | None = None
+        # written by _serve: its connections (a browser keeps idle ones open); each leaves when it ends
+        self._clients: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        interval_ms = components.config.get_int("sharebroker.status.lag.sample.ms", status_page.DEFAULT_SAMPLE_MS)
+        self.lag_history = status_page.LagHistory(lambda: observe.group_lags(components), interval_ms / 1000.0)
 
     async def start(self) -> None:
         self._listener = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
         self.port = self._listener.sockets[0].getsockname()[1]
-        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+        self.lag_history.start()
+        log.info("metrics on http://%s:%d/metrics, status page on http://%s:%d/", self.host, self.port,
+                 self.host, self.port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._clients[task] = writer
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             method, path, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            extra: dict[str, str] = {}
             if method != "GET":
                 status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
             elif path.split("?")[0] == "/metrics":
                 status, ctype = "200 OK", CONTENT_TYPE
-                body = render(self.components, len(self.server.connections))
+                body = render(self.components, len(self.server.connections), self.server.memory)
+            elif path.split("?")[0] == "/":
+                status, ctype, extra = "200 OK", status_page.CONTENT_TYPE, status_page.HEADERS
+                body = status_page.render_page(self.components, self.lag_history, len(self.server.connections))
             else:
-                status, body, ctype = "404 Not Found", b"metrics are at /metrics\n", "text/plain"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                status, body, ctype = "404 Not Found", b"metrics are at /metrics, the status page at /\n", "text/plain"
+            head = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{head}"
                          f"Connection: close\r\n\r\n".encode() + body)
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError,
@@ -276,9 +315,15 @@ class MetricsServer:
         except Exception:
             log.exception("metrics scrape failed")
         finally:
+            self._clients.pop(task, None)
             writer.close()
 
     async def close(self) -> None:
+        self.lag_history.close()
         if self._listener is not None:
             self._listener.close()
+            for writer in list(self._clients.values()):  # idle connections end now, not cancelled at exit
+                writer.close()
+            if self._clients:
+                await asyncio.wait(list(self._clients), timeout=5)
             await self._listener.wait_closed()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from broker.log.manager import atomic_write
+from broker.log.files import atomic_write
 
 BLOCK = 1000
 

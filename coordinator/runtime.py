@@ -94,8 +94,11 @@ def decode_record(registry: dict, key: bytes, value: bytes | None) -> Record | N
 class RecordLog(Protocol):
     """A coordinator's durable record log (one internal-topic partition)."""
 
-    async def append(self, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append records atomically (one batch); return the last offset once durable."""
+    async def append(self, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> int:
+        """Append records atomically (one batch); return the last offset once durable.
+        ``producer`` (id, epoch): the batch is transactional, part of that producer's transaction
+        (TxnOffsetCommit); the runtime passes it only when it is set."""
 
     def replay(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
         """Yield (offset, key, value) for every record, oldest first (None: a pause, nothing to apply)."""
@@ -150,7 +153,13 @@ class CoordinatorRuntime:
     """One coordinator's commit discipline (Kafka's ``CoordinatorRuntime``, one shard, one thread).
 
     A write operation is a synchronous function that reads the committed state and
-    returns ``(response, records)`` without changing anything.  :meth:`write` runs it,
+    returns ``(response, records)`` without changing replayed state: whatever it decided
+    travels in its result (the response, or a small holder with the response and a
+    follow-up such as a persister request), never through a closure.  It may touch only
+    in-memory state that is *not* replayed and that a failed append leaves harmless
+    (timers it schedules or cancels, which re-check the committed state when they fire;
+    memos such as when a group was last looked at); every such field says so where it is
+    declared (e.g. ``ShareGroupManager``).  :meth:`write` runs it,
     appends its records to the coordinator's :class:`RecordLog` as one batch, replays
     them, in order and with their offsets, through the same ``replay(offset, record)``
     that :meth:`load` runs at start-up, and only then returns the response.
@@ -159,7 +168,9 @@ class CoordinatorRuntime:
     itself over in arrival order): each operation computes on the state its
     predecessor committed, and nothing is visible before it is durable.  The lock is
     held for the computation and the append only; an operation never waits inside it
-    for anything else (a classic JoinGroup parks its response future outside).
+    for anything else (a classic JoinGroup parks its response future outside).  A check
+    that gates a follow-up (e.g. "the group is empty" before a persister call) belongs in
+    a write too, even one with no records: outside, it cannot see a write being appended.
 
     If the append raises, nothing was replayed and the exception reaches the caller,
     which answers with the error code its API uses (COORDINATOR_NOT_AVAILABLE,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 META_FIELDS = "topic string, partition int, offset long, delivery_count int, task int, attempt int"
+N_META = META_FIELDS.count(",") + 1  # the leading columns of every output row
 
 
 class ShareRecord:
@@ -181,13 +182,17 @@ class _TaskSpec:
         seq = 0
         last_record = time.monotonic()
         failure: BaseException | None = None
+
+        def handled_enough() -> bool:  # max_records_per_task records handled
+            return self.max_records is not None and \
+                stats["accepted"] + stats["released"] + stats["rejected"] >= self.max_records
+
         try:
             while True:
                 if self.deadline is not None and time.time() >= self.deadline:
                     stats["stop"] = "deadline"
                     break
-                if self.max_records is not None and stats["accepted"] + stats["released"] + stats["rejected"] \
-                        >= self.max_records:
+                if handled_enough():
                     stats["stop"] = "max_records"
                     break
                 msgs = consumer.poll(self.poll_timeout)
@@ -204,8 +209,7 @@ class _TaskSpec:
                         if m.error() is not None:
                             stats["poll_errors"] += 1
                             continue
-                        if self.max_records is not None and \
-                                stats["accepted"] + stats["released"] + stats["rejected"] >= self.max_records:
+                        if handled_enough():
                             break  # the rest of this poll goes back to the group at close
                         stats["polled"] += 1
                         rec = ShareRecord(m)
@@ -259,11 +263,10 @@ class _TaskSpec:
 
         schema = arrow_schema(self.schema)
         cols = list(zip(*rows))
-        nmeta = 6
-        arrays = [pa.array(cols[i], schema.field(i).type) for i in range(nmeta)]
-        outs = cols[nmeta]
+        arrays = [pa.array(cols[i], schema.field(i).type) for i in range(N_META)]
+        outs = cols[N_META]
         if self.struct_out:
-            names = schema.names[nmeta:]
+            names = schema.names[N_META:]
             per_field: list[list] = [[] for _ in names]
             for o in outs:
                 if o is None:
@@ -279,9 +282,9 @@ class _TaskSpec:
                     per_field[0].append(o)
                 else:
                     raise TypeError(f"handler output {o!r} does not match the output schema {names}")
-            arrays += [pa.array(f, schema.field(nmeta + i).type) for i, f in enumerate(per_field)]
+            arrays += [pa.array(f, schema.field(N_META + i).type) for i, f in enumerate(per_field)]
         else:
-            t = schema.field(nmeta).type
+            t = schema.field(N_META).type
             if pa.types.is_string(t):
                 outs = [None if o is None else str(o) for o in outs]
             arrays.append(pa.array(outs, t))

@@ -45,6 +45,26 @@ def topic_id(bootstrap: str, name: str) -> bytes:
     return md.topics[0].topic_id
 
 
+def stored_batches(bootstrap: str, topic: str, partition: int = 0) -> list:
+    """The headers (``protocol.records.BatchInfo``) of the batches stored in a partition, as one Fetch
+    v12 from offset 0 returns them: how a client really framed and compressed what it produced."""
+    from protocol.messages.fetch import FetchRequest
+    from protocol.records import read_header
+    from tests.wire import WireClient
+
+    with WireClient(bootstrap) as w:
+        resp = w.request(FetchRequest(max_wait_ms=0, min_bytes=1, topics=[FetchRequest.FetchTopic(
+            topic=topic, partitions=[FetchRequest.FetchPartition(partition=partition, fetch_offset=0,
+                                                                 partition_max_bytes=1 << 20)])]), 12)
+    blob = memoryview(resp.responses[0].partitions[0].records or b"")
+    out, pos = [], 0
+    while pos < len(blob):
+        info = read_header(blob, pos)
+        out.append(info)
+        pos += info.size
+    return out
+
+
 def set_group_configs(bootstrap: str, group: str, **configs) -> None:
     """IncrementalAlterConfigs SET on a GROUP resource (``_`` for ``.`` in names)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource

@@ -9,7 +9,6 @@ topic name (GROUP_ / TOPIC_AUTHORIZATION_FAILED, the coordinator is not asked).
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.handlers.join_group import client_host
 from broker.security.authorize import enabled, subscription_error
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.messages.registry import ApiKey
@@ -20,4 +19,4 @@ async def consumer_group_heartbeat(ctx, req):
     if enabled(ctx) and (code := subscription_error(ctx, req.group_id, req.subscribed_topic_names)):
         return ConsumerGroupHeartbeatResponse(error_code=code)
     return await ctx.components.groups.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
-                                                            client_host(ctx))
+                                                                ctx.client_host)

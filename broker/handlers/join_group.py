@@ -15,20 +15,13 @@ from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.registry import ApiKey
 
 
-def client_host(ctx) -> str:
-    peer = getattr(ctx.connection, "peer", "") or ""
-    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
-    return "/" + host.strip("[]") if host and host != "?" else ""
-
-
 @handler(ApiKey.JOIN_GROUP, versions=(0, 9))
 async def join_group(ctx, req):
     if enabled(ctx) and not allowed(ctx, "READ", "GROUP", req.group_id):
         resp = JoinGroupResponse(error_code=Errors.GROUP_AUTHORIZATION_FAILED, generation_id=-1, member_id="",
                                  members=[])
     else:
-        resp = await ctx.components.groups.join_group(req, ctx.api_version, ctx.client_id or "",
-                                                      client_host(ctx))
+        resp = await ctx.components.groups.join_group(req, ctx.api_version, ctx.client_id or "", ctx.client_host)
     if ctx.api_version < 7 and resp.protocol_name is None:
         resp.protocol_name = ""
     if resp.leader is None:

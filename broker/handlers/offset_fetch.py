@@ -2,7 +2,8 @@
 
 Null topics fetch every offset of the group; v9 validates MemberId/MemberEpoch of
 KIP-848 members (STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID); v10 uses topic ids.
-RequireStable is accepted; with no transactional commits nothing is ever pending.
+RequireStable (v7+): a partition whose offset a TxnOffsetCommit holds pending in an open
+transaction answers UNSTABLE_OFFSET_COMMIT (the pending store: coordinator/group/offsets.py).
 As KafkaApis: DESCRIBE on each group (v8+: that group's error; v2-7: the top-level error;
 v1: every requested partition's error); named topics without DESCRIBE are not asked and
 their partitions get TOPIC_AUTHORIZATION_FAILED; with null topics the undescribable ones

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 
 from broker.dispatch import handler
-from broker.handlers.share_fetch import merge_topics, unreadable
+from broker.handlers.share_fetch import by_topic, merge_topics, unreadable
 from broker.security.authorize import allowed, enabled
 from broker.share.errors import ShareError
-from broker.share.partition import validate_ack_batches
+from broker.share.acks import validate_ack_batches
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_acknowledge import ShareAcknowledgeResponse
@@ -59,11 +59,7 @@ async def share_acknowledge(ctx, req):
     except ShareError as e:
         return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
     leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
-    topics: dict[bytes, _T] = {}
-    for tid, p, code in result.partitions + [(tid, p, Errors.TOPIC_AUTHORIZATION_FAILED) for tid, p in denied]:
-        t = topics.get(tid)
-        if t is None:
-            t = topics[tid] = _T(topic_id=tid, partitions=[])
-        t.partitions.append(_P(partition_index=p, error_code=code, current_leader=leader))
+    parts = [(tid, _P(partition_index=p, error_code=code, current_leader=leader))
+             for tid, p, code in result.partitions + [(tid, p, Errors.TOPIC_AUTHORIZATION_FAILED) for tid, p in denied]]
     return ShareAcknowledgeResponse(acquisition_lock_timeout_ms=result.acquisition_lock_timeout_ms,
-                                    responses=list(topics.values()))
+                                    responses=by_topic(parts, _T))

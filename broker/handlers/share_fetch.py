@@ -3,10 +3,9 @@
 Order of work, as Kafka 4.4:
 1. the same topic may appear more than once (librdkafka does this): entries are
    merged by topic id;
-2. acknowledgement batches are validated per partition (INVALID_REQUEST for first >
-   last, overlapping or unordered batches, an empty type list, a type list whose
-   length is neither 1 nor last-first+1, a type outside 0..3 (0..4 on v2), RENEW
-   without IsRenewAck); such a partition is answered with INVALID_REQUEST and left alone;
+2. acknowledgement batches are validated per partition (Kafka's checks, listed at
+   ``validate_ack_batches`` in broker/share/acks.py); a partition that fails them is
+   answered with INVALID_REQUEST and left alone;
 3. the share session epoch is applied (broker/share/session.py: 0 opens, 1.. continues,
    -1 closes; acks in an opening request -> INVALID_REQUEST);
 4. piggy-backed acknowledgements are applied (persisted before they count) and their
@@ -27,8 +26,9 @@ READ was revoked is taken out of it: Kafka keeps it in the session and answers t
 on every fetch).
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
 null records field.  AcquisitionLockTimeoutMs is the group's lock duration.
-Not implemented: read_committed filtering of aborted transactions (transactions
-are not supported yet, so the last stable offset is the high watermark).
+With the group's ``share.isolation.level=read_committed`` records are read up to the last
+stable offset and those of aborted transactions are archived, never delivered
+(broker/share/isolation.py); control batches are never delivered.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ import logging
 
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, topic_name
+from broker.share.acks import validate_ack_batches
 from broker.share.errors import ShareError
-from broker.share.partition import validate_ack_batches
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
 from protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
@@ -56,6 +56,18 @@ def merge_topics(topics) -> dict[tuple[bytes, int], list]:
         for p in t.partitions:
             out.setdefault((t.topic_id, p.partition_index), []).extend(p.acknowledgement_batches)
     return out
+
+
+def by_topic(parts, topic_cls) -> list:
+    """``[(topic id, partition response)]`` -> ``topic_cls`` responses, topics and partitions in the
+    order first seen (ShareFetch and ShareAcknowledge answers)."""
+    topics: dict[bytes, object] = {}
+    for tid, part in parts:
+        t = topics.get(tid)
+        if t is None:
+            t = topics[tid] = topic_cls(topic_id=tid, partitions=[])
+        t.partitions.append(part)
+    return list(topics.values())
 
 
 def unreadable(ctx, keys) -> set[tuple[bytes, int]]:
@@ -106,20 +118,15 @@ async def share_fetch(ctx, req):
     except ShareError as e:
         return ShareFetchResponse(error_code=e.code, error_message=e.message)
     leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
-    topics: dict[bytes, _T] = {}
-    for part in result.partitions:
-        t = topics.get(part.topic_id)
-        if t is None:
-            t = topics[part.topic_id] = _T(topic_id=part.topic_id, partitions=[])
-        t.partitions.append(_P(partition_index=part.partition, error_code=part.error,
-                               acknowledge_error_code=part.ack_error or 0, current_leader=leader,
-                               records=part.records,
-                               acquired_records=[_A(first_offset=f, last_offset=last, delivery_count=dc)
-                                                 for f, last, dc in part.acquired]))
-    for (tid, p), had_acks in denied.items():
-        t = topics.get(tid) or topics.setdefault(tid, _T(topic_id=tid, partitions=[]))
-        code = Errors.TOPIC_AUTHORIZATION_FAILED
-        t.partitions.append(_P(partition_index=p, error_code=code, acknowledge_error_code=code if had_acks else 0,
-                               current_leader=leader, records=b"", acquired_records=[]))
+    parts = [(part.topic_id, _P(partition_index=part.partition, error_code=part.error,
+                                acknowledge_error_code=part.ack_error or 0, current_leader=leader,
+                                records=part.records,
+                                acquired_records=[_A(first_offset=f, last_offset=last, delivery_count=dc)
+                                                  for f, last, dc in part.acquired]))
+             for part in result.partitions]
+    code = Errors.TOPIC_AUTHORIZATION_FAILED
+    parts += [(tid, _P(partition_index=p, error_code=code, acknowledge_error_code=code if had_acks else 0,
+                       current_leader=leader, records=b"", acquired_records=[]))
+              for (tid, p), had_acks in denied.items()]
     return ShareFetchResponse(acquisition_lock_timeout_ms=result.acquisition_lock_timeout_ms,
-                              responses=list(topics.values()))
+                              responses=by_topic(parts, _T))

@@ -17,5 +17,4 @@ from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
 async def share_group_heartbeat(ctx, req):
     if enabled(ctx) and (code := subscription_error(ctx, req.group_id, req.subscribed_topic_names)):
         return ShareGroupHeartbeatResponse(error_code=code)
-    host = ctx.connection.peer.rsplit(":", 1)[0] if ctx.connection is not None else ""
-    return await ctx.components.groups.share_group_heartbeat(req, ctx.client_id, "/" + host)
+    return await ctx.components.groups.share_group_heartbeat(req, ctx.client_id, ctx.client_host)

@@ -34,7 +34,8 @@ from typing import Callable, Iterable, Mapping
 from .config import LogConfig, validate_topic_configs
 from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
 from .background import Background, Inline
-from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog, _fsync_path_and_dir
+from .files import atomic_write, fsync_dir, log_bg_error
+from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -45,50 +46,6 @@ INVALID_PARTITIONS = 37
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` (file mode ``mode``, set before any byte is written) so that a
-    crash leaves either the old or the new content.
-
-    Without ``background``: tmp, fsync, rename, fsync of the directory, all here.
-    With a ``Background`` worker (``LogManager.background``): tmp and rename here, so
-    the new content survives kill -9 when this returns, and the fsyncs of the file
-    and of its directory run on the worker (in order after earlier jobs).
-    ``await background.barrier()`` waits until they are done. Between the rename
-    and that fsync a power failure can leave the old content or, on file systems
-    without ext4's rename-over data ordering (auto_da_alloc), an empty file.
-    """
-    threaded = background is not None and background.threaded
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # a tmp file left by a crash keeps its old mode through O_TRUNC
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if not threaded:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if threaded:
-        background.submit(lambda: _fsync_path_and_dir(path), _log_bg_error)
-    else:
-        _fsync_dir(os.path.dirname(path) or ".")
-
-
-def _log_bg_error(_result, exc) -> None:
-    if exc is not None:
-        log.error("background metadata sync failed: %r", exc)
 
 
 def new_topic_id() -> uuid.UUID:
@@ -153,7 +110,7 @@ class LogManager:
         clean = os.path.exists(marker)
         if clean:
             os.unlink(marker)
-            _fsync_dir(self.data_dir)
+            fsync_dir(self.data_dir)
         self._load_topics(clean)
         self._last_producer_expiry = self.clock()
 
@@ -319,9 +276,9 @@ class LogManager:
         os.unlink(self._meta_path(info))
         if self.background.threaded:
             topics_dir = self._topics_dir
-            self.background.submit(lambda: _fsync_dir(topics_dir), _log_bg_error)
+            self.background.submit(lambda: fsync_dir(topics_dir), log_bg_error)
         else:
-            _fsync_dir(self._topics_dir)
+            fsync_dir(self._topics_dir)
         for plog in info.logs:
             plog.close()
             self._remove_dir(plog.dir)

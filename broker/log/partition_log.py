@@ -42,6 +42,7 @@ from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, CO
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
+from .files import atomic_write
 from .producer_state import ProducerStateManager, SnapshotFiles
 from .segment import Segment, SpareFiles
 
@@ -60,19 +61,6 @@ def _now_ms() -> int:
 
 def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
-
-
-def _fsync_path_and_dir(path: str) -> None:
-    """fsync a (just renamed) file and its directory; a file already replaced or removed is fine."""
-    for p, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
-        try:
-            fd = os.open(p, flags)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class BatchRef:
@@ -364,29 +352,18 @@ class PartitionLog:
     def _write_checkpoint(self) -> None:
         """Persist log start offset and recovery point atomically, if they changed.
 
-        Synchronous mode: tmp, fsync, rename. With a background worker the tmp
-        write and the rename happen here (so the new values survive kill -9 as
-        soon as this returns) and the fsync of the file and of the directory
-        runs in the background. The recovery point written is always one whose
+        Through ``atomic_write``: synchronously tmp, fsync, rename, directory fsync; with
+        a background worker the tmp write and the rename happen here (so the new values
+        survive kill -9 as soon as this returns) and the fsyncs run in the background. The recovery point written is always one whose
         data fsync has completed. A checkpoint lost to a power failure only
         means more recovery work (a malformed file reads as "recover all").
         """
         state = (self._log_start, self._recovery_point)
         if state == self._ckpt_written:
             return
-        path = os.path.join(self.dir, CHECKPOINT_FILE)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, f"v1 {state[0]} {state[1]}\n".encode())
-            if not self._bg.threaded:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        atomic_write(os.path.join(self.dir, CHECKPOINT_FILE), f"v1 {state[0]} {state[1]}\n".encode(), self._bg,
+                     on_error=self._on_bg_error)
         self._ckpt_written = state
-        if self._bg.threaded:
-            self._bg.submit(lambda: _fsync_path_and_dir(path), self._on_bg_error)
 
     def _on_bg_error(self, _result, exc) -> None:
         if exc is not None and not isinstance(exc, FileNotFoundError):

@@ -279,7 +279,11 @@ class Segment:
         self._time_fd = os.open(self.path(".timeindex"), flags, 0o644)
 
     def _rewrite_indexes(self) -> None:
-        """Replace both index files with the in-memory entries (after recovery)."""
+        """Replace both index files with the in-memory entries (after recovery).
+
+        tmp-then-rename without ``atomic_write``'s fsyncs, on purpose: the indexes are derived from
+        the log, the segment's next ``sync_job`` fsyncs them, and an index that a power failure
+        left old, empty or torn fails ``indexes_sane`` at the next open and is rebuilt."""
         self._close_index_writers()
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):

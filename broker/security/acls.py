@@ -152,7 +152,7 @@ class AclStore:
     def _changed(self) -> None:
         self._reindex()
         if self._path is not None:
-            from broker.log.manager import atomic_write
+            from broker.log.files import atomic_write
 
             atomic_write(self._path, json.dumps([list(b) for b in self.bindings]).encode(), self.background)
         for fn in self._listeners:

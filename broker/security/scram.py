@@ -104,7 +104,7 @@ class ScramStore:
     def save(self) -> None:
         if self._path is None:
             return
-        from broker.log.manager import atomic_write
+        from broker.log.files import atomic_write
 
         data = {u: {m: {"salt": base64.b64encode(c.salt).decode(), "stored_key": base64.b64encode(c.stored_key).decode(),
                         "server_key": base64.b64encode(c.server_key).decode(), "iterations": c.iterations}

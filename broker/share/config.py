@@ -21,6 +21,7 @@ the config manager, not here; this module only rejects values that cannot work.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from protocol.errors import Errors
 
@@ -138,6 +139,19 @@ class ShareGroupConfig:
     def reset_strategy(self) -> tuple[str, int | None]:
         """(strategy, duration_ms) parsed from auto_offset_reset."""
         return self._reset_strategy, self._reset_duration_ms
+
+    def reset_offset(self, log: Any, wall_ms: int) -> int:
+        """The SPSO that share.auto.offset.reset gives a share partition of `log` with none (-1)
+        at `wall_ms` (epoch ms, for by_duration)."""
+        if self._reset_strategy == EARLIEST:
+            return log.log_start_offset
+        if self._reset_strategy == BY_DURATION:
+            found = log.offset_for_timestamp(wall_ms - self._reset_duration_ms)
+            if found is not None and found[0] is not None and found[0] >= 0:
+                return found[0]
+            # Kafka fails the partition with OFFSET_NOT_AVAILABLE when no record is that recent;
+            # every future record is, so the log end is the answer.
+        return log.log_end_offset
 
     def redelivery_delay_ms(self, delivery_count: int) -> int:
         """Delay before a record released after `delivery_count` deliveries may be acquired again:

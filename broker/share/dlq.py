@@ -14,10 +14,11 @@ ShareGroupDLQValidator and ShareGroupDLQRecordHelper:
   group-enable on, CreateTime) only when ``errors.deadletterqueue.auto.create.topics.enable``;
 - builds one record per source offset: CreateTime = the wall clock at write time, headers
   ``__dlq.errors.topic|partition|offset|group|delivery.count|message`` (after the original
-  headers), and the original key, value and headers only with
+  headers; names and texts in protocol/dlq_headers.py), and the original key, value and headers only with
   ``errors.deadletterqueue.copy.record.enable`` (read from the source log here, in the DLQ
-  task, never on the fetch / acknowledge path; records are decoded off the event loop;
-  gzip and uncompressed batches are copied, other codecs give headers-only records);
+  task, never on the fetch / acknowledge path; records are decoded off the event loop; batches
+  of every codec are copied, snappy / lz4 / zstd ones only with the optional extra
+  ``sharebroker[compression]``: without it they give headers-only records);
 - appends them to partition ``source partition % DLQ partitions`` through the broker's own
   log (split under the topic's ``max.message.bytes``) and waits for the fsync when the
   topic's flush settings ask for one: what acks=all means on one node;
@@ -37,27 +38,17 @@ import logging
 import random
 import struct
 import time
-import zlib
 from typing import Any
 
 from broker.log.errors import LogError
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.topics import Topics
-from protocol.records import (ATTRIBUTES_OFFSET, COMPRESSION_GZIP, COMPRESSION_MASK, COMPRESSION_NONE, HEADER_SIZE,
-                              LENGTH_OFFSET, LOG_OVERHEAD, RecordsError, build_batch, iter_records, read_header,
-                              validate_records)
+from protocol import dlq_headers as H
+from protocol.records import HEADER_SIZE, RecordsError, build_batch, iter_records, validate_records
 
 log = logging.getLogger("sharebroker.share.dlq")
 
-HEADER_TOPIC = "__dlq.errors.topic"
-HEADER_PARTITION = "__dlq.errors.partition"
-HEADER_OFFSET = "__dlq.errors.offset"
-HEADER_GROUP = "__dlq.errors.group"
-HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
-HEADER_MESSAGE = "__dlq.errors.message"
-# Kafka's ShareGroupDLQManager.CLIENT_REJECT / DELIVERY_COUNT_EXCEEDED messages.
-CAUSE_TEXT = {CAUSE_REJECT: "Offset rejected by client.",
-              CAUSE_DELIVERY_COUNT: "Offset delivery count exceeded the threshold."}
+CAUSE_TEXT = {CAUSE_REJECT: H.REJECTED, CAUSE_DELIVERY_COUNT: H.DELIVERY_COUNT_EXCEEDED}
 GROUP_ENABLE = "errors.deadletterqueue.group.enable"
 AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"
 PREFIX = "errors.deadletterqueue.topic.name.prefix"
@@ -128,14 +119,14 @@ class DeadLetterQueue:
         dest_partition = sp.partition % info.partitions
         plog = info.logs[dest_partition]
         now = int(time.time() * 1000)
-        base = [(HEADER_TOPIC, source.topic.encode()), (HEADER_PARTITION, str(sp.partition).encode())]
+        base = [(H.TOPIC, source.topic.encode()), (H.PARTITION, str(sp.partition).encode())]
         records = []
         for first, last, dc, cause in runs:
-            tail = [(HEADER_GROUP, group.encode()), (HEADER_DELIVERY_COUNT, str(dc).encode()),
-                    (HEADER_MESSAGE, CAUSE_TEXT.get(cause, CAUSE_TEXT[CAUSE_REJECT]).encode())]
+            tail = [(H.GROUP, group.encode()), (H.DELIVERY_COUNT, str(dc).encode()),
+                    (H.MESSAGE, CAUSE_TEXT.get(cause, CAUSE_TEXT[CAUSE_REJECT]).encode())]
             for off in range(first, last + 1):
                 rec = copied.get(off)
-                headers = (list(rec.headers) if rec else []) + base + [(HEADER_OFFSET, str(off).encode())] + tail
+                headers = (list(rec.headers) if rec else []) + base + [(H.OFFSET, str(off).encode())] + tail
                 records.append((rec.key if rec else None, rec.value if rec else None, headers, now))
         data = b"".join(build_batch(chunk, timestamp=now)
                         for chunk in _chunks(records, plog.config.max_message_bytes))
@@ -197,31 +188,18 @@ class DeadLetterQueue:
 
 
 def _decode(datas: list[bytes], wanted: list[tuple[int, int]]) -> dict:
-    """Decode the records in `wanted` offset ranges (runs off the event loop)."""
+    """Decode the records in `wanted` offset ranges (runs off the event loop). Every codec Kafka
+    has is read (protocol.records.iter_records); snappy, lz4 and zstd need the optional extra
+    sharebroker[compression], without which such a batch gives headers-only records."""
     out = {}
     for data in datas:
         try:
-            for rec in iter_records(_uncompressed(data)):
+            for rec in iter_records(data):
                 if any(f <= rec.offset <= l for f, l in wanted):
                     out[rec.offset] = rec
-        except (RecordsError, zlib.error, struct.error, ValueError) as e:
+        except (RecordsError, struct.error, ValueError) as e:
             log.info("DLQ copy-record: a source batch is not copied (%s); headers-only records", e)
     return out
-
-
-def _uncompressed(data: bytes) -> bytes:
-    """The batch as an uncompressed one (gzip inflated); raises RecordsError for other codecs."""
-    info = read_header(data)
-    codec = info.compression
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec != COMPRESSION_GZIP:
-        raise RecordsError(0, f"compression codec {codec} is not supported for copy-record")
-    body = zlib.decompress(data[HEADER_SIZE:], wbits=31)
-    out = bytearray(data[:HEADER_SIZE]) + body
-    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, info.attributes & ~COMPRESSION_MASK)
-    return bytes(out)
 
 
 def _chunks(records: list, max_bytes: int):

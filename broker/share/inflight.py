@@ -10,8 +10,9 @@ record_limit acquisition takes N records of a bigger batch without a state per o
 An :class:`AcquisitionLock` is the timer of one acquired run; the states that point at
 it are counted in ``refs`` and the timer is cancelled when the count reaches zero.
 
-``SharePartition`` (broker/share/partition.py) owns these objects and makes every
-state transition; this module only shapes and walks them.
+``SharePartition`` (broker/share/partition.py) owns these objects and decides which
+records transition and when; this module shapes them and holds the rules of one record's
+transition (Kafka's ``InFlightState.startStateTransition`` / ``completeStateTransition``).
 """
 from __future__ import annotations
 
@@ -75,6 +76,54 @@ class InFlightState:
         self.lock = lock
         lock.refs += 1
 
+    def start_transition(self, target: int, *, delivery_count_limit: int, dlq: bool, reject: bool = False) -> bool:
+        """Start a persisted transition (the record leaves its member); False when it is not allowed.
+
+        The delivery count is left alone (Kafka's `DeliveryCountOps.NO_OP`: acquisition
+        counts a delivery, nothing else does); a record made AVAILABLE at the delivery
+        count limit is archived instead (Kafka's tryUpdateState), through ARCHIVING when
+        the group has a dead-letter queue (`dlq`), as a REJECTed record is (KIP-1191)."""
+        cur = self.state
+        if self.rollback is not None or cur == ARCHIVING:
+            return False
+        cause = 0
+        if target == AVAILABLE and self.delivery_count >= delivery_count_limit:
+            target, cause = ARCHIVED, CAUSE_DELIVERY_COUNT
+        elif reject:
+            cause = CAUSE_REJECT
+        if cause and target == ARCHIVED and dlq:
+            target = ARCHIVING
+        if cur == target or terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
+            return False
+        self.cause = cause
+        self.rollback = (cur, self.delivery_count, self.member_id)
+        self.state, self.member_id = target, ""
+        return True
+
+    def complete_transition(self, commit: bool) -> tuple[int, int, str] | None:
+        """End the transition in flight: keep the new state (`commit`) or restore the old one.
+        Returns the old (state, delivery count, member), or None when none was in flight."""
+        prev = self.rollback
+        if prev is not None:
+            self.rollback = None
+            if not commit:
+                self.state, self.delivery_count, self.member_id = prev
+        return prev
+
+    def archive(self) -> None:
+        """ARCHIVED in memory at once (log start moved past it, compacted away, aborted); a
+        transition in flight keeps it archived whether it commits or rolls back."""
+        self.state, self.member_id = ARCHIVED, ""
+        self.drop_lock()
+        if self.rollback is not None:
+            self.rollback = (ARCHIVED, self.delivery_count, "")
+
+    def relock(self, lock: AcquisitionLock) -> None:
+        """Hold `lock` instead of the current one (RENEW)."""
+        self.drop_lock()
+        self.lock = lock
+        lock.refs += 1
+
     def drop_lock(self) -> None:
         lock = self.lock
         if lock is not None:
@@ -90,7 +139,7 @@ class InFlightState:
 
 
 class InFlightBatch:
-    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after a split."""
+    """Offsets first..last: one `state` for all, or `offsets[i]` for first+i after `explode()`."""
 
     __slots__ = ("first", "last", "state", "offsets")
 
@@ -133,6 +182,17 @@ class InFlightBatch:
 
     def __repr__(self) -> str:
         return f"Batch({self.first}-{self.last} {self.state if self.offsets is None else self.offsets})"
+
+
+def merge_runs(runs: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """(first, last, a, b) runs sorted, adjacent runs with equal (a, b) merged."""
+    merged: list[tuple[int, int, int, int]] = []
+    for lo, hi, a, b in sorted(runs):
+        if merged and merged[-1][1] == lo - 1 and merged[-1][2:] == (a, b):
+            merged[-1] = (merged[-1][0], hi, a, b)
+        else:
+            merged.append((lo, hi, a, b))
+    return merged
 
 
 def coalesce(changes: list[tuple[InFlightBatch, int, int]]) -> list[tuple[int, int, int, int]]:

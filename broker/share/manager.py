@@ -320,6 +320,9 @@ class SharePartitionManager:
                 part.error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             upper = plog.last_stable_offset if sp.config.read_committed else plog.high_watermark
+            # Retention or DeleteRecords may have moved the log start: the one place the share
+            # partition follows it (Kafka calls updateCacheAndOffsets from ShareFetchUtils only).
+            sp.update_log_start_offset(plog.log_start_offset)
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
                 if offset >= upper and offset >= sp.end_offset:
@@ -388,7 +391,9 @@ class SharePartitionManager:
             self.partitions.pop(key).close()
 
     async def drop_group(self, group_id: str) -> None:
-        """Forget a deleted group's share partitions and sessions."""
+        """Forget a group's share partitions, sessions and live config. Called when DeleteGroups
+        deleted the group, and when Alter/DeleteShareGroupOffsets changed its durable share state
+        (the group is empty then): the next ShareFetch loads each partition from the new state."""
         for key in [k for k in self.partitions if k[0] == group_id]:
             self.partitions.pop(key).close()
         for s in [s for s in self.sessions.sessions() if s.group_id == group_id]:

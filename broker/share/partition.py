@@ -1,128 +1,57 @@
-"""Share-partition leader: the state transitions of one (group, topic-partition).
+"""Share-partition leader: every state transition of one (group, topic-partition), as Kafka 4.4's SharePartition.
 
-Pure logic on one event loop; no sockets. The share-partition manager
-(broker/share/manager.py) drives it for ShareFetch / ShareAcknowledge (see
-broker/share/README.md). The in-flight data structures are in inflight.py, the
-persister requests in persister.py; this module decides every transition:
+Pure logic on one event loop; no sockets. The share-partition manager (manager.py) drives it:
 
     sp = SharePartition(group, topic_id, partition, log=..., persister=..., config=...,
                         scheduler=loop, now_ms=...)
     await sp.initialize()                      # ReadShareGroupState, SPSO reset
-    offset = sp.next_fetch_offset()            # where the manager reads the log
+    sp.update_log_start_offset(log.log_start_offset)   # the log-start move (Kafka's updateCacheAndOffsets)
+    offset = sp.next_fetch_offset()            # a query: where the manager reads the log
     res = sp.acquire(member, log.read(offset, ...), max_records=..., batch_size=...,
                      acquire_mode=..., fetch_offset=offset)
     code = await sp.acknowledge(member, ack_batches)
     code = await sp.release_member(member)     # share session closed
 
-Implemented, following Kafka 4.4's SharePartition:
-- states AVAILABLE(0) ACQUIRED(1) ACKNOWLEDGED(2) ARCHIVING(3) ARCHIVED(4) as persisted in
-  StateBatch.DeliveryState; in-flight batches keyed by first offset in a sorted
-  list (bisect), exploded into per-offset state only when needed (partial ack,
-  subset acquire, throttling); a record_limit acquire splits a batch into the
-  acquired run and the rest instead;
-- acquire: redeliveries first, lowest offsets first, whole log batches, BatchSize
-  splitting (batch_optimized) or exact MaxRecords (record_limit), the
-  partition.max.record.locks window (SPSO..SPEO), delivery count bumped, the
-  Kafka 4.2+ poison-record isolation (records at half the delivery limit are
-  delivered in shrinking groups, a record on its last attempt alone), compacted
-  batches that vanished from the log archived, aborted transactional batches
-  archived (read_committed, ranges supplied by the caller);
-- one acquisition lock (timer handle) per acquired run, shared by the offsets of
-  a batch after a split and cancelled when none of them is ACQUIRED any more;
-- acknowledge: GAP/ACCEPT/RELEASE/REJECT/RENEW per batch or per offset, with
-  Kafka's error codes (INVALID_RECORD_STATE, INVALID_REQUEST); RELEASE and lock
-  expiry go to ARCHIVED at the delivery count limit; RENEW restarts the lock
-  (INVALID_RECORD_STATE when the group disables it);
-- persist, then commit: acknowledgements, releases and lock expiries mark their
-  records in transition, write WriteShareGroupState and only then commit
-  (success) or roll back (failure, error code returned; an expiry whose write
-  failed is retried after `retry_backoff_ms`). Payloads follow Kafka:
-  StartOffset = the SPSO when the write starts, DeliveryCompleteCount (KIP-1226)
-  = terminal records at/after it including those going terminal in the writes not
-  yet answered (this one too), so LEO - StartOffset - DeliveryCompleteCount is the
-  lag once the write is applied; StateBatches = exactly the records that changed
-  (adjacent equal runs coalesced);
-- SPSO advances over the contiguous terminal prefix and follows the log start
-  offset; DeliveryCompleteCount (KIP-1226) is maintained;
-- initialization from ReadShareGroupState; an uninitialized SPSO (-1) is set
-  by share.auto.offset.reset (latest / earliest / by_duration) and written.
-
-Deliberate differences from Kafka (see README): the SPSO chosen by
-share.auto.offset.reset is persisted at once (Kafka writes it lazily); the
-offsets of a split batch share one lock instead of one timer each (one write
-per expiry, as the KIP-932 example shows); a lock-expiry write is
-persist-then-commit like an acknowledgement; gaps in the persisted state are
-cached as AVAILABLE records with delivery count 0; records below a moved log
-start offset are archived at once, acquired ones included, and the moved SPSO is
-written at once (also when found at initialization), so the lag the share
-coordinator gives stays exact (Kafka writes it with the next acknowledgement).
-
-- dead-letter queue (KIP-1191): with a DLQ topic named by the group, a REJECTed record or
-  one released / expired at the delivery count limit goes to ARCHIVING (persisted, state 3,
-  not acquirable, the SPSO stops before it), its dead-letter records are written by a task
-  of its own (broker/share/dlq.py) and only then it is ARCHIVED (persisted); persisted
-  ARCHIVING found at initialization is written again;
-- delayed redelivery (ours): a record RELEASEd or whose lock expired is AVAILABLE but
-  acquirable only after share.redelivery.backoff.ms x 2^(delivery count - 1), capped at
-  share.redelivery.backoff.max.ms; one timer at the earliest due time wakes the long polls.
-  The due times are not persisted: after a restart such records are acquirable at once.
-
-Not implemented: fetch-offset metadata caching.
+The in-flight cache is cache.py, record states and locks inflight.py, the persister requests
+persister.py. Persist, then commit: a transition marks its records in transition and a task writes
+WriteShareGroupState; on the answer `_settle` commits or rolls back and returns what it decided
+(dead-letter runs, locks that ran out meanwhile, the earliest delayed redelivery), and
+`_follow_up` schedules those. What is implemented, and every deliberate difference from Kafka,
+is in broker/share/README.md.
 """
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from protocol.errors import Errors
 from protocol.messages.write_share_group_state import WriteShareGroupStateRequest
 
-from broker.share.config import BY_DURATION, EARLIEST, ShareGroupConfig
+from broker.share.acks import ACK_MAX_VERSION, ACK_REJECT, ACK_RENEW, validate_ack_batches
+from broker.share.cache import InFlightCache
+from broker.share.config import ShareGroupConfig
 from broker.share.errors import ShareError
+from broker.share.fetched import last_of_batch_with, overlapping, without_ranges
 from broker.share.inflight import (  # noqa: F401  (the states are part of this module's API)
-    ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, CAUSE_DELIVERY_COUNT, CAUSE_REJECT, AcquisitionLock,
-    InFlightBatch, InFlightState, coalesce, terminal, unsettled,
+    ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, AcquisitionLock,
+    InFlightBatch, InFlightState, coalesce, merge_runs, terminal, unsettled,
 )
 from broker.share.persister import FENCING_ERRORS, PersisterAdapter
 
 log = logging.getLogger(__name__)
 
-# AcknowledgementBatch.AcknowledgeTypes.
-ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_RENEW = 0, 1, 2, 3, 4
-_ACK_TARGET = (ARCHIVED, ACKNOWLEDGED, AVAILABLE, ARCHIVED)
+_ACK_TARGET = (ARCHIVED, ACKNOWLEDGED, AVAILABLE, ARCHIVED)  # state an ack type leads to, by type
 # ShareFetchRequest.ShareAcquireMode.
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 # Partition lifecycle.
 EMPTY, INITIALIZING, ACTIVE, FAILED, FENCED = "EMPTY", "INITIALIZING", "ACTIVE", "FAILED", "FENCED"
 
+# What a persister write is for: `_settle` delays redeliveries after _ACK / _EXPIRY only, and
+# `_follow_up` retries an _EXPIRY whose write failed instead of expiring its lock again.
 _ACK, _RELEASE, _EXPIRY, _LOG_START, _DLQ = "ack", "release", "expiry", "log start", "dead letter"
-
-
-def validate_ack_batches(batches: Iterable[Any], version: int, is_renew_ack: bool = False) -> int:
-    """Kafka's per-partition syntactic check of AcknowledgementBatches: 0 or INVALID_REQUEST.
-
-    Refused: first > last; a batch starting before the previous batch's last offset
-    (Kafka compares with `<`, so sharing that one offset passes); no type; several
-    types but not one per offset; a type outside 0..3 (0..4 from version 2); type 4
-    (RENEW) in a request without IsRenewAck.
-    """
-    max_type = ACK_RENEW if version >= 2 else ACK_REJECT
-    prev_last = -1
-    for b in batches:
-        first, last, types = b.first_offset, b.last_offset, b.acknowledge_types
-        if first > last or first < prev_last or not types:
-            return Errors.INVALID_REQUEST
-        if len(types) > 1 and len(types) != last - first + 1:
-            return Errors.INVALID_REQUEST
-        for t in types:
-            if t < 0 or t > max_type or (t == ACK_RENEW and not is_renew_ack):
-                return Errors.INVALID_REQUEST
-        prev_last = last
-    return Errors.NONE
 
 
 class AcquireResult(NamedTuple):
@@ -134,11 +63,19 @@ class AcquireResult(NamedTuple):
 _EMPTY = AcquireResult([], [], 0)
 
 
+class Settled(NamedTuple):
+    """What committing or rolling back one persister write decided (`SharePartition._settle`)."""
+    dead: list[tuple[int, int, int, int]]  # (first, last, delivery count, cause) now ARCHIVING: for the DLQ
+    expired: list[AcquisitionLock]         # locks that ran out while their records were being written
+    archived: int                          # records committed ARCHIVED by REJECT or the delivery limit
+    due_ms: int | None                     # earliest delayed redelivery the commit set (event-loop ms)
+
+
 class SharePartition:
     """Leader state of one share partition. All methods run on the owning event loop."""
 
     __slots__ = ("group_id", "topic_id", "partition", "config", "state_epoch",
-                 "start_offset", "_end", "_firsts", "_batches", "_find_next", "_dcc",
+                 "start_offset", "_end", "_cache", "_find_next", "_dcc",
                  "_pending_terminal", "_status", "_error", "_init_task", "_tasks", "_log",
                  "_store", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
                  "_retry_backoff_ms", "archived_count", "isolated", "_dlq", "_dlq_tasks", "_due_handle", "_due_at")
@@ -158,9 +95,8 @@ class SharePartition:
         self.state_epoch = 0
         self.start_offset = 0          # SPSO
         self._end = 0                  # one past the last offset ever cached (SPEO + 1)
-        self._firsts: list[int] = []   # first offsets, parallel to _batches
-        self._batches: list[InFlightBatch] = []
-        self._find_next = False        # some cached record may be AVAILABLE
+        self._cache = InFlightCache()  # the in-flight batches
+        self._find_next = False        # some cached record may be AVAILABLE (next_fetch_offset clears it)
         self._dcc = 0                  # committed terminal records at/after the SPSO
         # (first, last) runs going terminal in each write not yet answered: they count in the
         # DeliveryCompleteCount a write sends, clipped at the SPSO of that moment.
@@ -209,7 +145,7 @@ class SharePartition:
     @property
     def in_flight_count(self) -> int:
         """Size of the SPSO..SPEO window that partition.max.record.locks bounds."""
-        return max(0, self._end - self.start_offset) if self._batches else 0
+        return max(0, self._end - self.start_offset) if self._cache else 0
 
     @property
     def source_log(self) -> Any:
@@ -222,11 +158,9 @@ class SharePartition:
 
     def record_state(self, offset: int) -> tuple[int, int, str, bool] | None:
         """(state, delivery_count, member_id, in_transition) of a cached offset, for tests and tools."""
-        i = self._floor(offset)
-        if i < 0 or self._batches[i].last < offset:
+        st = self._cache.state_at(offset)
+        if st is None:
             return None
-        b = self._batches[i]
-        st = b.state if b.offsets is None else b.offsets[offset - b.first]
         return st.state, st.delivery_count, st.member_id, st.rollback is not None
 
     # ------------------------------------------------------------------ lifecycle
@@ -255,8 +189,8 @@ class SharePartition:
         self._status = ACTIVE
         # KIP-1191: records persisted ARCHIVING (the broker stopped between the two phases) have
         # their dead-letter records written again (a duplicate in the DLQ topic is possible).
-        runs = [(lo, hi, st.delivery_count, st.cause) for b in self._batches
-                for lo, hi, st in b.states(b.first, b.last) if st.state == ARCHIVING]
+        runs = [(lo, hi, st.delivery_count, st.cause) for _, lo, hi, st in self._cache.runs()
+                if st.state == ARCHIVING]
         if runs:
             log.info("%s: %d record(s) found ARCHIVING, writing their dead-letter records again", self,
                      sum(hi - lo + 1 for lo, hi, _, _ in runs))
@@ -269,7 +203,7 @@ class SharePartition:
             raise ShareError(self._error or Errors.NOT_LEADER_OR_FOLLOWER)
         self.state_epoch = part.state_epoch
         start = part.start_offset
-        self._load(self._reset_offset() if start < 0 else start, part.state_batches)
+        self._load(self.config.reset_offset(self._log, self._wall_ms()) if start < 0 else start, part.state_batches)
         if start < 0:
             # Persist the SPSO chosen by share.auto.offset.reset (KIP-932 example, first row).
             code = await self._store.write(self._write_request([]))
@@ -283,37 +217,10 @@ class SharePartition:
             if code:
                 log.info("%s: persisting the SPSO moved by the log start failed (%d)", self, code)
 
-    def _reset_offset(self) -> int:
-        strategy, duration_ms = self.config.reset_strategy
-        if strategy == EARLIEST:
-            return self._log.log_start_offset
-        if strategy == BY_DURATION:
-            found = self._log.offset_for_timestamp(self._wall_ms() - duration_ms)
-            if found is not None and found[0] is not None and found[0] >= 0:
-                return found[0]
-            # Kafka fails the partition with OFFSET_NOT_AVAILABLE when no record is that recent;
-            # every future record is, so the log end is the answer.
-        return self._log.log_end_offset
-
     def _load(self, start: int, state_batches: Sequence[Any]) -> None:
-        self.start_offset = self._end = start
-        for sb in sorted(state_batches, key=lambda s: s.first_offset):
-            first, last = max(sb.first_offset, self._end), sb.last_offset
-            if first > last:
-                continue
-            if first > self._end:  # unknown records: offered again, delivery count unknown
-                self._insert(InFlightBatch(self._end, first - 1, InFlightState(AVAILABLE, 0)))
-            state = sb.delivery_state
-            state = AVAILABLE if state == ACQUIRED else state
-            cause = 0
-            if state == ARCHIVING:  # why is not persisted: a record at the limit ran out of deliveries
-                cause = CAUSE_DELIVERY_COUNT if sb.delivery_count >= self.config.delivery_count_limit \
-                    else CAUSE_REJECT
-            self._insert(InFlightBatch(first, last, InFlightState(state, sb.delivery_count, cause=cause)))
-            if terminal(state):
-                self._dcc += last - first + 1
-            self._end = last + 1
-        self._find_next = bool(self._batches)
+        self.start_offset = start
+        self._end, self._dcc = self._cache.load(start, state_batches, self.config.delivery_count_limit)
+        self._find_next = bool(self._cache)
         lso = self._log.log_start_offset if self._log is not None else start
         if lso > self.start_offset:
             self._move_start_to_log_start(lso)
@@ -327,11 +234,10 @@ class SharePartition:
         if self._due_handle is not None:
             self._due_handle.cancel()
             self._due_handle = self._due_at = None
-        for b in self._batches:
-            for _, _, st in b.states(b.first, b.last):
-                if st.lock is not None and st.lock.handle is not None:
-                    st.lock.handle.cancel()
-                    st.lock.handle = None
+        for _, _, _, st in self._cache.runs():
+            if st.lock is not None and st.lock.handle is not None:
+                st.lock.handle.cancel()
+                st.lock.handle = None
         if self._status not in (FAILED, FENCED):
             self._status, self._error = FENCED, Errors.NOT_LEADER_OR_FOLLOWER
         self._notify()
@@ -344,33 +250,14 @@ class SharePartition:
     # ------------------------------------------------------------------ fetch side
 
     def next_fetch_offset(self) -> int:
-        """The offset the handler should read the log from."""
-        self._follow_log_start()
-        if self._find_next and self._batches:
-            start, now = self.start_offset, self._now_ms()
-            for b in self._batches:
-                if b.offsets is None:
-                    st = b.state
-                    if st.state == AVAILABLE and st.rollback is None and st.due_ms <= now and b.last >= start:
-                        return max(b.first, start)
-                else:
-                    for k, st in enumerate(b.offsets):
-                        if st.state == AVAILABLE and st.rollback is None and st.due_ms <= now \
-                                and b.first + k >= start:
-                            return b.first + k
+        """The offset the manager should read the log from (Kafka's nextFetchOffset). A query: it
+        only forgets a stale find-next hint; the log-start move is update_log_start_offset()."""
+        if self._find_next and self._cache:
+            found = self._cache.first_acquirable(self.start_offset, self._now_ms())
+            if found is not None:
+                return found
             self._find_next = False
         return self._end
-
-    def acquirable(self, log_end_offset: int | None = None) -> bool:
-        """Whether an acquire could return records now (for the long-poll decision)."""
-        if self._status != ACTIVE:
-            return False
-        offset = self.next_fetch_offset()
-        if offset < self._end:
-            return True
-        if self.in_flight_count >= self.config.partition_max_record_locks:
-            return False
-        return log_end_offset is None or offset < log_end_offset
 
     def acquire(self, member_id: str, batches: Sequence[Any], *, max_records: int, batch_size: int,
                 acquire_mode: int = BATCH_OPTIMIZED, fetch_offset: int | None = None,
@@ -408,9 +295,10 @@ class SharePartition:
         out: list[tuple[int, int, int]] = []
         count, stopped = 0, False
         lo = max(first_base, self.start_offset)
-        i = max(self._floor(lo), 0)
-        while i < len(self._batches) and count < max_acquire:
-            b = self._batches[i]
+        cache = self._cache
+        i = max(cache.floor(lo), 0)
+        while i < len(cache) and count < max_acquire:
+            b = cache.batches[i]
             i += 1
             if b.first > last_acquire:
                 break
@@ -434,10 +322,10 @@ class SharePartition:
                     if run_lo > run_hi:
                         continue
                     if run_lo > b.first:
-                        b = self._split(i - 1, run_lo)
+                        b = cache.split(i - 1, run_lo)
                         i += 1
                     if run_hi < b.last:
-                        self._split(i - 1, run_hi + 1)
+                        cache.split(i - 1, run_hi + 1)
                         i += 1
                     whole = True
                 if whole and not throttle:
@@ -462,7 +350,7 @@ class SharePartition:
         if not out:
             return _EMPTY
         self.isolated = stopped
-        return AcquireResult(out, _overlapping(batches, out), count)
+        return AcquireResult(out, overlapping(batches, out), count)
 
     def _should_throttle(self, b: InFlightBatch, lo: int, hi: int, throttle_at: int, now: int) -> bool:
         for _, _, st in b.states(lo, hi):
@@ -504,7 +392,7 @@ class SharePartition:
                      batch_size: int, remaining: int, record_limit: bool,
                      out: list[tuple[int, int, int]]) -> int:
         if remaining < last - first + 1:
-            last = min(last, _last_of_batch_with(batches, first + remaining - 1))
+            last = min(last, last_of_batch_with(batches, first + remaining - 1))
         if self.start_offset >= self._end:
             self.start_offset = first  # nothing in flight: skip the hole before `first`
         self._end = max(self._end, last + 1)
@@ -512,7 +400,7 @@ class SharePartition:
             # Only MaxRecords offsets of the log batch are acquired; the cache keeps the rest of
             # it as an AVAILABLE batch of its own (Kafka keeps one batch with a state per offset).
             self._add_acquired(member, first, first + remaining - 1, out)
-            self._insert(InFlightBatch(first + remaining, last, InFlightState(AVAILABLE, 0)))
+            self._cache.insert(InFlightBatch(first + remaining, last, InFlightState(AVAILABLE, 0)))
             self._find_next = True
             return remaining
         cur = first
@@ -530,7 +418,7 @@ class SharePartition:
     def _add_acquired(self, member: str, first: int, last: int, out: list) -> None:
         st = InFlightState(AVAILABLE, 0)
         st.take(member, self._new_lock(member, first, last))
-        self._insert(InFlightBatch(first, last, st))
+        self._cache.insert(InFlightBatch(first, last, st))
         out.append((first, last, 1))
 
     def _archive_stale(self, fetch_offset: int, base: int) -> None:
@@ -540,52 +428,21 @@ class SharePartition:
             self._advance_start()
 
     def _drop_aborted(self, out: list[tuple[int, int, int]], aborted: Iterable[tuple[int, int]]):
-        spans = sorted(aborted)
-        kept: list[tuple[int, int, int]] = []
-        for first, last, dc in out:
-            cur = first
-            for af, al in spans:
-                if al < cur or af > last:
-                    continue
-                if af > cur:
-                    kept.append((cur, af - 1, dc))
-                self._archive_range(max(af, cur), min(al, last), ACQUIRED)
-                cur = al + 1
-                if cur > last:
-                    break
-            if cur <= last:
-                kept.append((cur, last, dc))
+        kept, dropped = without_ranges(out, aborted)
+        for lo, hi in dropped:
+            self._archive_range(lo, hi, ACQUIRED)
         self._advance_start()
         return kept, sum(l - f + 1 for f, l, _ in kept)
 
     def _archive_range(self, lo: int, hi: int, from_state: int) -> bool:
         """In-memory archive (not persisted, as Kafka) of settled `from_state` records in lo..hi."""
         changed = False
-        for _b, s_lo, s_hi, st in self._in_state(lo, hi, from_state):
-            self._force_archive(st)
+        for _b, s_lo, s_hi, st in self._cache.in_state(lo, hi, from_state):
+            st.archive()
             if s_hi >= self.start_offset:
                 self._dcc += s_hi - max(s_lo, self.start_offset) + 1
             changed = True
         return changed
-
-    def _in_state(self, lo: int, hi: int, state: int) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
-        """(batch, first, last, state) runs of the records within lo..hi that are in `state` with no
-        transition in flight; a whole-state batch reaching past lo..hi is exploded first."""
-        i = max(self._floor(lo), 0)
-        while i < len(self._batches) and self._batches[i].first <= hi:
-            b = self._batches[i]
-            i += 1
-            if b.last < lo:
-                continue
-            if b.offsets is None:
-                st = b.state
-                if st.state != state or st.rollback is not None:
-                    continue
-                if b.first < lo or b.last > hi:
-                    b.explode()
-            for s_lo, s_hi, st in b.states(lo, hi):
-                if st.state == state and st.rollback is None:
-                    yield b, s_lo, s_hi, st
 
     # ------------------------------------------------------------------ acknowledge side
 
@@ -595,14 +452,14 @@ class SharePartition:
         All batches apply or none: the records change only once the persister has
         written them. Returns 0 or the partition's error code.
         """
-        code = self._inactive_code()
+        code = self._inactive_code() or validate_ack_batches(batches, ACK_MAX_VERSION, is_renew_ack=True)
         if code:
             return code
         changes: list[tuple[InFlightBatch, int, int]] = []
         renew: list[tuple[InFlightBatch, int, int]] = []
         code = self._begin_acks(member_id, batches, changes, renew)
         if code:
-            self._apply(changes, False, _ACK)
+            self._follow_up(self._settle(changes, False, _ACK), _ACK)
             return code
         if renew:
             self._renew(member_id, renew)
@@ -614,43 +471,22 @@ class SharePartition:
         renew_enabled = self.config.renew_acknowledge_enable
         for ab in batches:
             first, last, types = ab.first_offset, ab.last_offset, ab.acknowledge_types
-            if first > last or not types or (len(types) > 1 and len(types) != last - first + 1):
-                return Errors.INVALID_REQUEST
-            if any(t < ACK_GAP or t > ACK_RENEW for t in types):
-                return Errors.INVALID_REQUEST
             if last < self.start_offset:
                 continue  # already archived: nothing to do (Kafka skips these)
             lo = max(first, self.start_offset)
-            i = self._floor(lo)
-            if i < 0:
+            if self._cache.floor(lo) < 0:
                 return Errors.INVALID_RECORD_STATE
-            j = self._floor(last)
-            top = self._batches[j].last
+            top = self._cache.batches[self._cache.floor(last)].last
             if top < lo or last > top:
                 return Errors.INVALID_REQUEST  # offsets past the records handed out
-            single = types[0] if len(types) == 1 else None
-            for b in self._batches[i:j + 1]:
-                if b.last < lo:
-                    continue
-                if b.offsets is None:
-                    st = b.state
-                    if not st.member_id or st.member_id != member or st.rollback is not None \
-                            or st.state != ACQUIRED:
-                        return Errors.INVALID_RECORD_STATE
-                    if single is not None and b.first >= lo and b.last <= last:
-                        code = self._ack_one(b, b.first, b.last, st, single, renew_enabled,
-                                             changes, renew)
-                        if code:
-                            return code
-                        continue
-                    b.explode()
-                for off, _, st in b.states(lo, last):
-                    if st.state != ACQUIRED or st.rollback is not None or st.member_id != member:
-                        return Errors.INVALID_RECORD_STATE
-                    t = single if single is not None else types[off - first]
-                    code = self._ack_one(b, off, off, st, t, renew_enabled, changes, renew)
-                    if code:
-                        return code
+            runs = self._cache.held_by(member, lo, last, per_offset=len(types) > 1)
+            if runs is None:
+                return Errors.INVALID_RECORD_STATE
+            for b, s_lo, s_hi, st in runs:
+                t = types[0] if len(types) == 1 else types[s_lo - first]
+                code = self._ack_one(b, s_lo, s_hi, st, t, renew_enabled, changes, renew)
+                if code:
+                    return code
         return Errors.NONE
 
     def _ack_one(self, b: InFlightBatch, lo: int, hi: int, st: InFlightState, ack_type: int,
@@ -675,9 +511,7 @@ class SharePartition:
         for b, lo, hi in runs:
             lock = self._new_lock(member, lo, hi)
             for _, _, st in b.states(lo, hi):
-                st.drop_lock()
-                st.lock = lock
-                lock.refs += 1
+                st.relock(lock)
 
     async def release_member(self, member_id: str) -> int:
         """Return every record `member_id` holds here to AVAILABLE (share session closed).
@@ -690,11 +524,10 @@ class SharePartition:
         if self._status != ACTIVE:
             return Errors.NONE
         changes = []
-        for b in self._batches:
-            for lo, hi, st in b.states(b.first, b.last):
-                if st.state == ACQUIRED and st.member_id == member_id and st.rollback is None:
-                    self._begin(st, AVAILABLE)
-                    changes.append((b, lo, hi))
+        for b, lo, hi, st in self._cache.runs():
+            if st.state == ACQUIRED and st.member_id == member_id and st.rollback is None:
+                self._begin(st, AVAILABLE)
+                changes.append((b, lo, hi))
         if not changes:
             return Errors.NONE
         return await asyncio.shield(self._start_write(changes, _RELEASE))
@@ -705,21 +538,12 @@ class SharePartition:
             return
         lock.expired = True
         changes = []
-        for b, lo, hi, st in list(self._lock_states(lock)):
+        for b, lo, hi, st in list(self._cache.under_lock(lock)):
             if st.state == ACQUIRED and st.rollback is None:
                 self._begin(st, AVAILABLE)
                 changes.append((b, lo, hi))
         if changes:
             self._start_write(changes, _EXPIRY)
-
-    def _lock_states(self, lock: AcquisitionLock) -> Iterator[tuple[InFlightBatch, int, int, InFlightState]]:
-        i = max(self._floor(lock.first), 0)
-        while i < len(self._batches) and self._batches[i].first <= lock.last:
-            b = self._batches[i]
-            i += 1
-            for lo, hi, st in b.states(lock.first, lock.last):
-                if st.lock is lock:
-                    yield b, lo, hi, st
 
     # ------------------------------------------------------------------ persist, then commit
 
@@ -728,14 +552,14 @@ class SharePartition:
         going_terminal = [(lo, hi) for lo, hi, s, _ in runs if terminal(s)]
         self._pending_terminal.append(going_terminal)
         req = self._write_request(runs)
-        return self._spawn(self._write_and_apply(req, changes, kind, going_terminal))
+        return self._spawn(self._write_and_settle(req, changes, kind, going_terminal))
 
-    async def _write_and_apply(self, req: Any, changes: list, kind: str, going_terminal: list) -> int:
+    async def _write_and_settle(self, req: Any, changes: list, kind: str, going_terminal: list) -> int:
         try:
             code = await self._store.write(req)
         finally:
             self._pending_terminal.remove(going_terminal)
-        self._apply(changes, code == Errors.NONE, kind)
+        self._follow_up(self._settle(changes, code == Errors.NONE, kind), kind)
         if code in FENCING_ERRORS and self._status == ACTIVE:
             self._status, self._error = FENCED, code
         return code
@@ -750,39 +574,48 @@ class SharePartition:
         return self._store.write_request(state_epoch=self.state_epoch, start_offset=start,
                                          delivery_complete_count=self._dcc + pending, runs=runs)
 
-    def _apply(self, changes: list[tuple[InFlightBatch, int, int]], ok: bool, kind: str) -> None:
-        """Commit (`ok`) or roll back the transitions started for `changes`."""
+    def _settle(self, changes: list[tuple[InFlightBatch, int, int]], ok: bool, kind: str) -> Settled:
+        """Commit (`ok`) or roll back the transitions started for `changes`: record states, their
+        locks, DeliveryCompleteCount, due times of delayed redeliveries, the SPSO. Starts nothing
+        (no write, timer, task or wake-up): it returns what the follow-up has to do."""
         expired: dict[int, AcquisitionLock] = {}
-        start = self.start_offset
-        dead: list[tuple[int, int, int, int]] = []   # committed ARCHIVING runs for the DLQ
+        start, now = self.start_offset, self._now_ms()
+        dead: list[tuple[int, int, int, int]] = []
+        archived, due = 0, None
         delay_runs = ok and kind in (_ACK, _EXPIRY) and self.config.redelivery_backoff_ms > 0
         for b, lo, hi in changes:
             for s_lo, s_hi, st in b.states(lo, hi):
-                prev = st.rollback
+                prev = st.complete_transition(ok)
                 if prev is None:
                     continue
-                st.rollback = None
-                if not ok:
-                    st.state, st.delivery_count, st.member_id = prev
-                if st.state != ACQUIRED:
-                    st.drop_lock()
-                    if st.state == AVAILABLE:
-                        self._find_next = True
-                        if delay_runs and prev[0] == ACQUIRED:  # RELEASE or lock expiry: delayed redelivery
-                            delay = self.config.redelivery_delay_ms(st.delivery_count)
-                            if delay:
-                                st.due_ms = self._now_ms() + delay
-                                self._schedule_due(st.due_ms)
-                    elif ok and st.state == ARCHIVING:
-                        dead.append((s_lo, s_hi, st.delivery_count, st.cause))
-                    elif ok:
-                        if s_hi >= start:
-                            self._dcc += s_hi - max(s_lo, start) + 1
-                        if st.state == ARCHIVED and prev[0] != ARCHIVED and st.cause:  # not a GAP
-                            self.archived_count += s_hi - s_lo + 1
-                elif st.lock is not None and st.lock.expired:
-                    expired[id(st.lock)] = st.lock
-        for lock in expired.values():
+                if st.state == ACQUIRED:
+                    if st.lock is not None and st.lock.expired:
+                        expired[id(st.lock)] = st.lock
+                    continue
+                st.drop_lock()
+                if st.state == AVAILABLE:
+                    self._find_next = True
+                    if delay_runs and prev[0] == ACQUIRED:  # RELEASE or lock expiry: delayed redelivery
+                        delay = self.config.redelivery_delay_ms(st.delivery_count)
+                        if delay:
+                            st.due_ms = now + delay
+                            due = st.due_ms if due is None else min(due, st.due_ms)
+                elif ok and st.state == ARCHIVING:
+                    dead.append((s_lo, s_hi, st.delivery_count, st.cause))
+                elif ok:
+                    if s_hi >= start:
+                        self._dcc += s_hi - max(s_lo, start) + 1
+                    if st.state == ARCHIVED and prev[0] != ARCHIVED and st.cause:  # not a GAP
+                        archived += s_hi - s_lo + 1
+        if ok:
+            self._advance_start()
+        self._cache.trim(self.start_offset)
+        return Settled(dead, list(expired.values()), archived, due)
+
+    def _follow_up(self, done: Settled, kind: str) -> None:
+        """Act on a settled write: expire (or retry expiring) locks, arm the delayed-redelivery
+        timer, start the dead-letter phase, count archived records, wake the long polls."""
+        for lock in done.expired:
             if kind == _EXPIRY:  # the expiry itself was not persisted: try again later
                 if lock.handle is None:
                     lock.expired = False
@@ -790,11 +623,11 @@ class SharePartition:
                         self._retry_backoff_ms / 1000.0, partial(self._on_lock_expired, lock))
             else:  # the lock ran out while this transition was being written
                 self._on_lock_expired(lock)
-        if ok:
-            self._advance_start()
-        self._trim()
-        if dead:
-            self._dead_letter(dead)
+        if done.due_ms is not None:
+            self._schedule_due(done.due_ms)
+        if done.dead:
+            self._dead_letter(done.dead)
+        self.archived_count += done.archived
         self._notify()
 
     # ------------------------------------------------------------------ delayed redelivery
@@ -813,8 +646,7 @@ class SharePartition:
         if self._status != ACTIVE:
             return
         now = self._now_ms()
-        later = [st.due_ms for b in self._batches for _, _, st in b.states(b.first, b.last)
-                 if st.state == AVAILABLE and st.due_ms > now]
+        later = [st.due_ms for _, _, _, st in self._cache.runs() if st.state == AVAILABLE and st.due_ms > now]
         if later:
             self._schedule_due(min(later))
         self._find_next = True
@@ -832,13 +664,7 @@ class SharePartition:
 
         Runs in a task of its own: acknowledgements of other records go on meanwhile, and the
         SPSO stops at these records until they are ARCHIVED."""
-        merged: list[list[int]] = []
-        for lo, hi, dc, cause in sorted(runs):
-            if merged and merged[-1][1] == lo - 1 and merged[-1][2] == dc and merged[-1][3] == cause:
-                merged[-1][1] = hi
-            else:
-                merged.append([lo, hi, dc, cause])
-        task = asyncio.get_running_loop().create_task(self._dead_letter_run([tuple(r) for r in merged]))
+        task = asyncio.get_running_loop().create_task(self._dead_letter_run(merge_runs(runs)))
         self._dlq_tasks.add(task)
         task.add_done_callback(self._dlq_tasks.discard)
 
@@ -863,7 +689,7 @@ class SharePartition:
         """Start ARCHIVING -> ARCHIVED (persisted) for the records of `runs` still ARCHIVING."""
         changes = []
         for first, last, _dc, _cause in runs:
-            for b, lo, hi, st in self._in_state(first, last, ARCHIVING):
+            for b, lo, hi, st in self._cache.in_state(first, last, ARCHIVING):
                 st.rollback = (ARCHIVING, st.delivery_count, "")
                 st.state = ARCHIVED
                 changes.append((b, lo, hi))
@@ -872,7 +698,8 @@ class SharePartition:
     # ------------------------------------------------------------------ SPSO and log start
 
     def update_log_start_offset(self, log_start_offset: int) -> None:
-        """The log start offset moved (retention, DeleteRecords): the SPSO follows it up."""
+        """The log start offset moved (retention, DeleteRecords): the SPSO follows it up (Kafka's
+        updateCacheAndOffsets). The manager calls it before each read of the log; nothing else does."""
         if self._status == ACTIVE and log_start_offset > self.start_offset:
             self._move_start_to_log_start(log_start_offset)
             # Persisted at once (Kafka writes it with the next acknowledgement): the share
@@ -881,124 +708,41 @@ class SharePartition:
             self._start_write([], _LOG_START)
             self._notify()
 
-    def _follow_log_start(self) -> None:
-        if self._log is not None:
-            self.update_log_start_offset(self._log.log_start_offset)
-
     def _move_start_to_log_start(self, lso: int) -> None:
         # Records below the new log start are gone: archive them, acquired ones included
         # (an acknowledgement for them is then skipped, as Kafka skips offsets below the SPSO).
-        for b in self._batches:
+        for b in self._cache:
             if b.first >= lso:
                 break
             if b.offsets is None and b.last >= lso and unsettled(b.state):
                 b.explode()
             for _, _, st in b.states(b.first, lso - 1):
                 if unsettled(st):
-                    self._force_archive(st)
+                    st.archive()
         self.start_offset = lso
         self._end = max(self._end, lso)
         self._find_next = True
-        self._dcc = sum(s_hi - max(s_lo, lso) + 1 for b in self._batches
-                        for s_lo, s_hi, st in b.states(lso, b.last)
-                        if terminal(st.state) and st.rollback is None)
+        self._dcc = self._cache.terminal_count(lso)
         self._advance_start()
-        self._trim()
+        self._cache.trim(self.start_offset)
 
     def _advance_start(self) -> bool:
         """Move the SPSO over the contiguous prefix of settled terminal records."""
-        old = pos = self.start_offset
-        removed, blocked = 0, False
-        i = max(self._floor(pos), 0)
-        while i < len(self._batches):
-            b = self._batches[i]
-            i += 1
-            if b.last < pos:
-                continue
-            pos = max(pos, b.first)  # a hole between batches holds no record
-            if b.offsets is None:
-                st = b.state
-                if st.rollback is not None or not terminal(st.state):
-                    blocked = True
-                    break
-                removed += b.last - pos + 1
-                pos = b.last + 1
-            else:
-                offs, k0 = b.offsets, pos - b.first
-                k = k0
-                while k < len(offs) and offs[k].rollback is None and terminal(offs[k].state):
-                    k += 1
-                removed += k - k0
-                pos = b.first + k
-                if k < len(offs):
-                    blocked = True
-                    break
+        pos, removed, blocked = self._cache.settled_prefix(self.start_offset)
         if not blocked:
             pos = max(pos, self._end)
-        if pos == old:
+        if pos == self.start_offset:
             return False
         self.start_offset = pos
         self._dcc -= removed
-        self._trim()
+        self._cache.trim(pos)
         return True
-
-    def _trim(self) -> None:
-        start, k = self.start_offset, 0
-        while k < len(self._batches) and self._batches[k].last < start:
-            b = self._batches[k]
-            if any(unsettled(st) for _, _, st in b.states(b.first, b.last)):
-                break
-            k += 1
-        if k:
-            del self._batches[:k], self._firsts[:k]
 
     # ------------------------------------------------------------------ helpers
 
-    def _floor(self, offset: int) -> int:
-        """Index of the last batch whose first offset is <= offset, or -1."""
-        return bisect.bisect_right(self._firsts, offset) - 1
-
-    def _insert(self, b: InFlightBatch) -> None:
-        i = bisect.bisect_left(self._firsts, b.first)
-        self._firsts.insert(i, b.first)
-        self._batches.insert(i, b)
-
-    def _split(self, i: int, at: int) -> InFlightBatch:
-        """Split the i-th batch (one state, not in transition) before `at`; returns the second part."""
-        rest = self._batches[i].split(at)
-        self._firsts.insert(i + 1, at)
-        self._batches.insert(i + 1, rest)
-        return rest
-
     def _begin(self, st: InFlightState, target: int, reject: bool = False) -> bool:
-        """Start a persisted transition (the record leaves its member); False when it is not allowed.
-
-        The delivery count is left alone (Kafka's `DeliveryCountOps.NO_OP`: acquisition
-        counts a delivery, nothing else does); a record made AVAILABLE at the delivery
-        count limit is archived instead (InFlightState.tryUpdateState), through ARCHIVING
-        when the group has a dead-letter queue, as a REJECTed record is (KIP-1191)."""
-        cur = st.state
-        if st.rollback is not None or cur == ARCHIVING:
-            return False
-        cause = 0
-        if target == AVAILABLE and st.delivery_count >= self.config.delivery_count_limit:
-            target, cause = ARCHIVED, CAUSE_DELIVERY_COUNT
-        elif reject:
-            cause = CAUSE_REJECT
-        if cause and target == ARCHIVED and self.dlq_enabled:
-            target = ARCHIVING
-        if cur == target or terminal(cur) or (cur == AVAILABLE and target != ACQUIRED):
-            return False
-        st.cause = cause
-        st.rollback = (cur, st.delivery_count, st.member_id)
-        st.state, st.member_id = target, ""
-        return True
-
-    def _force_archive(self, st: InFlightState) -> None:
-        st.state, st.member_id = ARCHIVED, ""
-        st.drop_lock()
-        if st.rollback is not None:  # a transition in flight must not bring it back
-            st.rollback = (ARCHIVED, st.delivery_count, "")
+        return st.start_transition(target, delivery_count_limit=self.config.delivery_count_limit,
+                                   dlq=self.dlq_enabled, reject=reject)
 
     def _new_lock(self, member: str, first: int, last: int) -> AcquisitionLock:
         duration = self.config.record_lock_duration_ms
@@ -1034,27 +778,3 @@ class SharePartition:
     def __repr__(self) -> str:
         return (f"SharePartition({self.group_id!r}, {self.topic_id.hex()}-{self.partition}, "
                 f"{self._status}, spso={self.start_offset}, end={self._end})")
-
-
-def _last_of_batch_with(batches: Sequence[Any], offset: int) -> int:
-    """Last offset of the fetched batch containing `offset` (whole batches are acquired)."""
-    found = None
-    for bt in batches:
-        if bt.base_offset > offset:
-            break
-        found = bt
-    if found is not None and offset <= found.last_offset:
-        return found.last_offset
-    return offset
-
-
-def _overlapping(batches: Sequence[Any], ranges: list[tuple[int, int, int]]) -> list[Any]:
-    out, k = [], 0
-    for bt in batches:
-        while k < len(ranges) and ranges[k][1] < bt.base_offset:
-            k += 1
-        if k == len(ranges):
-            break
-        if ranges[k][0] <= bt.last_offset:
-            out.append(bt)
-    return out

@@ -51,7 +51,6 @@ from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRespo
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.messages.delete_groups import DeleteGroupsResponse
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse
-from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest
 from protocol.messages.describe_groups import DescribeGroupsResponse
 from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsResponse
 from protocol.messages.heartbeat import HeartbeatResponse
@@ -69,6 +68,7 @@ from .cluster import Cluster, Scheduler, Timers
 from .config import GroupConfig
 from .consumer import GROUP_AUTHORIZED_OPERATIONS, INT_MIN, ConsumerGroup, ConsumerGroupManager
 from .offsets import OffsetManager, OffsetStore
+from .persister import delete_request
 from .share import SHARE_RECORD_TYPES, ShareGroup, ShareGroupManager
 from .share_offsets import ShareOffsetsManager
 
@@ -106,10 +106,6 @@ class GroupCoordinator:
         self.rebalances: dict[str, int] = {}  # protocol -> new target assignments since start-up
 
     # ------------------------------------------------------------ listeners and lookups
-    def on_share_member_removed(self, fn: Callable[[str, str], None]) -> None:
-        """``fn(group_id, member_id)`` runs after a share group member left or expired."""
-        self.share.on_member_removed(fn)
-
     def on_share_offsets_changed(self, fn: Callable[[str], object]) -> None:
         """``fn(group_id)`` (may be async) runs after AlterShareGroupOffsets / DeleteShareGroupOffsets
         changed an (empty) share group's durable share state: live share partitions must reload it."""
@@ -411,18 +407,12 @@ class GroupCoordinator:
         """TxnOffsetCommit: the offsets are appended in the producer's transaction and held pending."""
         if code := self.unavailable_code():
             return self.offset_manager.txn_commit(req, by_id, error=code)[0]
-        held: list = []
 
-        def op():
-            resp, records = self.offset_manager.txn_commit(req, by_id)
-            held.extend(records)
-            return resp, records
+        def failed(result, exc):
+            return _failed_commit(result[0], exc), []
 
-        def failed(resp, exc):
-            held.clear()
-            return _failed_commit(resp, exc)
-
-        resp = await self.runtime.write(op, replay=False, on_error=failed, producer=(producer_id, producer_epoch))
+        resp, held = await self.runtime.write(lambda: _with_records(self.offset_manager.txn_commit(req, by_id)),
+                                              replay=False, on_error=failed, producer=(producer_id, producer_epoch))
         for rec in held:
             self.offsets.add_pending(producer_id, rec.key.group, rec.key.topic, rec.key.partition, rec.value)
         return resp
@@ -493,43 +483,20 @@ class GroupCoordinator:
 
     async def delete_groups(self, req, version: int) -> DeleteGroupsResponse:
         """Tombstone empty groups (and their offsets) in one write; share groups also lose their share state."""
-        R_ = DeleteGroupsResponse.DeletableGroupResult
         if code := self.unavailable_code():
+            R_ = DeleteGroupsResponse.DeletableGroupResult
             return DeleteGroupsResponse(results=[R_(group_id=g, error_code=code if g else Errors.INVALID_GROUP_ID)
                                                  for g in req.groups_names])
-        share_groups: dict[str, dict[bytes, tuple[str, set[int]]]] = {}  # deleted share group -> initialized
 
-        def op():
-            results, records = [], []
-            share_groups.clear()
-            for gid in req.groups_names:
-                g = self.groups.get(gid)
-                if not gid:
-                    results.append(R_(group_id=gid, error_code=Errors.INVALID_GROUP_ID))
-                    continue
-                if g is None:
-                    results.append(R_(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND))
-                    continue
-                try:
-                    g.validate_delete()
-                except KafkaError as e:
-                    results.append(R_(group_id=gid, error_code=e.code))
-                    continue
-                records.extend((self.offsets.tombstones(gid) if g.has_offsets() else []) + g.tombstones())
-                if isinstance(g, ShareGroup):
-                    share_groups[gid] = {t: (name, set(ps)) for t, (name, ps) in g.initialized.items()}
-                results.append(R_(group_id=gid, error_code=Errors.NONE))
-            return DeleteGroupsResponse(results=results), records
-
-        def failed(resp, exc):
-            share_groups.clear()
+        def failed(result, exc):
+            resp = result[0]
             code = append_error_code(exc)
             for r in resp.results:
                 if not r.error_code:
                     r.error_code = code
-            return resp
+            return resp, {}
 
-        resp = await self.runtime.write(op, on_error=failed)
+        resp, share_groups = await self.runtime.write(lambda: self._delete_groups(req), on_error=failed)
         for gid, initialized in share_groups.items():
             try:
                 await self._share_group_deleted(gid, initialized)
@@ -540,15 +507,34 @@ class GroupCoordinator:
                 _result(resp, gid).error_code = append_error_code(e)
         return resp
 
-    async def _share_group_deleted(self, group_id: str, initialized: dict[bytes, tuple[str, set[int]]]) -> None:
+    def _delete_groups(self, req) -> tuple[tuple[DeleteGroupsResponse, dict], list[Record]]:
+        """The write: ((response, {deleted share group: its initialized partitions}), tombstones)."""
+        R_ = DeleteGroupsResponse.DeletableGroupResult
+        results, records = [], []
+        share_groups: dict[str, dict[bytes, set[int]]] = {}
+        for gid in req.groups_names:
+            g = self.groups.get(gid)
+            if not gid:
+                results.append(R_(group_id=gid, error_code=Errors.INVALID_GROUP_ID))
+                continue
+            if g is None:
+                results.append(R_(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND))
+                continue
+            try:
+                g.validate_delete()
+            except KafkaError as e:
+                results.append(R_(group_id=gid, error_code=e.code))
+                continue
+            records.extend((self.offsets.tombstones(gid) if g.has_offsets() else []) + g.tombstones())
+            if isinstance(g, ShareGroup):
+                share_groups[gid] = {t: set(ps) for t, (_name, ps) in g.initialized.items()}
+            results.append(R_(group_id=gid, error_code=Errors.NONE))
+        return (DeleteGroupsResponse(results=results), share_groups), records
+
+    async def _share_group_deleted(self, group_id: str, initialized: dict[bytes, set[int]]) -> None:
         """After a share group's records are gone: delete its durable share state, then tell the listeners."""
         if initialized and self.share_state is not None:
-            req = DeleteShareGroupStateRequest(group_id=group_id, topics=[
-                DeleteShareGroupStateRequest.DeleteStateData(
-                    topic_id=tid, partitions=[DeleteShareGroupStateRequest.PartitionData(partition=p)
-                                              for p in sorted(ps)])
-                for tid, (_name, ps) in initialized.items()])
-            await self.share_state.delete_state(req)
+            await self.share_state.delete_state(delete_request(group_id, initialized))
         for fn in self._group_deleted:
             r = fn(group_id)
             if isinstance(r, Awaitable):
@@ -587,6 +573,11 @@ class GroupCoordinator:
             log.exception("offset expiration failed")
         finally:
             self.schedule_expiration()
+
+
+def _with_records(op_result: tuple) -> tuple:
+    """``(response, records)`` -> ``((response, records), records)``: a write whose caller needs its records."""
+    return op_result, op_result[1]
 
 
 def _result(resp: DeleteGroupsResponse, group_id: str):

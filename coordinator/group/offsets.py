@@ -27,8 +27,8 @@ Transactional offset commits (TxnOffsetCommit, KIP-98 / KIP-447): the records ar
 appended as a transactional batch of the producer and held in
 ``OffsetStore.pending`` (producer id -> offsets) until the transaction's marker
 reaches ``__consumer_offsets``: COMMIT replays them into the committed offsets,
-ABORT drops them (:meth:`OffsetStore.complete_transaction`).  Pending offsets make
-OffsetFetch with RequireStable answer UNSTABLE_OFFSET_COMMIT for those partitions.
+ABORT drops them (:meth:`OffsetStore.complete_transaction`); what OffsetFetch answers
+for them is in its handler's header (broker/handlers/offset_fetch.py).
 """
 from __future__ import annotations
 

@@ -38,17 +38,16 @@ joining together share the first assignment that has partitions.
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from coordinator.assignors import get_share_assignor
 from protocol.errors import Errors, KafkaError
-from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as InitReq
 from protocol.messages.share_group_describe import ShareGroupDescribeResponse as DescResp
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse as HbResp
 
 from . import records as R
 from .classic import append_error_code
 from .modern import ModernGroup, Parts, metadata_hash, new_target_assignment
+from .persister import initialize_request, share_partition_lag
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +163,13 @@ class ShareGroupManager:
     """ShareGroupHeartbeat / ShareGroupDescribe over the coordinator's namespace.
 
     ``share_state`` is the share-state persister (``initialize_state(request)``,
-    the share coordinator in the broker).  ``on_member_removed(fn)`` registers
-    ``fn(group_id, member_id)``, called after a member left or expired.
+    the share coordinator in the broker).
+
+    Besides the replayed groups (the coordinator's ``groups``), the manager keeps per-group
+    memory that is *not replayed*: it starts empty after a restart (or when another broker
+    becomes coordinator), writes may change it while they compute (it is not durable state, and
+    a failed append leaves it harmless: each field says why), and ``on_removed`` drops a removed
+    group's entries from every one of these fields, in ``_forget``.
     """
 
     def __init__(self, coordinator, share_state=None):
@@ -173,13 +177,20 @@ class ShareGroupManager:
         self.cfg = coordinator.cfg
         self.timers = coordinator.timers
         self.share_state = share_state
-        self._lag_checked: dict[str, int] = {}  # group -> when the lag assignor last looked at backlogs
-        self._assigned_with: dict[str, str] = {}  # group -> assignor of its last target assignment (memory only)
-        self._member_removed: list[Callable[[str, str], None]] = []
-        self._initializing: dict[str, dict[tuple[bytes, int], int]] = {}  # group -> partition -> since
-
-    def on_member_removed(self, fn: Callable[[str, str], None]) -> None:
-        self._member_removed.append(fn)
+        # group -> when the lag assignor last looked at its backlogs. Written by heartbeat writes
+        # (``_heartbeat_op``); a failed append only delays the next look. Not replayed; dies in _forget.
+        self._lag_checked: dict[str, int] = {}
+        # group -> assignor of its last target assignment on this broker. Written by heartbeat writes
+        # (``_target_changes``); a failed append at worst re-assigns once more. Not replayed (after a
+        # restart a changed ``share.assignor.name`` applies from the next assignment); dies in _forget.
+        self._assigned_with: dict[str, str] = {}
+        # group -> (topic id, partition) -> when its InitializeShareGroupState was sent. Written by
+        # ``maybe_initialize`` after a heartbeat (outside writes), entries dropped when that request
+        # ends (``_initialize``). Not replayed; the group's dict dies in _forget.
+        self._initializing: dict[str, dict[tuple[bytes, int], int]] = {}
+        # Session timers ("sg-session", group, member) live in ``self.timers``: scheduled by heartbeat
+        # writes, cancelled when the member is removed or the group is (on_removed); an expiry
+        # re-checks the committed group, so a timer a failed append left behind does nothing.
 
     # ------------------------------------------------------------ helpers
     def _group(self, group_id: str) -> ShareGroup | None:
@@ -200,10 +211,16 @@ class ShareGroupManager:
             self._schedule_session_timeout(group.group_id, mid)
 
     def on_removed(self, group: ShareGroup) -> None:
-        self._lag_checked.pop(group.group_id, None)
-        self._assigned_with.pop(group.group_id, None)
+        """The group left the namespace (deleted, or replaced by a group of another type)."""
         for mid in group.members:
             self.timers.cancel(("sg-session", group.group_id, mid))
+        self._forget(group.group_id)
+
+    def _forget(self, gid: str) -> None:
+        """Drop the group's entries from every per-group field that is not replayed."""
+        self._lag_checked.pop(gid, None)
+        self._assigned_with.pop(gid, None)
+        self._initializing.pop(gid, None)
 
     @staticmethod
     def _emit(group: ShareGroup, records: list, rec) -> None:
@@ -246,9 +263,7 @@ class ShareGroupManager:
         gid, mid = req.group_id, req.member_id
         runtime = self.c.runtime
         if req.member_epoch == -1:
-            resp = await runtime.write(lambda: self._leave(gid, mid))
-            self._notify_removed(gid, mid)
-            return resp
+            return await runtime.write(lambda: self._leave(gid, mid))
         resp = await runtime.write(lambda: self._heartbeat_op(req, client_id, client_host))
         self.maybe_initialize(gid)
         return resp
@@ -404,8 +419,6 @@ class ShareGroupManager:
         DeliveryCompleteCount.  A partition whose state has no start offset yet counts, as
         ``share.auto.offset.reset`` will start it, 0 (``latest``) or log end - log start (``earliest``,
         and ``by_duration`` as an upper bound)."""
-        from .share_offsets import share_partition_lag  # share_offsets imports this module
-
         cluster = self.c.cluster
         state_of = getattr(self.share_state, "state_of", None)
         latest = str(self.c.group_config(gid).get(AUTO_OFFSET_RESET, "latest")).strip().lower() == "latest"
@@ -459,10 +472,8 @@ class ShareGroupManager:
         busy = self._initializing.get(gid, {})
         done: dict[bytes, tuple[str, set[int]]] = {}
         try:
-            req = InitReq(group_id=gid, topics=[
-                InitReq.InitializeStateData(topic_id=tid, partitions=[
-                    InitReq.PartitionData(partition=p, state_epoch=state_epoch, start_offset=-1) for p in parts])
-                for tid, (_, parts) in todo.items()])
+            req = initialize_request(gid, {tid: dict.fromkeys(parts, -1) for tid, (_, parts) in todo.items()},
+                                     state_epoch)
             resp = await self.share_state.initialize_state(req)
             for t in resp.results:
                 for p in t.partitions:
@@ -494,19 +505,11 @@ class ShareGroupManager:
         def op():
             g = self._group(gid)
             if g is None or mid not in g.members:
-                return False, []
+                return None, []
             log.info("share group %s: member %s session expired", gid, mid)
-            return True, self._remove_member(g.copy(), mid)
+            return None, self._remove_member(g.copy(), mid)
 
-        if await self.c.runtime.write(op):
-            self._notify_removed(gid, mid)
-
-    def _notify_removed(self, gid: str, mid: str) -> None:
-        for fn in self._member_removed:
-            try:
-                fn(gid, mid)
-            except Exception:  # noqa: BLE001 - a listener must not break the coordinator
-                log.exception("share member removed listener failed for %s/%s", gid, mid)
+        await self.c.runtime.write(op)
 
     # ------------------------------------------------------------ describe
     def describe(self, group_ids: list[str]) -> DescResp:

@@ -27,57 +27,62 @@ As Kafka 4.4's ``GroupCoordinatorService`` / ``GroupCoordinatorShard`` /
   (DeleteShareGroupState) and then removed from ShareGroupStatePartitionMetadata; the next
   member to subscribe initializes them again, from ``share.auto.offset.reset``.
 
+Alter and Delete are two named writes around the persister call, as Kafka's
+``GroupCoordinatorShard``: the first (``_initiate_alter`` / ``_initiate_delete``) checks the
+group on committed state, in the coordinator's write order, and returns a :class:`WriteResult`
+(the response so far and the persister request); the second records what the persister did.
 After Alter or Delete changed durable state, the ``on_share_offsets_changed`` listeners run
 (the broker drops the group's live share partitions, which reload from the new state).
 
-Deviation: Kafka first records the partitions as "initializing" / "deleting" so a crash
-between the two steps is retried; here the metadata record is written once the persister
-answered (a crash in between leaves state the next heartbeat or request repairs: initialized
-state that is not recorded is initialized again, deleted state that is still recorded reads
-as uninitialized).
+Deviation: Kafka's first write also records the partitions as "initializing" / "deleting" so
+a crash between the two steps is retried; here the metadata record is written once the
+persister answered (a crash in between leaves state the next heartbeat or request repairs:
+initialized state that is not recorded is initialized again, deleted state that is still
+recorded reads as uninitialized).
 """
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from protocol.errors import Errors, KafkaError
 from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse as AlterResp
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse as DeleteResp
-from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest as DeleteStateReq
 from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsResponse as DescResp
-from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as InitReq
-from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as SummaryReq
 
 from . import records as R
 from .classic import append_error_code
 from .modern import metadata_hash
+from .persister import (  # noqa: F401  (share_partition_lag: the broker's metrics import it from here)
+    UNINITIALIZED, delete_request, initialize_request, share_partition_lag, summary_request,
+)
 from .share import ShareGroup, group_not_found
-
-if TYPE_CHECKING:
-    from .coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
 ZERO_UUID = bytes(16)
-UNINITIALIZED = -1
 NO_OFFSET_INFO = "There is no offset information to delete."
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
-def share_partition_lag(log_end_offset: int, start_offset: int, delivery_complete_count: int) -> int:
-    """KIP-1226: records not yet in a terminal state.  ``log_end_offset`` is the next offset to be
-    written (the KIP's "highest offset + 1"); -1 when the state is not initialized or the count
-    of processed in-flight records is unknown."""
-    if start_offset == UNINITIALIZED or delivery_complete_count == UNINITIALIZED:
-        return UNINITIALIZED
-    return log_end_offset - start_offset - delivery_complete_count
+class WriteResult(NamedTuple):
+    """What the write before a persister call decided (Kafka's GroupCoordinatorShard result holders):
+    the response so far, the persister request to send next (None: answer ``response`` as it is)
+    and the names of the request's topic ids (the answer names them even if a topic goes meanwhile)."""
+    response: Any
+    request: Any = None
+    names: dict[bytes, str] = {}
+
+
+def not_empty(group_id: str) -> KafkaError:
+    return KafkaError(Errors.NON_EMPTY_GROUP, f"Share group {group_id} is not empty.")
 
 
 class ShareOffsetsManager:
     """The three share-group offset admin APIs over the coordinator's groups and its persister."""
 
-    def __init__(self, coordinator: "GroupCoordinator", share_state):
+    def __init__(self, coordinator, share_state):
+        """``coordinator``: the GroupCoordinator (its groups, cluster, runtime and share manager)."""
         self.c = coordinator
         self.share_state = share_state
         self._changed: list[Callable[[str], object]] = []
@@ -130,10 +135,8 @@ class ShareOffsetsManager:
                     parts.extend(p for p in t.partitions if p not in parts)
         topics = []
         if wanted and self.share_state is not None:
-            summary = await self.share_state.read_state_summary(SummaryReq(group_id=gid, topics=[
-                SummaryReq.ReadStateSummaryData(topic_id=tid, partitions=[
-                    SummaryReq.PartitionData(partition=p, leader_epoch=0) for p in parts])
-                for tid, (_, parts) in wanted.items()]))
+            summary = await self.share_state.read_state_summary(
+                summary_request(gid, {tid: parts for tid, (_, parts) in wanted.items()}))
             for t in summary.results:
                 name = wanted[t.topic_id][0]
                 out = []
@@ -153,67 +156,33 @@ class ShareOffsetsManager:
 
     # ------------------------------------------------------------ AlterShareGroupOffsets
     async def alter(self, req) -> AlterResp:
+        """Two writes around the persister, as Kafka's alterShareGroupOffsets: ``_initiate_alter`` checks
+        the group and bumps its epoch, InitializeShareGroupState, then the partitions initialized are
+        recorded."""
         gid = req.group_id
         if not gid:
             return AlterResp(error_code=Errors.INVALID_GROUP_ID, error_message="The configured groupId is invalid.")
         if self.share_state is None:
             return AlterResp(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
-        plan: dict = {}
 
-        def op():
-            group = self.c.groups.get(gid)
-            if group is not None and not isinstance(group, ShareGroup):
-                raise group_not_found(gid, group)
-            if group is not None and group.members:
-                raise KafkaError(Errors.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
-            cluster = self.c.cluster
-            responses, offsets = [], {}
-            for t in req.topics:
-                tid = cluster.topic_id(t.topic_name)
-                count = cluster.partition_count(t.topic_name) if tid is not None else None
-                parts = []
-                for p in t.partitions:
-                    if count is not None and 0 <= p.partition_index < count:
-                        parts.append(AlterResp.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index))
-                        offsets.setdefault(tid, (t.topic_name, {}))[1][p.partition_index] = p.start_offset
-                    else:
-                        parts.append(AlterResp.AlterShareGroupOffsetsResponsePartition(
-                            partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                            error_message=UNKNOWN_TOPIC_MESSAGE))
-                responses.append(AlterResp.AlterShareGroupOffsetsResponseTopic(
-                    topic_name=t.topic_name, topic_id=tid or ZERO_UUID, partitions=parts))
-            records = []
-            epoch = group.group_epoch if group is not None else 0
-            if offsets:
-                # KIP-932 "Administration": a new group epoch, whose value is the new state epoch.
-                epoch += 1
-                names = group.subscribed_topic_names() if group is not None else set()
-                records.append(R.share_group_epoch(gid, epoch, metadata_hash(cluster, names)))
-            plan.update(offsets=offsets, epoch=epoch)
-            return AlterResp(responses=responses), records
-
-        def failed(resp, exc):
-            plan.clear()
-            return AlterResp(error_code=append_error_code(exc), error_message=str(exc) or None)
+        def failed(_result, exc):
+            return WriteResult(AlterResp(error_code=append_error_code(exc), error_message=str(exc) or None))
 
         try:
-            resp = await self.c.runtime.write(op, on_error=failed)
+            result = await self.c.runtime.write(lambda: self._initiate_alter(req), on_error=failed)
         except KafkaError as e:
             return AlterResp(error_code=e.code, error_message=e.message)
-        offsets = plan.get("offsets")
-        if not offsets:
+        resp = result.response
+        if result.request is None:
             return resp
-        init = await self.share_state.initialize_state(InitReq(group_id=gid, topics=[
-            InitReq.InitializeStateData(topic_id=tid, partitions=[
-                InitReq.PartitionData(partition=p, state_epoch=plan["epoch"], start_offset=off)
-                for p, off in sorted(parts.items())])
-            for tid, (_, parts) in offsets.items()]))
+        init = await self.share_state.initialize_state(result.request)
+        names = result.names
         done: dict[bytes, tuple[str, set[int]]] = {}
         errors: dict[tuple[bytes, int], tuple[int, str | None]] = {}
         for t in init.results:
             for p in t.partitions:
                 if p.error_code == Errors.NONE:
-                    done.setdefault(t.topic_id, (offsets[t.topic_id][0], set()))[1].add(p.partition)
+                    done.setdefault(t.topic_id, (names[t.topic_id], set()))[1].add(p.partition)
                 else:
                     errors[(t.topic_id, p.partition)] = (p.error_code, p.error_message)
         for t in resp.responses:
@@ -228,20 +197,94 @@ class ShareOffsetsManager:
         await self._notify(gid)
         return resp
 
+    def _initiate_alter(self, req) -> tuple[WriteResult, list]:
+        """The write before the persister: the group must be an empty share group (or unknown: it is
+        created); the response per partition; a new group epoch (KIP-932 "Administration": the new
+        state epoch); the InitializeShareGroupState request at that epoch for the known partitions."""
+        gid = req.group_id
+        group = self.c.groups.get(gid)
+        if group is not None and not isinstance(group, ShareGroup):
+            raise group_not_found(gid, group)
+        if group is not None and group.members:
+            raise not_empty(gid)
+        cluster = self.c.cluster
+        responses, offsets, names = [], {}, {}
+        for t in req.topics:
+            tid = cluster.topic_id(t.topic_name)
+            count = cluster.partition_count(t.topic_name) if tid is not None else None
+            if tid is not None:
+                names[tid] = t.topic_name
+            parts = []
+            for p in t.partitions:
+                if count is not None and 0 <= p.partition_index < count:
+                    parts.append(AlterResp.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index))
+                    offsets.setdefault(tid, {})[p.partition_index] = p.start_offset
+                else:
+                    parts.append(AlterResp.AlterShareGroupOffsetsResponsePartition(
+                        partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                        error_message=UNKNOWN_TOPIC_MESSAGE))
+            responses.append(AlterResp.AlterShareGroupOffsetsResponseTopic(
+                topic_name=t.topic_name, topic_id=tid or ZERO_UUID, partitions=parts))
+        if not offsets:
+            return WriteResult(AlterResp(responses=responses)), []
+        epoch = (group.group_epoch if group is not None else 0) + 1
+        subscribed = group.subscribed_topic_names() if group is not None else set()
+        return (WriteResult(AlterResp(responses=responses), initialize_request(gid, offsets, epoch), names),
+                [R.share_group_epoch(gid, epoch, metadata_hash(cluster, subscribed))])
+
     # ------------------------------------------------------------ DeleteShareGroupOffsets
     async def delete(self, req) -> DeleteResp:
+        """Two writes around the persister, as Kafka's deleteShareGroupOffsets: ``_initiate_delete``
+        checks the group (in a write, so no member can join between the check and the persister
+        call), DeleteShareGroupState, then ``_complete_delete`` drops what the persister deleted."""
         gid = req.group_id
         if not gid:
             return DeleteResp(error_code=Errors.INVALID_GROUP_ID, error_message="The configured groupId is invalid.")
+        result = await self.c.runtime.write(lambda: self._initiate_delete(req))
+        if result.request is None:
+            return result.response
+        if self.share_state is None:
+            return DeleteResp(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
+        state = await self.share_state.delete_state(result.request)
+        names = result.names
+        responses = result.response.responses
+        deleted: set[bytes] = set()
+        ok: list = []
+        for t in state.results:
+            err = next((p for p in t.partitions if p.error_code != Errors.NONE), None)
+            name = names[t.topic_id]
+            if err is not None:
+                responses.append(DeleteResp.DeleteShareGroupOffsetsResponseTopic(
+                    topic_name=name, topic_id=t.topic_id, error_code=err.error_code, error_message=err.error_message))
+            else:
+                deleted.add(t.topic_id)
+                ok.append(DeleteResp.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=t.topic_id))
+        if deleted:
+            try:
+                await self.c.runtime.write(lambda: self._complete_delete(gid, deleted))
+            except Exception as e:  # noqa: BLE001
+                code = append_error_code(e)
+                return DeleteResp(error_code=code, error_message=f"Unable to delete share group offsets: {e}")
+            await self._notify(gid)
+        return DeleteResp(responses=ok + responses)
+
+    def _initiate_delete(self, req) -> tuple[WriteResult, list]:
+        """The write before the persister (no records): the group must be an empty share group
+        (GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP at the top level); a topic that does not exist, or has
+        no initialized share partition in the group, answers UNKNOWN_TOPIC_OR_PARTITION; the others
+        go in the DeleteShareGroupState request."""
+        gid = req.group_id
         group = self.c.groups.get(gid)
         if not isinstance(group, ShareGroup):
             e = group_not_found(gid, group)
-            return DeleteResp(error_code=e.code, error_message=e.message)
+            return WriteResult(DeleteResp(error_code=e.code, error_message=e.message)), []
         if group.members:
-            return DeleteResp(error_code=Errors.NON_EMPTY_GROUP, error_message=f"Share group {gid} is not empty.")
+            e = not_empty(gid)
+            return WriteResult(DeleteResp(error_code=e.code, error_message=e.message)), []
         cluster = self.c.cluster
         responses: list = []
-        todo: dict[bytes, tuple[str, list[int]]] = {}
+        todo: dict[bytes, set[int]] = {}
+        names: dict[bytes, str] = {}
         for t in req.topics:
             tid = cluster.topic_id(t.topic_name)
             if tid is None:
@@ -253,39 +296,13 @@ class ShareOffsetsManager:
                     topic_name=t.topic_name, topic_id=tid, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
                     error_message=NO_OFFSET_INFO))
             else:
-                todo[tid] = (t.topic_name, sorted(group.initialized[tid][1]))
-        if not todo:
-            return DeleteResp(responses=responses)
-        if self.share_state is None:
-            return DeleteResp(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
-        result = await self.share_state.delete_state(DeleteStateReq(group_id=gid, topics=[
-            DeleteStateReq.DeleteStateData(topic_id=tid, partitions=[
-                DeleteStateReq.PartitionData(partition=p) for p in parts])
-            for tid, (_, parts) in todo.items()]))
-        deleted: set[bytes] = set()
-        ok: list = []
-        for t in result.results:
-            err = next((p for p in t.partitions if p.error_code != Errors.NONE), None)
-            name = todo[t.topic_id][0]
-            if err is not None:
-                responses.append(DeleteResp.DeleteShareGroupOffsetsResponseTopic(
-                    topic_name=name, topic_id=t.topic_id, error_code=err.error_code, error_message=err.error_message))
-            else:
-                deleted.add(t.topic_id)
-                ok.append(DeleteResp.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=t.topic_id))
+                todo[tid], names[tid] = group.initialized[tid][1], t.topic_name
+        return WriteResult(DeleteResp(responses=responses), delete_request(gid, todo) if todo else None, names), []
 
-        def op():
-            g = self.c.groups.get(gid)
-            if not isinstance(g, ShareGroup):
-                return None, []
-            kept = {tid: v for tid, v in g.initialized.items() if tid not in deleted}
-            return None, [R.share_state_partitions(gid, kept)]
-
-        if deleted:
-            try:
-                await self.c.runtime.write(op)
-            except Exception as e:  # noqa: BLE001
-                code = append_error_code(e)
-                return DeleteResp(error_code=code, error_message=f"Unable to delete share group offsets: {e}")
-            await self._notify(gid)
-        return DeleteResp(responses=ok + responses)
+    def _complete_delete(self, gid: str, deleted: set[bytes]) -> tuple[None, list]:
+        """The write after the persister: the deleted topics leave the group's initialized partitions."""
+        g = self.c.groups.get(gid)
+        if not isinstance(g, ShareGroup):
+            return None, []
+        kept = {tid: v for tid, v in g.initialized.items() if tid not in deleted}
+        return None, [R.share_state_partitions(gid, kept)]

@@ -16,11 +16,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from admin.client import uuid_str
 from broker.testing import BrokerProcess
-from protocol.messages.fetch import FetchRequest
-from protocol.records import read_header
+from protocol.compression import LZ4, ZSTD
 from tests.integration.cli_helpers import ROOT
-from tests.support import create_topic, topic_id, unique
-from tests.wire import WireClient
+from tests.support import create_topic, stored_batches, topic_id, unique
+
+CODEC_IDS = {"zstd": ZSTD, "lz4": LZ4}
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,9 @@ def dlq_headers(topic: str, partition: int, offset: int) -> list[tuple[str, byte
             ("__dlq.errors.message", b"Offset delivery count exceeded the threshold.")]
 
 
-def write_dlq(bootstrap: str, dlq: str, dlq_partitions: int, records: list[dict]) -> None:
+def write_dlq(bootstrap: str, dlq: str, dlq_partitions: int, records: list[dict], compression: str = "none") -> None:
     """Each record: source topic/partition/offset, key, value, extra headers, timestamp (optional)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": compression})
     for r in records:
         kwargs = {"timestamp": r["timestamp"]} if "timestamp" in r else {}
         p.produce(dlq, key=r.get("key"), value=r.get("value"), partition=r["partition"] % dlq_partitions,
@@ -114,6 +114,20 @@ def test_records_move_back_once_and_a_second_run_moves_nothing(broker, consume_r
     assert read_all(bs, src, 3, consume_range) == expected(recs + more, 3)
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_compressed_dlq_batches_are_redriven(broker, consume_range, codec):
+    """DLQ batches compressed by librdkafka (compression.type) are read with the optional extra
+    sharebroker[compression] installed, as the test dependencies have it."""
+    bs = broker.bootstrap
+    src = create_topic(bs, 2, prefix="orders")
+    dlq = create_topic(bs, 1, prefix="dlq.orders")
+    recs = [dict(r, value=r["value"] * 40) for r in source_records(src, 2, 8)]  # compressible
+    write_dlq(bs, dlq, 1, recs, compression=codec)
+    assert {b.compression for b in stored_batches(bs, dlq)} == {CODEC_IDS[codec]}
+    assert redrive_json(bs, dlq, "--execute")["moved"] == 8
+    assert read_all(bs, src, 2, consume_range) == expected(recs, 2)
+
+
 def test_records_are_produced_by_an_idempotent_producer(broker):
     bs = broker.bootstrap
     src = create_topic(bs, 1, prefix="orders")
@@ -123,16 +137,7 @@ def test_records_are_produced_by_an_idempotent_producer(broker):
     write_dlq(bs, dlq, 1, source_records(src, 1, 2))
     redrive_json(bs, dlq, "--execute")
 
-    with WireClient(bs) as w:
-        resp = w.request(FetchRequest(max_wait_ms=0, min_bytes=1, topics=[FetchRequest.FetchTopic(
-            topic=src, partitions=[FetchRequest.FetchPartition(partition=0, fetch_offset=0,
-                                                               partition_max_bytes=1 << 20)])]), 12)
-    blob = memoryview(resp.responses[0].partitions[0].records)
-    batches, pos = [], 0
-    while pos < len(blob):
-        info = read_header(blob, pos)
-        batches.append(info)
-        pos += info.size
+    batches = stored_batches(bs, src)
     assert [(b.base_offset, b.records_count) for b in batches] == [(0, 3), (3, 2)]
     assert all(b.producer_id >= 0 and b.producer_epoch >= 0 for b in batches)
     # one producer id per run, each starting its sequence at 0

@@ -9,11 +9,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing import BrokerProcess
-from tests.support import create_topic, set_group_configs, unique, until
+from protocol.compression import LZ4, ZSTD
+from tests.support import create_topic, set_group_configs, stored_batches, unique, until
 
 DELIVERY_LIMIT = 3
 REJECT_TEXT = "Offset rejected by client."
 LIMIT_TEXT = "Offset delivery count exceeded the threshold."
+CODEC_IDS = {"zstd": ZSTD, "lz4": LZ4}
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], partition: int = 0) -> None:
@@ -125,6 +127,33 @@ def test_poison_records_reach_the_dlq_after_the_delivery_limit(sharebroker, copy
             assert (m.key(), m.value(), h["origin"]) == (keys[o], b"v%d" % o, b"h-v%d" % o)
         else:
             assert m.key() is None and m.value() is None and "origin" not in h
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+@pytest.mark.sharebroker({})
+def test_copy_record_copies_compressed_source_batches(sharebroker, codec):
+    """Source batches compressed by librdkafka (compression.type) are copied into the dead-letter
+    records, with the optional extra sharebroker[compression] installed, as the test dependencies have it."""
+    bs = sharebroker.bootstrap
+    topic = create_topic(bs, 1)
+    dlq = dlq_topic(bs, 1)
+    group = unique("g")
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq,
+                      errors_deadletterqueue_copy_record_enable="true")
+    values = [b"payload %d " % i * 40 for i in range(6)]  # compressible: librdkafka keeps the batch compressed
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 50, "compression.type": codec})
+    for i, v in enumerate(values):
+        p.produce(topic, key=b"k%d" % i, value=v, partition=0, headers=[("origin", b"h%d" % i)])
+    assert p.flush(30) == 0
+    assert {b.compression for b in stored_batches(bs, topic)} == {CODEC_IDS[codec]}
+    c = share_consumer(bs, group, topic)
+    try:
+        poll_acking(c, lambda m: AcknowledgeType.REJECT, lambda s: len(s) >= len(values), 30, "every record")
+    finally:
+        c.close()
+    dead = read_all(bs, dlq, 0, len(values))
+    assert sorted((m.key(), m.value(), headers(m)["origin"], headers(m)["__dlq.errors.offset"]) for m in dead) == \
+        [(b"k%d" % i, v, b"h%d" % i, str(i).encode()) for i, v in enumerate(values)]
 
 
 def test_kill9_between_archiving_and_archived_loses_no_dlq_record(tmp_path):

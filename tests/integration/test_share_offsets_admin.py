@@ -136,106 +136,108 @@ class Silent:
         self.w.close()
 
 
-class Ledger:
-    """What the test knows: produced offsets and those in a terminal state (ACCEPT / REJECT
-    acknowledged).  A RELEASE or an expired lock leaves a record to be delivered again."""
+class LagRun:
+    """One group consuming a 1-partition topic, and what the test knows of it: the records produced,
+    those in a terminal state (ACCEPT / REJECT acknowledged and committed; a RELEASE or an expired
+    lock leaves a record to be delivered again), the records released once, and every lag checkpoint
+    taken (produced, terminal, (SPSO, lag) described) for the failure message."""
 
-    def __init__(self):
+    def __init__(self, bs: str, group: str, topic: str):
+        self.bs, self.group, self.topic = bs, group, topic
         self.produced = 0
         self.terminal: set[int] = set()
+        self.released: set[int] = set()
+        self.checkpoints: list = []
 
     def lag(self) -> int:
         return self.produced - len(self.terminal)
 
+    def produce(self, n: int) -> None:
+        produce(self.bs, self.topic, n)
+        self.produced += n
 
-def run_consumer_round(c: ShareConsumer, ledger: Ledger, released: set[int]) -> int:
-    """One poll of the explicit-mode consumer: ACCEPT most records, REJECT every 5th, RELEASE every
-    7th on its first delivery (later deliveries are accepted); then commit_sync.  Returns how
-    many records were handled."""
-    msgs = c.poll(1.0) or []
-    done = []
-    for m in msgs:
-        assert m.error() is None, m.error()
-        off = m.offset()
-        if off % 7 == 3 and off not in released:
-            c.acknowledge(m, AcknowledgeType.RELEASE)
-            released.add(off)
-        elif off % 5 == 1:
-            c.acknowledge(m, AcknowledgeType.REJECT)
-            done.append(off)
-        else:
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-            done.append(off)
-    if msgs:
-        c.commit_sync()
-        ledger.terminal.update(done)
-    return len(msgs)
+    def check(self) -> None:
+        """DescribeShareGroupOffsets v1's lag is the ledger's."""
+        got = lags(self.bs, self.group)[(self.topic, 0)]
+        self.checkpoints.append((self.produced, len(self.terminal), got))
+        assert got[1] == self.lag(), \
+            f"lag {got[1]} (SPSO {got[0]}), ledger says {self.lag()}; history {self.checkpoints}"
 
+    def consume_round(self, c: ShareConsumer) -> int:
+        """One poll of the explicit-mode consumer: ACCEPT most records, REJECT every 5th, RELEASE
+        every 7th on its first delivery (later deliveries are accepted); then commit_sync. Returns
+        how many records were handled."""
+        msgs = c.poll(1.0) or []
+        done = []
+        for m in msgs:
+            assert m.error() is None, m.error()
+            off = m.offset()
+            if off % 7 == 3 and off not in self.released:
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+                self.released.add(off)
+            elif off % 5 == 1:
+                c.acknowledge(m, AcknowledgeType.REJECT)
+                done.append(off)
+            else:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                done.append(off)
+        if msgs:
+            c.commit_sync()
+            self.terminal.update(done)
+        return len(msgs)
 
-def check(bs: str, group: str, topic: str, ledger: Ledger, checkpoints: list) -> None:
-    got = lags(bs, group)[(topic, 0)]
-    checkpoints.append((ledger.produced, len(ledger.terminal), got))
-    assert got[1] == ledger.lag(), f"lag {got[1]} (SPSO {got[0]}), ledger says {ledger.lag()}; history {checkpoints}"
-
-
-def consume_phase(bs, group, topic, c, ledger, released, checkpoints, timeout: float = 20.0) -> None:
-    """Rounds of the explicit consumer until every produced record is in a terminal state (the
-    silent member's records come back once their 1 s locks expired); a checkpoint after each
-    round that handled records."""
-    deadline = time.monotonic() + timeout
-    while ledger.lag() and time.monotonic() < deadline:
-        if run_consumer_round(c, ledger, released):
-            check(bs, group, topic, ledger, checkpoints)
-    assert ledger.lag() == 0, (ledger.lag(), checkpoints)
+    def consume(self, c: ShareConsumer, timeout: float = 20.0) -> None:
+        """Rounds until every produced record is in a terminal state (the silent member's records
+        come back once their 1 s locks expired); a checkpoint after each round that handled records."""
+        deadline = time.monotonic() + timeout
+        while self.lag() and time.monotonic() < deadline:
+            if self.consume_round(c):
+                self.check()
+        assert self.lag() == 0, (self.lag(), self.checkpoints)
 
 
 def test_lag_matches_the_ledger_through_restarts(tmp_path):
+    """KIP-1226: the lag DescribeShareGroupOffsets v1 reports (log end - SPSO - DeliveryCompleteCount)
+    equals the records the test itself knows are not yet in a terminal state, at every checkpoint of
+    a run where librdkafka's ShareConsumer accepts, releases and rejects next to a silent member
+    (our codec) whose acquisition locks expire; and again after a SIGTERM restart and after a kill -9,
+    where only what the share coordinator persisted is left to answer from."""
     with BrokerProcess(tmp_path / "d", config=CONFIG) as b:
-        bs = b.bootstrap
-        topic = create_topic(bs, 1)
-        group = unique("lag")
-        set_group_configs(bs, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
-        tid = topic_id(bs, topic)
-        ledger = Ledger()
-        checkpoints: list = []
-        released: set[int] = set()
-
-        silent = Silent(bs, group, topic, tid)
-        until(lambda: lags(bs, group).get((topic, 0)), 20, "the share partition to be initialized")
-        c = consumer(bs, group, topic, "explicit")
+        run = LagRun(b.bootstrap, unique("lag"), create_topic(b.bootstrap, 1))
+        set_group_configs(run.bs, run.group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
+        silent = Silent(run.bs, run.group, run.topic, topic_id(run.bs, run.topic))
+        until(lambda: lags(run.bs, run.group).get((run.topic, 0)), 20, "the share partition to be initialized")
+        c = consumer(run.bs, run.group, run.topic, "explicit")
         held_total: set[int] = set()
         try:
-            for phase in range(4):
-                produce(bs, topic, 12)
-                ledger.produced += 12
-                held = silent.acquire(4)  # locked for 1 s, never acknowledged
-                held_total |= held
-                check(bs, group, topic, ledger, checkpoints)
-                consume_phase(bs, group, topic, c, ledger, released, checkpoints)
+            for _phase in range(4):
+                run.produce(12)
+                held_total |= silent.acquire(4)  # locked for 1 s, never acknowledged
+                run.check()
+                run.consume(c)
             # the silent member's records came back and were handled by the consumer
-            assert held_total <= ledger.terminal
-            produce(bs, topic, 10)  # left for after the restarts
-            ledger.produced += 10
-            check(bs, group, topic, ledger, checkpoints)
+            assert held_total <= run.terminal
+            run.produce(10)  # left for after the restarts
+            run.check()
             silent.acquire(3)
-            check(bs, group, topic, ledger, checkpoints)
+            run.check()
         finally:
             c.close()
             silent.close()
 
         b.restart()  # SIGTERM
-        check(bs, group, topic, ledger, checkpoints)
+        run.check()
         b.kill9()
         b.start()
-        check(bs, group, topic, ledger, checkpoints)
+        run.check()
 
-        c = consumer(bs, group, topic, "explicit")
+        c = consumer(run.bs, run.group, run.topic, "explicit")
         try:
-            consume_phase(bs, group, topic, c, ledger, released, checkpoints, timeout=60)
+            run.consume(c, timeout=60)
         finally:
             c.close()
-        check(bs, group, topic, ledger, checkpoints)
-        assert len(checkpoints) >= 10, checkpoints
+        run.check()
+        assert len(run.checkpoints) >= 10, run.checkpoints
 
 
 # ------------------------------------------------------------------ Alter / Delete end to end

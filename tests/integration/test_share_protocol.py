@@ -15,14 +15,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from broker.share.acks import ACK_ACCEPT as ACCEPT, ACK_REJECT as REJECT, ACK_RELEASE as RELEASE, ACK_RENEW as RENEW
 from broker.testing import BrokerProcess
 from protocol.errors import Errors
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
 from tests.wire import WireClient
-
-ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 
 
 @pytest.fixture(scope="module")

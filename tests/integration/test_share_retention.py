@@ -19,6 +19,8 @@ import uuid
 from confluent_kafka import Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec
 
+from broker.share.acks import ACK_ACCEPT as ACCEPT
+from broker.share.partition import RECORD_LIMIT  # ShareAcquireMode (ShareFetch v2): at most MaxRecords records
 from protocol.messages.produce import ProduceRequest as P
 from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as Summary
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as Ack
@@ -26,9 +28,6 @@ from protocol.messages.share_fetch import ShareFetchRequest as SF
 from protocol.records import build_batch
 from tests.support import create_topic, set_group_configs, share_member_assigned, topic_id, unique, until
 from tests.wire import WireClient
-
-ACCEPT = 1
-RECORD_LIMIT = 1  # ShareAcquireMode (ShareFetch v2): acquire at most MaxRecords records
 
 
 def spso(bs: str, group: str, tid: bytes, partition: int = 0) -> int:

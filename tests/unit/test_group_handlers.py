@@ -22,11 +22,11 @@ class FakeBroker:
         self.groups = coord
 
 
-async def call(env, api: ApiKey, version: int, req):
+async def call(env, api: ApiKey, version: int, req, host: str = "127.0.0.1"):
     h = HANDLERS[api]
     wire = req.encode(version)
     decoded = h.request_cls.decode(wire, version)
-    ctx = RequestContext(FakeBroker(env.coord), FakeConnection(), int(api), version, 1, "client")
+    ctx = RequestContext(FakeBroker(env.coord), FakeConnection(), int(api), version, 1, "client", host=host)
     resp = await h.fn(ctx, decoded)
     back = h.response_cls.decode(resp.encode(version), version)
     return back
@@ -116,3 +116,22 @@ async def test_admin_and_kip848_handlers_encode():
     for v in range(0, 4):
         r = await call(env, ApiKey.DELETE_GROUPS, v, DeleteGroupsRequest(groups_names=["cg"]))
         assert r.results[0].error_code == 68
+
+
+@pytest.mark.parametrize("host,expected", [("127.0.0.1", "/127.0.0.1"), ("::1", "/::1"), ("?", "")])
+async def test_every_group_api_records_the_client_host_alike(host, expected):
+    """Regression (issue 18): ShareGroupHeartbeat worked the host out of the peer string on its own
+    ("/?" for an unknown peer, where JoinGroup and ConsumerGroupHeartbeat record nothing)."""
+    from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+    from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+    from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
+    env = Env()
+    await env.share_state.load()
+    r = await call(env, ApiKey.SHARE_GROUP_HEARTBEAT, 1, ShareGroupHeartbeatRequest(
+        group_id="sg", member_id="s1", member_epoch=0, subscribed_topic_names=["foo"]), host=host)
+    assert r.error_code == 0
+    d = await call(env, ApiKey.SHARE_GROUP_DESCRIBE, 1, ShareGroupDescribeRequest(group_ids=["sg"]))
+    assert d.groups[0].members[0].client_host == expected
+    assert (await call(env, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, cg_hb("cg", "m1"), host=host)).error_code == 0
+    d = await call(env, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, ConsumerGroupDescribeRequest(group_ids=["cg"]))
+    assert d.groups[0].members[0].client_host == expected

@@ -431,6 +431,23 @@ def test_flush_messages_advances_recovery_point(tmp_path):
     assert (tmp_path / "t-0" / "checkpoint").read_text().split() == ["v1", "0", "4"]
 
 
+def test_checkpoint_rename_is_made_durable(tmp_path, monkeypatch):
+    """Regression (issue 18): PartitionLog wrote its checkpoint with a copy of atomic_write that
+    never fsynced the directory, so the rename itself could be lost by a power failure."""
+    plog = open_log(tmp_path / "t-0", {"flush.messages": 1})
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    append(plog, batch(2))
+    assert (tmp_path / "t-0" / "checkpoint").read_text().split() == ["v1", "0", "2"]
+    assert str(tmp_path / "t-0") in synced
+
+
 def test_flush_ms_and_rolled_segments_in_maintenance(tmp_path):
     clock = Clock()
     plog = open_log(tmp_path / "t-0", dict(SMALL, **{"flush.ms": 5000, "retention.ms": -1}), clock)

@@ -1,9 +1,8 @@
 """Pure logic of ``sharebroker-dlq-redrive`` (admin/redrive.py): Kafka's murmur2 partitioner, the
-read_committed view of fetched batches (aborted transactions, control batches, gzip), DLQ header
+read_committed view of fetched batches (aborted transactions, control batches, every codec), DLQ header
 parsing, filters and argument checks."""
 from __future__ import annotations
 
-import gzip
 import struct
 
 import pytest
@@ -13,10 +12,9 @@ from admin.redrive import (
     Filters, TopicInfo, build_parser, committed_records, destination_partition, murmur2, parse_dlq_record,
     partition_for_key, validate)
 from protocol.messages.fetch import FetchResponse
-from protocol.records import (
-    ATTRIBUTES_OFFSET, COMPRESSION_GZIP, CRC_OFFSET, HEADER_SIZE, LENGTH_OFFSET, LOG_OVERHEAD, Record, build_batch,
-    build_control_batch)
-from crc32c import crc32c
+from protocol import compression
+from protocol.records import HEADER_SIZE, Record, build_batch, build_control_batch, read_header
+from tests.unit.test_batch_filter import CODECS, kp_batch
 
 
 # Kafka's UtilsTest.testMurmur2 vectors.
@@ -37,16 +35,6 @@ def _batch(base: int, n: int, **kw) -> bytes:
     raw = bytearray(build_batch([(b"k%d" % i, b"v%d" % (base + i), []) for i in range(n)], timestamp=1000, **kw))
     struct.pack_into(">q", raw, 0, base)
     return bytes(raw)
-
-
-def _gzip(batch: bytes) -> bytes:
-    body = gzip.compress(batch[HEADER_SIZE:])
-    out = bytearray(batch[:HEADER_SIZE]) + body
-    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
-    attrs = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)[0]
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, attrs | COMPRESSION_GZIP)
-    struct.pack_into(">I", out, CRC_OFFSET, crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
-    return bytes(out)
 
 
 def _values(records) -> list[bytes]:
@@ -79,9 +67,22 @@ def _control(offset: int, pid: int, commit: bool) -> bytes:
     return bytes(raw)
 
 
-def test_committed_records_decode_gzip_batches():
-    recs, nxt = committed_records(_gzip(_batch(10, 3)), None, 10, 13)
-    assert _values(recs) == [b"v10", b"v11", b"v12"] and [r.offset for r in recs] == [10, 11, 12] and nxt == 13
+@pytest.mark.parametrize("codec", CODECS)
+def test_committed_records_decode_every_codec(codec):
+    """Batches compressed by kafka-python's own codecs (snappy / lz4 / zstd: the optional extra)."""
+    values = [b"v%d-" % (10 + i) + b"x" * 64 for i in range(3)]  # compressible: kafka-python keeps it compressed
+    batch = kp_batch([(b"k%d" % i, v, [], i) for i, v in enumerate(values)], codec=codec, base_offset=10)
+    assert read_header(batch).compression == codec
+    recs, nxt = committed_records(batch, None, 10, 13)
+    assert _values(recs) == values and [r.offset for r in recs] == [10, 11, 12] and nxt == 13
+
+
+def test_a_codec_without_the_extra_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(compression, "_cramjam", None)
+    batch = kp_batch([(b"k", b"v" * 100, [], 0)], codec=compression.ZSTD, base_offset=0)
+    assert read_header(batch).compression == compression.ZSTD
+    with pytest.raises(AdminError, match=r"offset 0 cannot be read: zstd .*sharebroker\[compression\]"):
+        committed_records(batch, None, 0, 1)
 
 
 def test_undecodable_batches_are_one_line_errors():

@@ -1,19 +1,19 @@
 """KIP-1191 ARCHIVING -> ARCHIVED and delayed redelivery in SharePartition, with the fakes of
-test_share_partition (fake clock and timers, a persister that records writes, a fake log)."""
+share_partition_support (fake clock and timers, a persister that records writes, a fake log)."""
 from __future__ import annotations
 
 import asyncio
-import gzip
-import struct
 
+import pytest
+
+from broker.share.acks import ACK_ACCEPT as ACC, ACK_GAP as GAP, ACK_REJECT as REJ, ACK_RELEASE as REL
 from broker.share.config import ShareGroupConfig
-from broker.share.dlq import _chunks, _uncompressed
+from broker.share.dlq import _chunks, _decode
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.share.partition import ACKNOWLEDGED, ARCHIVED, ARCHIVING, AVAILABLE, SharePartition
-from protocol.records import HEADER_SIZE, build_batch, iter_records
-from tests.unit.test_share_partition import GROUP, TOPIC, AckBatch, FakeLog, FakePersister, FakeTimers, H, payload
-
-ACC, REL, REJ, GAP = 1, 2, 3, 0
+from protocol.records import build_batch, read_header
+from tests.unit.test_batch_filter import CODECS, kp_batch
+from tests.unit.share_partition_support import GROUP, TOPIC, FakeLog, FakePersister, FakeTimers, H, payload
 
 
 class FakeDlq:
@@ -150,7 +150,6 @@ async def test_released_records_wait_backoff_times_two_to_the_deliveries():
         assert await h.ack("a", 0, 1, REL) == 0
         wakeups = h.wakeups
         assert h.sp.next_fetch_offset() == 2 and h.fetch("b") == []      # not yet acquirable
-        assert h.sp.acquirable(h.log.log_end_offset) is False
         h.t.advance(expected[dc] - 1)
         assert h.fetch("b") == []
         h.t.advance(1)                                                   # due: the long polls are woken
@@ -177,15 +176,16 @@ async def test_lock_expiry_is_delayed_session_release_and_backoff_zero_are_not()
 
 # ---------------------------------------------------------------- dead-letter record building
 
-def test_gzip_batches_are_inflated_for_copy_record():
-    plain = build_batch([(b"k1", b"v1", [("h", b"x")]), (None, b"v2", [])], base_offset=40, timestamp=7)
-    body = gzip.compress(plain[HEADER_SIZE:])
-    packed = bytearray(plain[:HEADER_SIZE]) + body
-    struct.pack_into(">i", packed, 8, len(packed) - 12)
-    struct.pack_into(">h", packed, 21, 1)  # gzip
-    recs = list(iter_records(_uncompressed(bytes(packed))))
-    assert [(r.offset, r.key, r.value, r.headers) for r in recs] == [(40, b"k1", b"v1", [("h", b"x")]),
-                                                                      (41, None, b"v2", [])]
+@pytest.mark.parametrize("codec", CODECS)
+def test_copy_record_reads_batches_of_every_codec(codec):
+    """Source batches built by kafka-python's own codec; the wanted offsets are decoded, the others not."""
+    v = b"value " * 20  # compressible: kafka-python keeps the batch compressed
+    batch = kp_batch([(b"k1", v + b"1", [("h", b"x")], 0), (None, v + b"2", [], 1), (b"k3", v + b"3", [], 2)],
+                     codec=codec, base_offset=40)
+    assert read_header(batch).compression == codec
+    recs = _decode([batch], [(40, 41)])
+    assert {o: (r.key, r.value, r.headers) for o, r in recs.items()} == {40: (b"k1", v + b"1", [("h", b"x")]),
+                                                                          41: (None, v + b"2", [])}
 
 
 def test_records_are_split_under_max_message_bytes():
@@ -197,8 +197,6 @@ def test_records_are_split_under_max_message_bytes():
 
 
 def test_broker_dlq_settings_are_checked_at_start_up():
-    import pytest
-
     from broker.config_keys import check
     from broker.log.config import ConfigError, validate_topic_configs
 

@@ -17,7 +17,7 @@ from broker.delayed import Watchers
 from broker.share.errors import ShareError
 from broker.share.manager import SharePartitionManager
 from broker.share.partition import ACQUIRED, AVAILABLE, RECORD_LIMIT
-from tests.unit.test_share_partition import AckBatch, FakeLog, FakePersister
+from tests.unit.share_partition_support import AckBatch, FakeLog, FakePersister
 
 TOPIC = bytes(range(16))
 GROUP, MEMBER = "g1", "m1"

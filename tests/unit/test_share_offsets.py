@@ -3,7 +3,10 @@ DeleteShareGroupOffsets) and KIP-1226 lag, on the group coordinator with a real 
 coordinator over memory logs."""
 from __future__ import annotations
 
+import asyncio
+
 from coordinator.group.share_offsets import share_partition_lag
+from coordinator.runtime import MemoryRecordLog
 from protocol.errors import Errors
 from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AlterReq
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DeleteReq
@@ -196,3 +199,56 @@ async def test_delete_offsets_errors():
     await env.share_hb("sg", "s1", topics=["foo"])
     assert (await env.coord.delete_share_group_offsets(delete_req("sg", "foo"))).error_code == Errors.NON_EMPTY_GROUP
     assert (await env.coord.delete_share_group_offsets(delete_req("", "foo"))).error_code == Errors.INVALID_GROUP_ID
+
+
+class GatedLog(MemoryRecordLog):
+    """A group-coordinator log whose appends wait while ``gate`` is closed (a write held mid-append)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.waiting = asyncio.Event()
+
+    async def append(self, records):
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().append(records)
+
+
+async def test_delete_offsets_checks_the_group_in_write_order():
+    """Regression (issue 18): DeleteShareGroupOffsets checked "share group, empty" outside the
+    coordinator runtime, so a member whose join was being appended passed the check unseen and
+    the persister then deleted the share state that member was being assigned. The check now
+    runs in a write, after the join: NON_EMPTY_GROUP, and the state stays."""
+    env = Env(topics={"foo": 2}, log=GatedLog())
+    await initialized_group(env)
+    foo = env.cluster.topic_id("foo")
+    deletes = []
+    persister_delete = env.share_state.delete_state
+
+    async def delete_state(req):
+        deletes.append(req)
+        return await persister_delete(req)
+
+    env.share_state.delete_state = delete_state
+    entered = asyncio.Event()
+    runtime_write = env.coord.runtime.write
+
+    def write(op, **kw):
+        entered.set()
+        return runtime_write(op, **kw)
+
+    env.log.gate = asyncio.Event()
+    join = asyncio.ensure_future(env.share_hb("sg", "s2", topics=["foo"]))
+    await asyncio.wait_for(env.log.waiting.wait(), 5)      # the join's records are being appended
+    env.coord.runtime.write = write
+    delete = asyncio.ensure_future(env.coord.delete_share_group_offsets(delete_req("sg", "foo")))
+    await asyncio.wait_for(entered.wait(), 5)             # the delete reached the coordinator runtime
+    env.coord.runtime.write = runtime_write
+    env.log.gate.set()
+    assert (await asyncio.wait_for(join, 5)).error_code == 0
+    resp = await asyncio.wait_for(delete, 5)
+    assert resp.error_code == Errors.NON_EMPTY_GROUP
+    assert deletes == [] and env.share_state.state_of("sg", foo, 0) is not None
+    assert foo in env.coord.groups["sg"].initialized

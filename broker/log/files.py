@@ -1,0 +1,73 @@
+"""Small files replaced whole (checkpoints, topic metadata, configs, credentials): one helper.
+
+:func:`atomic_write` replaces a file so that a crash leaves either the old or the new content,
+and makes the rename durable (the directory is fsynced too). Segment index files are the one
+tmp-then-rename write that does not use it: they are derived from the log, checked at open and
+rebuilt when wrong (see ``Segment._rewrite_indexes``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_path_and_dir(path: str) -> None:
+    """fsync a (just renamed) file and its directory; a file already replaced or removed is fine."""
+    for p, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
+        try:
+            fd = os.open(p, flags)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
+                 on_error: Callable[[object, BaseException | None], None] | None = None) -> None:
+    """Replace ``path`` with ``data`` (file mode ``mode``, set before any byte is written) so that a
+    crash leaves either the old or the new content.
+
+    Without ``background`` (or with an inline one): tmp, fsync, rename, fsync of the directory,
+    all here. With a threaded ``Background`` worker (``LogManager.background``): tmp and rename
+    here, so the new content survives kill -9 when this returns, and the fsyncs of the file and
+    of its directory run on the worker (in order after earlier jobs; ``on_error(result, exc)``
+    hears how they went, default: an error is logged). ``await background.barrier()`` waits until
+    they are done. Between the rename and that fsync a power failure can leave the old content
+    or, on file systems without ext4's rename-over data ordering (auto_da_alloc), an empty file.
+    """
+    threaded = background is not None and background.threaded
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)  # a tmp file left by a crash keeps its old mode through O_TRUNC
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if not threaded:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if threaded:
+        background.submit(lambda: fsync_path_and_dir(path), on_error or log_bg_error)
+    else:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def log_bg_error(_result, exc) -> None:
+    """The default outcome callback of a background metadata fsync: an error is logged."""
+    if exc is not None:
+        log.error("background metadata sync failed: %r", exc)
