@@ -329,8 +329,8 @@ class PartitionLog:
         # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
         self.producer_state_load = ProducerStateLoad(found[0] if found is not None else None, scanned)
-        if start < self._leo:
-            snaps.write(self._leo, ps.snapshot(), self._bg)
+        if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
+            snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:

@@ -323,17 +323,18 @@ class SnapshotFiles:
                 self.delete([offset])
         return None
 
-    def write(self, offset: int, data: bytes, background=None) -> None:
-        """Write the snapshot at ``offset``: on ``background`` when given and threaded, else now."""
+    def write(self, offset: int, data: bytes, background=None, sync: bool = True) -> None:
+        """Write the snapshot at ``offset``: on ``background`` when given and threaded, else now; ``sync``
+        fsyncs it (without, a power failure may leave it torn: start-up then falls back to an older one)."""
         if offset not in self.offsets:
             self.offsets.append(offset)
             self.offsets.sort()
         name = self.name(offset)
         if background is None or not background.threaded:
-            _write_file(self.dir, name, data)
+            _write_file(self.dir, name, data, sync=sync)
             return
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        background.submit(lambda: _write_file(dir_fd, name, data, close_dir=True), _log_error)
+        background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True), _log_error)
 
     def delete(self, offsets, background=None) -> None:
         doomed = [o for o in offsets if o in self.offsets]
@@ -348,8 +349,10 @@ class SnapshotFiles:
         background.submit(lambda: _unlink(dir_fd, names, close_dir=True), _log_error)
 
 
-def _write_file(directory, name: str, data: bytes, close_dir: bool = False) -> None:
-    """tmp, fsync, rename, in ``directory`` (a path or a directory descriptor)."""
+def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir: bool = False) -> None:
+    """tmp, fsync (``sync``), rename, in ``directory`` (a path or a directory descriptor). Not
+    ``files.atomic_write``: a background job must write into the directory it was given even if that
+    one has been renamed away meanwhile (a deleted topic), never into one that replaced it."""
     dir_fd = directory if isinstance(directory, int) else os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         tmp = name + ".tmp"
@@ -358,7 +361,8 @@ def _write_file(directory, name: str, data: bytes, close_dir: bool = False) -> N
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
