@@ -15,7 +15,9 @@ started on a copy, left to load, and killed with SIGKILL), a copy of the directo
 restarted and the bench measures from spawn: ``accept_ms`` until the port accepts a TCP
 connection, ``coordinator_ms`` until an OffsetFetch of the group answers without error
 (the group coordinator has loaded; the answer's offsets are checked), and ``rss_MiB``
-once loaded. Medians of ``--repeat`` runs, interleaved across roots.
+once loaded; ``metadata_max_ms`` is the slowest Metadata request made while the coordinator was
+still loading (served meanwhile: the loop is not stalled). Medians of ``--repeat`` runs,
+interleaved across roots.
 
     python bench/restart_offsets.py --root main=/tmp/main --root this=. --repeat 3
 """
@@ -43,6 +45,7 @@ except ImportError:  # run as a script
 sys.path.insert(0, str(peers.REPO_ROOT))
 
 from protocol.messages.offset_commit import OffsetCommitRequest  # noqa: E402
+from protocol.messages.metadata import MetadataRequest  # noqa: E402
 from protocol.messages.offset_fetch import OffsetFetchRequest  # noqa: E402
 from tests.wire import WireClient  # noqa: E402
 
@@ -148,7 +151,7 @@ def restart(root: str, data: str, kill9: bool, ready=None) -> tuple[subprocess.P
     return p, port, t0, time.perf_counter() - t0
 
 
-def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool) -> tuple[float, float, float]:
+def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool) -> tuple[float, float, float, float]:
     data = tempfile.mkdtemp(prefix="sb-restart-run-")
     shutil.rmtree(data)
     shutil.copytree(source, data)
@@ -156,29 +159,35 @@ def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool) 
         p, port, t0, accept = restart(root, data, kill9,
                                       lambda port, p: until_loaded(port, partitions, expect, p))
         try:
-            until_loaded(port, partitions, expect, p)
+            metadata = until_loaded(port, partitions, expect, p)
             loaded = time.perf_counter() - t0
             rss = peers.rss_mb(p.pid)[0]
         finally:
             stop(p)
-        return accept, loaded, rss
+        return accept, loaded, rss, metadata
     finally:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def until_loaded(port: int, partitions: int, expect: dict, p: subprocess.Popen, timeout: float = 300.0) -> None:
+def until_loaded(port: int, partitions: int, expect: dict, p: subprocess.Popen, timeout: float = 300.0) -> float:
+    """Poll OffsetFetch until the group coordinator answers; meanwhile time a Metadata request after each
+    answer COORDINATOR_LOAD_IN_PROGRESS. Returns the slowest of those (seconds; 0 if it answered at once)."""
     w = WireClient(f"127.0.0.1:{port}", client_id="bench")
     deadline = time.monotonic() + timeout
+    slowest = 0.0
     try:
         while True:
             code, offsets = fetch_offsets(w, partitions)
             if code == 0:
                 assert offsets == expect, "the loaded offsets are not the last commits"
-                return
+                return slowest
             assert code == 14, f"OffsetFetch error {code}"  # COORDINATOR_LOAD_IN_PROGRESS
             if time.monotonic() > deadline or p.poll() is not None:
                 raise RuntimeError("the group coordinator did not load")
-            time.sleep(0.002)
+            t = time.perf_counter()
+            assert w.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]),
+                             12).topics[0].error_code == 0
+            slowest = max(slowest, time.perf_counter() - t)
     finally:
         w.close()
 
@@ -224,10 +233,11 @@ def main(argv=None) -> int:
         rows.append({"log": v, "shutdown": mode, "root": name, "n": len(vals),
                      "accept_ms": 1000 * statistics.median(x[0] for x in vals),
                      "coordinator_ms": 1000 * statistics.median(x[1] for x in vals),
-                     "rss_MiB": statistics.median(x[2] for x in vals)})
+                     "rss_MiB": statistics.median(x[2] for x in vals),
+                     "metadata_max_ms": 1000 * max(x[3] for x in vals)})
     print(f"\n# restart after {rounds * args.partitions:,} offset commits over {args.partitions} partitions "
           f"(medians): spawn -> accepting connections, spawn -> OffsetFetch answered")
-    C.table(rows, ["log", "shutdown", "root", "n", "accept_ms", "coordinator_ms", "rss_MiB"])
+    C.table(rows, ["log", "shutdown", "root", "n", "accept_ms", "coordinator_ms", "rss_MiB", "metadata_max_ms"])
     C.write_json(args.json, {"bench": "restart_offsets", "rows": rows})
     return 0
 

@@ -185,8 +185,8 @@ class CoordinatorRuntime:
     task, logs any exception (none escapes a timer) and is awaited by :meth:`drain`.
 
     State (Kafka's CoordinatorState): active from construction (a coordinator over an
-    empty log in a unit test), loading from :meth:`start_loading` / :meth:`load` until
-    the replay is done, failed if the replay raised. The owner checks
+    empty log in a unit test) unless ``loading`` is given, loading from :meth:`start_loading`
+    / :meth:`load` until the replay is done, failed if the replay raised or was cancelled. The owner checks
     :meth:`unavailable_code` at its entry points; a write issued while loading waits
     for the load (it holds the write lock).
     """
@@ -194,7 +194,8 @@ class CoordinatorRuntime:
     LOAD_YIELD_S = 0.005  # give the event loop a turn at least this often while replaying
 
     def __init__(self, log: RecordLog, registry: dict, replay: Callable[[int, Record], None], *,
-                 name: str = "coordinator", on_committed: Callable[[list[Record]], None] | None = None):
+                 name: str = "coordinator", on_committed: Callable[[list[Record]], None] | None = None,
+                 loading: bool = False):
         self.log = log
         self.name = name
         self._registry = registry
@@ -202,8 +203,8 @@ class CoordinatorRuntime:
         self._on_committed = on_committed
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
-        # written by load / start_loading; read by the owner's entry points
-        self.loading = False
+        # written by load / start_loading (and the constructor); read by the owner's entry points
+        self.loading = loading
         self.failed = False
         self._loaded: asyncio.Event | None = None  # set when a load ends (made by the first waiter)
         self._load_task: asyncio.Task | None = None
@@ -233,6 +234,9 @@ class CoordinatorRuntime:
                 raise
             except Exception:
                 _log.exception("%s: loading failed", self.name)
+            finally:
+                if self.loading:  # cancelled before the replay began
+                    self._end_load(ok=False)
 
         self._load_task = asyncio.get_running_loop().create_task(run())
 
@@ -262,11 +266,14 @@ class CoordinatorRuntime:
                     after()
                 ok = True
         finally:
-            self.loading, self.failed = False, not ok
-            if self._loaded is not None:
-                self._loaded.set()
+            self._end_load(ok)
         _log.info("%s loaded in %.0f ms (%d records replayed)", self.name, (time.perf_counter() - t0) * 1000,
                   replayed)
+
+    def _end_load(self, ok: bool) -> None:
+        self.loading, self.failed = False, not ok
+        if self._loaded is not None:
+            self._loaded.set()
 
     async def wait_loaded(self) -> None:
         """Return once no load is running (at once if none is)."""

@@ -195,8 +195,7 @@ class ShareCoordinator:
         self.updates_per_snapshot = get_int(UPDATES_PER_SNAPSHOT, 500)
         self.cold_snapshot_interval_ms = get_int(COLD_SNAPSHOT_INTERVAL_MS, 300_000)
         self._runtime = CoordinatorRuntime(log, SHARE_COORDINATOR_RECORDS, self.replay, name="share coordinator",
-                                           on_committed=self._committed)
-        self._runtime.loading = True  # nothing is served before load()
+                                           on_committed=self._committed, loading=True)  # served after load()
         self._active = True
         self._timer: asyncio.TimerHandle | None = None
         self._job: asyncio.Task | None = None

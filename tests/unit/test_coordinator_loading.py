@@ -217,3 +217,35 @@ async def test_a_long_load_gives_the_loop_turns(tmp_path, monkeypatch):
     await again.coord.wait_loaded()
     await spinner
     assert turns >= 10  # the load paused between chunks instead of running in one go
+
+
+async def test_share_fetch_waits_for_the_share_coordinator_then_delivers():
+    from broker.delayed import Watchers
+    from broker.share.manager import SharePartitionManager
+    from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as Init
+    from tests.unit.test_share_manager import GROUP, TOPIC, Config, Connection, GroupConfigs, Log, Logs, fetch
+
+    log = MemoryRecordLog()
+    first = ShareCoordinator(log, None, lambda: 0)
+    await first.load()
+    r = await first.initialize_state(Init(group_id=GROUP, topics=[Init.InitializeStateData(
+        topic_id=TOPIC, partitions=[Init.PartitionData(partition=0, state_epoch=0, start_offset=0)])]))
+    assert r.results[0].partitions[0].error_code == 0
+    sc = ShareCoordinator(log, None, lambda: 0)
+    gate = Gate()
+    sc.start_loading(gate)
+    loop = asyncio.get_running_loop()
+    mgr = SharePartitionManager(Config(), logs=Logs(Log((5, 5))), watchers=Watchers(), persister=sc.persister(),
+                                group_configs=GroupConfigs(), scheduler=loop, now_ms=lambda: int(loop.time() * 1000))
+    conn = Connection()
+    try:
+        res = await fetch(mgr, conn, 0, max_wait_ms=50)  # Kafka: the partition initializes, the fetch waits
+        assert [(p.partition, p.error, p.acquired) for p in res.partitions] == [(0, Errors.NONE, [])]
+        waiting = asyncio.ensure_future(fetch(mgr, conn, 1, max_wait_ms=30_000))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        gate.open()  # the load ends: the waiting fetch is woken and delivers
+        res = await asyncio.wait_for(waiting, 10)
+        assert [p.acquired for p in res.partitions] == [[(0, 9, 1)]]
+    finally:
+        await mgr.close()
