@@ -95,6 +95,7 @@ class Broker:
         except OSError as e:
             await c.close()
             raise StartupError(f"cannot listen on {e.strerror or e}") from None
+        c.listening.set()  # the coordinators start loading now
         self.port = self.server.port
         node.port = primary.advertised_port
         for lst in listeners:

@@ -22,12 +22,14 @@ part, each the single owner of its state.
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
+| ``listening``    | ``asyncio.Event``                      | set once the listener is open: the coordinators' loads start |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
-them in dependency order and returns at once: the coordinators replay their internal
-topics in the background (COORDINATOR_LOAD_IN_PROGRESS until they are done, as Kafka;
-:meth:`Components.wait_loaded` waits for them); ``close()`` shuts them down in reverse
+them in dependency order and returns at once: once the app sets ``listening`` (the
+listener is open) the coordinators replay their internal topics in the background
+(COORDINATOR_LOAD_IN_PROGRESS until they are done, as Kafka; :meth:`Components.wait_loaded`
+waits for them); ``close()`` shuts them down in reverse
 order.  In process, share-partition leaders and the group coordinator reach the share
 coordinator through its waiting persister (a call made while it loads waits for it).
 """
@@ -94,6 +96,8 @@ class Components:
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
+    # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
 
     async def wait_loaded(self) -> None:
@@ -117,15 +121,15 @@ class Components:
         self.logs.close()  # drains the file worker first
 
 
-def load_hold(config: BrokerConfig) -> Callable[[], Awaitable[None]] | None:
-    """Test-only ``sharebroker.coordinator.test.load.hold.file``: coordinators start loading once that file
-    is gone, so a test sees COORDINATOR_LOAD_IN_PROGRESS for as long as it keeps the file."""
+def load_hold(config: BrokerConfig, listening: asyncio.Event) -> Callable[[], Awaitable[None]]:
+    """What a coordinator's load waits for: the listener open (accepting comes first), then the test-only
+    ``sharebroker.coordinator.test.load.hold.file`` gone (a test sees COORDINATOR_LOAD_IN_PROGRESS for as
+    long as it keeps that file)."""
     path = config.get("sharebroker.coordinator.test.load.hold.file")
-    if not path:
-        return None
 
     async def hold() -> None:
-        while os.path.exists(path):
+        await listening.wait()
+        while path and os.path.exists(path):
             await asyncio.sleep(0.02)
     return hold
 
@@ -134,7 +138,8 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                 settings: BrokerSettings) -> Components:
     """Build every part on an opened data directory; the coordinators load in the background."""
     loop = asyncio.get_running_loop()
-    hold = load_hold(config)
+    listening = asyncio.Event()  # set by the app once the listener is open
+    hold = load_hold(config, listening)
     meta = os.path.join(data_dir, "meta")
     watchers = Watchers()
     topics = Topics(logs, watchers)
@@ -187,4 +192,5 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                                                                       1000)),
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
-                      share_metrics=share_metrics, security=security, authorizer=security.authorizer)
+                      share_metrics=share_metrics, security=security, authorizer=security.authorizer,
+                      listening=listening)
