@@ -56,15 +56,15 @@ def start_root(root: str, name: str, extra_args: list[str] | None = None) -> pee
     return peers._spawn(name, argv, port, workdir, root, env, False, 30.0)
 
 
-def split_cpu(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of ``pid``."""
+def split_cpu(pid: int) -> tuple[float, float, int]:
+    """(user, system) CPU seconds of ``pid`` and its minor page faults."""
     f = peers._stat_fields(pid)
     tck = os.sysconf("SC_CLK_TCK")
-    return int(f[11]) / tck, int(f[12]) / tck
+    return int(f[11]) / tck, int(f[12]) / tck, int(f[7])
 
 
-def one_rep(bp: peers.BrokerProc, n: int, phases: list[str]) -> dict[str, tuple[float, float, float]]:
-    """phase -> (cpu ms/MB, user ms/MB, sys ms/MB)."""
+def one_rep(bp: peers.BrokerProc, n: int, phases: list[str]) -> dict[str, tuple[float, float, float, float]]:
+    """phase -> (cpu ms/MB, user ms/MB, sys ms/MB, minor page faults per MB)."""
     out = {}
     mb = n * 1024 / 1e6
     topic = None
@@ -72,9 +72,9 @@ def one_rep(bp: peers.BrokerProc, n: int, phases: list[str]) -> dict[str, tuple[
         if phase in ("produce", "produce16k"):
             topic = C.unique(f"bench-cpu-{phase}")
             C.create_topic(bp.bootstrap, topic, 1)
-            u0, s0 = split_cpu(bp.pid)
+            u0, s0, f0 = split_cpu(bp.pid)
             r = T.produce(bp.bootstrap, topic, n, 1024, JAVA_BATCH if phase == "produce16k" else {}, 120.0)
-            u1, s1 = split_cpu(bp.pid)
+            u1, s1, f1 = split_cpu(bp.pid)
             if r["unflushed"] or r["errors"]:
                 print(f"!! {bp.name} {phase}: {r['unflushed']} unflushed, {r['errors']} failed", file=sys.stderr)
         else:
@@ -82,13 +82,13 @@ def one_rep(bp: peers.BrokerProc, n: int, phases: list[str]) -> dict[str, tuple[
                 topic = C.unique("bench-cpu-consume")
                 C.create_topic(bp.bootstrap, topic, 1)
                 T.produce(bp.bootstrap, topic, n, 1024, {}, 120.0)
-            u0, s0 = split_cpu(bp.pid)
+            u0, s0, f0 = split_cpu(bp.pid)
             r = T.consume(bp.bootstrap, topic, 1, {}, 15.0, want=n)
-            u1, s1 = split_cpu(bp.pid)
+            u1, s1, f1 = split_cpu(bp.pid)
             if r["got"] != n:
                 print(f"!! {bp.name} consume: got {r['got']} of {n}", file=sys.stderr)
         du, ds = (u1 - u0) * 1000 / mb, (s1 - s0) * 1000 / mb
-        out[phase] = (du + ds, du, ds)
+        out[phase] = (du + ds, du, ds, (f1 - f0) / mb)
     return out
 
 
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
                 for phase, v in one_rep(bp, args.records, phases).items():
                     results.setdefault((name, phase), []).append(v)
                     print(f"rep {rep + 1} {name:>8} {phase:>10}: {v[0]:.3f} cpu_ms/MB "
-                          f"(user {v[1]:.3f}, sys {v[2]:.3f})", flush=True)
+                          f"(user {v[1]:.3f}, sys {v[2]:.3f}), {v[3]:.0f} page faults/MB", flush=True)
             finally:
                 bp.stop()
     rows = []
@@ -122,9 +122,11 @@ def main(argv=None) -> int:
         tot = [v[0] for v in vals]
         rows.append({"root": name, "phase": phase, "n": len(vals), "median": statistics.median(tot),
                      "min": min(tot), "max": max(tot), "user": statistics.median(v[1] for v in vals),
-                     "sys": statistics.median(v[2] for v in vals)})
-    print("\n# broker CPU ms per MB of 1 KiB values (median of repetitions; user/sys medians)")
-    C.table(rows, ["root", "phase", "n", "median", "min", "max", "user", "sys"])
+                     "sys": statistics.median(v[2] for v in vals),
+                     "faults/MB": statistics.median(v[3] for v in vals)})
+    rows.sort(key=lambda r: (PHASES.index(r["phase"]) if r["phase"] in PHASES else 99, r["root"]))
+    print("\n# broker CPU ms per MB of 1 KiB values (median of repetitions; user/sys/minor page fault medians)")
+    C.table(rows, ["root", "phase", "n", "median", "min", "max", "user", "sys", "faults/MB"])
     C.write_json(args.json, {"bench": "cpu_per_mb", "rows": rows})
     return 0
 

@@ -22,6 +22,7 @@ part, each the single owner of its state.
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
+| ``cleaner``      | ``broker.log.cleaner.LogCleaner``      | compaction: cleaner checkpoints, its worker processes |
 | ``listening``    | ``asyncio.Event``                      | set once the listener is open: the coordinators' loads start |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
@@ -49,6 +50,7 @@ from broker.delayed import Watchers
 from broker.fetch_sessions import FetchSessionCache
 from broker.group_configs import GroupConfigManager
 from broker.internal_topics import PartitionRecordLog
+from broker.log.cleaner import LogCleaner
 from broker.log.manager import LogManager
 from broker.metrics import MeteredPersister, ShareMetrics
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
@@ -96,6 +98,7 @@ class Components:
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
+    cleaner: object = None  # broker.log.cleaner.LogCleaner
     # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
@@ -118,6 +121,8 @@ class Components:
                     await r
             except Exception:
                 log.exception("closing %s failed", name)
+        if self.cleaner is not None:
+            self.cleaner.close()  # stops its workers: a pass in the middle is redone after the restart
         self.logs.close()  # drains the file worker first
 
 
@@ -187,7 +192,10 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
 
     producer_ids = ProducerIdManager(meta, background=logs.background)
     transactions = transactions_.build(config, logs, topics, groups, producer_ids, now_ms, hold)
-    return Components(config=config, node=node, logs=logs, topics=topics, watchers=watchers,
+    cleaner = LogCleaner(logs, config)
+    topics.on_delete(lambda name, _topic_id: cleaner.topic_deleted(name))
+    cleaner.start(loop)
+    return Components(cleaner=cleaner, config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,

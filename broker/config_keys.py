@@ -50,6 +50,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("max.connections.per.ip.overrides", STRING),
     _k("connections.max.idle.ms", LONG),
     _k("queued.max.request.bytes", LONG),
+    _k("sharebroker.request.read.timeout.ms", LONG, minimum=1),  # a started request must progress
     _k("log.retention.check.interval.ms", LONG, minimum=1),
     _k("log.retention.minutes", INT),
     _k("log.retention.hours", INT),
@@ -57,6 +58,20 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("max.incremental.fetch.session.cache.slots", INT, minimum=0),
     _k("producer.id.expiration.ms", INT, minimum=1),
     _k("producer.id.expiration.check.interval.ms", INT, minimum=1),
+    # the log cleaner (broker/log/cleaner; the topic-level log.cleaner.* defaults are synonyms below)
+    _k("log.cleaner.enable", BOOLEAN),
+    _k("log.cleaner.threads", INT, minimum=0),
+    _k("log.cleaner.dedupe.buffer.size", LONG),
+    _k("log.cleaner.io.buffer.size", INT, minimum=0),
+    _k("log.cleaner.io.buffer.load.factor", DOUBLE),
+    _k("log.cleaner.io.max.bytes.per.second", DOUBLE),
+    _k("log.cleaner.backoff.ms", LONG, minimum=0),
+    _k("sharebroker.log.cleaner.test.crash.phase", STRING,
+       choices=("", "writing", "cleaned", "swap", "deleted", "done", "checkpoint")),  # test-only
+    # internal topics' segments (broker/topics.py)
+    _k("offsets.topic.segment.bytes", INT, minimum=1),
+    _k("transaction.state.log.segment.bytes", INT, minimum=1),
+    _k("share.coordinator.state.topic.segment.bytes", INT, minimum=1),
     # transactions (broker.transactions)
     _k("transaction.max.timeout.ms", INT, minimum=1),
     _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, minimum=1),
@@ -111,10 +126,6 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.share.max.share.sessions", INT, minimum=1),
     _k("share.coordinator.snapshot.update.records.per.snapshot", INT, minimum=0, maximum=500),
     _k("share.coordinator.cold.partition.snapshot.interval.ms", INT, minimum=1),
-    # internal topics' segment sizes (broker.topics.Topics.ensure_internal)
-    _k("offsets.topic.segment.bytes", INT, minimum=1),
-    _k("transaction.state.log.segment.bytes", INT, minimum=1),
-    _k("share.coordinator.state.topic.segment.bytes", INT, minimum=1),
     # KIP-1191 share-group dead-letter queue (broker/share/dlq.py)
     _k("errors.deadletterqueue.auto.create.topics.enable", BOOLEAN),
     _k("errors.deadletterqueue.topic.name.prefix", STRING),
@@ -136,6 +147,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sasl.server.max.receive.size", INT),
     _k("security.inter.broker.protocol", STRING, choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
     _k("connections.max.reauth.ms", LONG),
+    _k("connection.failed.authentication.delay.ms", INT, minimum=0),
     _k("principal.builder.class", CLASS),
     _k("ssl.keystore.type", STRING),
     _k("ssl.keystore.location", STRING),
@@ -168,7 +180,7 @@ ACCEPTED_KEYS = frozenset({
     "offsets.topic.replication.factor", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-    "share.coordinator.state.topic.num.partitions", "log.cleaner.enable", "log.cleaner.threads",
+    "share.coordinator.state.topic.num.partitions",
     "group.coordinator.rebalance.protocols", "unstable.api.versions.enable", "unstable.feature.versions.enable",
     "metadata.log.dir", "broker.id", "broker.rack", "replica.lag.time.max.ms", "auto.leader.rebalance.enable",
     "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",

@@ -11,6 +11,9 @@ we advertise is exactly what we serve.  ``advertise`` widens the advertised rang
 below what is served where Kafka does so (Produce v0-2 are advertised, then
 rejected).  Handlers are thin: validate, call the owning component, build the
 response.  A handler may return ``None`` to send no response (Produce acks=0).
+``fast`` (optional) answers an API's common case straight from the frame, before the
+request is decoded (Produce: ``broker.handlers.produce.fast_produce``); it runs only
+when the handler's ``acl`` is empty and returns False to leave the request to ``fn``.
 
 ``acl`` declares what Kafka's authorizer checks for the API (operation on resource
 type, as ``kafka.server.KafkaApis`` does); the request pipeline
@@ -26,6 +29,10 @@ from typing import Awaitable, Callable, NamedTuple
 from protocol.messages.registry import REQUESTS, RESPONSES, ApiKey
 
 HandlerFn = Callable[..., Awaitable[object]]
+# fast(components, frame, body_position, version, response) -> bool: answer the common case of an
+# API straight from the frame, appending the response body to ``response``; False: not handled
+# (nothing done), the request goes the general way.
+FastFn = Callable[..., bool]
 
 # Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, \
@@ -43,10 +50,11 @@ class Acl(NamedTuple):
 
 class Handler:
     __slots__ = ("api_key", "min_version", "max_version", "fn", "request_cls", "response_cls",
-                 "advertised_min", "acl")
+                 "advertised_min", "acl", "fast")
 
     def __init__(self, api_key: int, versions: tuple[int, int], fn: HandlerFn, advertised_min: int,
-                 acl: tuple[Acl, ...] = ()):
+                 acl: tuple[Acl, ...] = (), fast: FastFn | None = None):
+        self.fast = fast
         self.api_key = api_key
         self.min_version, self.max_version = versions
         self.fn = fn
@@ -60,7 +68,7 @@ HANDLERS: list[Handler | None] = [None] * 128
 
 
 def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | None = None,
-            acl: tuple[Acl, ...] = ()):
+            acl: tuple[Acl, ...] = (), fast: FastFn | None = None):
     def register(fn: HandlerFn) -> HandlerFn:
         cls = REQUESTS[api_key]
         lo, hi = versions
@@ -68,8 +76,10 @@ def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | No
             raise ValueError(f"{cls.__name__}: versions {versions} outside the schema's range")
         if HANDLERS[api_key] is not None:
             raise ValueError(f"two handlers for {ApiKey(api_key).name}")
+        if fast is not None and acl:
+            raise ValueError(f"{ApiKey(api_key).name}: a fast path skips the declared acl")
         HANDLERS[api_key] = Handler(int(api_key), versions, fn,
-                                    lo if advertise_from is None else advertise_from, tuple(acl))
+                                    lo if advertise_from is None else advertise_from, tuple(acl), fast)
         return fn
 
     return register

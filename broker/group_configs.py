@@ -18,7 +18,7 @@ respect (all bounds are themselves broker settings):
 | consumer.assignment.interval.ms  | group.consumer.assignment.interval.ms (1000)| group.consumer.min/max.assignment.interval.ms 0/15000 |
 | share.assignment.interval.ms     | group.share.assignment.interval.ms (1000)  | group.share.min/max.assignment.interval.ms 0/15000 |
 | consumer.auto.offset.reset (ours) | group.consumer.lag.offset.reset (earliest) | latest, earliest, none, by_duration:<ISO-8601>     |
-| errors.deadletterqueue.topic.name | "" (no DLQ)                               | any string                                        |
+| errors.deadletterqueue.topic.name | "" (no DLQ)                               | not starting with `__`                            |
 | errors.deadletterqueue.copy.record.enable | false                             | boolean                                           |
 | share.assignor.name (ours)       | first of group.share.assignors (simple)    | one of group.share.assignors (simple, lag)        |
 | share.redelivery.backoff.ms (ours) | 0 (redeliver at once)                    | 0..3600000                                        |
@@ -229,7 +229,10 @@ class GroupConfigManager:
                     raise ConfigError(f"Invalid value {value} for configuration {key}: "
                                       f"String must be one of: {', '.join(self.share_assignors())}")
             elif key == "errors.deadletterqueue.topic.name":
-                pass
+                # Kafka 4.4's GroupConfig.validate (KIP-1191); the DLQ writer checks the name again (and the rest)
+                # when a record is dead-lettered.
+                if value.startswith("__"):
+                    raise ConfigError(f"{key}: DLQ topic name must not start with '__'")
             elif key in _REDELIVERY_BOUNDS:
                 _parse_int_in(key, value, *_REDELIVERY_BOUNDS[key])
             else:

@@ -18,7 +18,12 @@ lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kaf
 - ``kafka_log_log_logstartoffset`` / ``_logendoffset`` / ``_size{topic, partition}``;
 - ``kafka_network_requestmetrics_requests_total{request}``;
 - ``kafka_network_socketserver_memorypoolavailable`` / ``_memorypoolused`` (SocketServer's MemoryPoolAvailable
-  and MemoryPoolUsed: the request memory bounded by ``queued.max.request.bytes``, in bytes).
+  and MemoryPoolUsed: the request memory bounded by ``queued.max.request.bytes``, in bytes);
+- the log cleaner's gauges (``kafka.log:type=LogCleaner`` / ``LogCleanerManager``):
+  ``kafka_log_logcleaner_max_clean_time_secs``, ``..._cleaner_recopy_percent``,
+  ``..._max_buffer_utilization_percent``, ``..._max_compaction_delay_secs``, ``..._deadthreadcount``,
+  ``kafka_log_logcleanermanager_max_dirty_percent``, ``..._time_since_last_run_ms``,
+  ``..._uncleanable_partitions_count{logDirectory}``.
 
 Ours, under ``sharebroker_``: per share partition ``sharebroker_share_partition_lag`` (KIP-1226:
 the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_in_flight_records``
@@ -142,6 +147,7 @@ def render(c, connections: int, memory=None) -> bytes:
     _share(w, c)
     _dlq(w, c)
     _logs(w, c)
+    _cleaner(w, c)
     return w.text()
 
 
@@ -266,6 +272,34 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "gauge", help_)
         for topic, partition, plog in logs:
             w.sample(name, value(plog), topic=topic, partition=partition)
+
+
+_CLEANER_GAUGES = (
+    ("kafka_log_logcleaner_max_clean_time_secs", "max_clean_time_secs", "Longest last pass of a cleaner, s."),
+    ("kafka_log_logcleaner_cleaner_recopy_percent", "cleaner_recopy_percent",
+     "Bytes written / bytes read by the cleaners' last passes, percent."),
+    ("kafka_log_logcleaner_max_buffer_utilization_percent", "max_buffer_utilization_percent",
+     "Fullest offset map of the cleaners' last passes, percent."),
+    ("kafka_log_logcleaner_max_compaction_delay_secs", "max_compaction_delay_secs",
+     "Longest delay past max.compaction.lag.ms of the logs the cleaners took last, s."),
+    ("kafka_log_logcleaner_deadthreadcount", "dead_thread_count", "Cleaner workers that died (replaced at the next pass)."),
+    ("kafka_log_logcleanermanager_max_dirty_percent", "max_dirty_percent", "Dirty ratio of the dirtiest log, percent."),
+    ("kafka_log_logcleanermanager_time_since_last_run_ms", "time_since_last_run_ms",
+     "Time since the cleaner last looked for a log to clean, ms."),
+)
+
+
+def _cleaner(w: _Writer, c) -> None:
+    cleaner = getattr(c, "cleaner", None)
+    if cleaner is None:
+        return
+    values = cleaner.metrics()
+    for name, key, help_ in _CLEANER_GAUGES:
+        w.family(name, "gauge", help_)
+        w.sample(name, values[key])
+    name = "kafka_log_logcleanermanager_uncleanable_partitions_count"
+    w.family(name, "gauge", "Partitions the cleaner gave up on (a pass failed), per log directory.")
+    w.sample(name, values["uncleanable_partitions_count"], logDirectory=c.logs.data_dir)
 
 
 class MetricsServer:

@@ -7,7 +7,9 @@ writing waits when the transport's buffer is full.
 
 Every request goes through one pipeline (:meth:`Connection._process`): decode ->
 authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
-handler; the stages are the components in ``broker.pipeline``.
+handler; the stages are the components in ``broker.pipeline``.  A handler with a fast
+path (``broker.dispatch``, Produce) may answer its common case right after the header
+is decoded and authenticated, timed and counted the same way.
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes
@@ -24,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import mmap
 import os
 import struct
 import time
 
 from broker.dispatch import HANDLERS, RequestContext, api_version_ranges
 from broker.pipeline import ANONYMOUS
+from broker.request_memory import SMALL_FRAME_BYTES, FrameBuffers, RequestMemory, trim_heap
 from protocol.errors import Errors
 from protocol.messages.api_versions import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
@@ -43,12 +45,21 @@ _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
 MAX_QUEUED_FRAMES = 64
-SCRATCH_BYTES = 32 * 1024
-SMALL_FRAME_BYTES = 2 * 1024 * 1024  # larger incomplete frames are read into an anonymous mapping
-METERED_READ = 256 * 1024  # one read into such a frame takes at most this much
+SCRATCH_SMALL = 4 * 1024  # a connection's scratch buffer until a read fills it...
+SCRATCH_BYTES = 32 * 1024  # ...then this, until the connection has been quiet for SCRATCH_SHRINK_S
+SCRATCH_SHRINK_S = 5.0
+METERED_READ = 256 * 1024  # one read into a frame's own buffer takes at most this much
 # queued.max.request.bytes is -1 (no bound) in Kafka, where queued.max.requests bounds the count;
 # here -1 means this bound, so connections announcing large frames cannot exhaust memory.
 DEFAULT_REQUEST_MEMORY = 256 * 1024 * 1024
+DEFAULT_READ_TIMEOUT_MS = 30000  # sharebroker.request.read.timeout.ms
+TRIM_AFTER_BYTES = 8 * 1024 * 1024  # freed request bytes, or...
+TRIM_AFTER_CLOSES = 100  # ...closed connections, after which the heap is trimmed at the next sweep
+
+# Why a connection is not reading (bits of Connection._pauses; Connection._update_reading applies them).
+PAUSE_FRAMES = 1  # too many of its frames are queued (its own pipelining)
+PAUSE_MEMORY = 2  # the request memory refused its next bytes
+PAUSE_CLOSING = 4  # a failed login was answered; the connection closes after a delay (no more reads)
 
 
 class ProtocolViolation(Exception):
@@ -59,11 +70,18 @@ class Connection(asyncio.BufferedProtocol):
     """One client connection: frames in (read once into their own buffer), responses out in order.
 
     Reading uses ``asyncio.BufferedProtocol``: small frames arrive in a per-connection
-    scratch buffer and are copied once into a ``bytearray`` of their own; a frame that
-    is not complete in the scratch buffer gets its own ``bytearray`` at once and the
-    transport reads the rest of it straight into that buffer, so a large produce
-    batch is never copied in Python.  The decoded request's ``records`` are writable
-    memoryview slices of the frame, which lets the log rewrite the base offset in place.
+    scratch buffer (4 KiB, 32 KiB while the connection is busy) and are copied once into
+    a ``bytearray`` of their own; a frame that is not complete in the scratch buffer gets
+    its own buffer at once (a ``bytearray`` up to 64 KiB, above that a reused anonymous
+    mapping from ``FrameBuffers``) and the transport reads the rest of it straight into
+    that buffer, so a large produce batch is never copied in Python.  The decoded
+    request's ``records`` are writable memoryview slices of the frame, which lets the log
+    rewrite the base offset in place.
+
+    Whether the connection reads is decided in one place, :meth:`_update_reading`, from
+    the reasons in ``_pauses`` (``PAUSE_*``; :meth:`pause_for` / :meth:`resume_for` add
+    and remove one).  The request memory (``broker.request_memory.RequestMemory``) is
+    asked before every read of frame bytes.
     """
 
     def __init__(self, server: "Server", listener=None):
@@ -75,27 +93,36 @@ class Connection(asyncio.BufferedProtocol):
         self.close_after_response = False  # failed login: answer, then close (as Kafka)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._scratch = bytearray(SCRATCH_BYTES)
+        self._scratch = bytearray(SCRATCH_SMALL)  # replaced by a larger one when a read fills it
         self._sv = memoryview(self._scratch)
         self._start = 0  # unparsed bytes are self._scratch[self._start:self._end]
         self._end = 0
-        self._frame: bytearray | None = None  # a frame being read straight into its own buffer
+        # The frame being read straight into its own buffer (a bytearray, or a memoryview from
+        # server.buffers), how much of it has arrived, and whether the memory meters each read.
+        self._frame: bytearray | memoryview | None = None
         self._fview: memoryview | None = None
         self._fill = 0
+        self._frame_metered = False
         self._frames: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
-        self._reading_paused = False
-        self._paused_frames = False  # too many frames queued
-        self._paused_memory = False  # the request memory (queued.max.request.bytes) is used up
-        self._frame_metered = False  # the frame being read is metered by bytes received
-        self._held = 0  # request-memory bytes this connection holds
+        self._pauses = 0  # PAUSE_* bits: why the connection does not read
+        self._reading_paused = False  # what the transport was last told
+        # Request-memory bytes: all this connection holds (queued frames, the partial frame and its
+        # reservation); of which the partial frame's (received, or whole for a small one, plus the
+        # reservation); of which reserved and not yet received.  Given back as frames are handled
+        # and all at once when the connection closes.
+        self._held = 0
+        self._partial = 0
+        self._reserved = 0
         self._close_hooks: list = []
         self.closed = False
         self._sock_fd = -1  # the socket for os.sendfile (-1: not usable)
         self.busy = False  # a request is being handled
         self.last_active = server.clock()
+        # The read timeout's clock: the last byte received, or when reading last resumed.
+        self._progress_at = self.last_active
         self.principal = ANONYMOUS
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -119,34 +146,33 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            if self._frame_metered:  # at most METERED_READ past the memory bound per connection
+            if self._frame_metered:  # at most METERED_READ past what the memory admitted
                 return self._fview[self._fill:self._fill + METERED_READ]
             return self._fview[self._fill:]
         return self._sv[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = self.server.clock()
+        self.last_active = self._progress_at = self.server.clock()
         if self._frame is not None:
             if self._frame_metered:
-                self.server.memory.take(nbytes)
-                self._held += nbytes
+                self._count(nbytes)
             self._fill += nbytes
             if self._fill == len(self._frame):
-                self._frames.append(self._frame)
-                self._frame = self._fview = None
-                self._frames_ready()
-            elif self._frame_metered and self.server.memory.exhausted():
+                self._frame_done()
+            elif self._frame_metered and not self._may_read_frame():
                 self._wait_for_memory()
             return
         self._end += nbytes
+        filled = self._end == len(self._scratch)
         self._parse()
+        if filled and len(self._scratch) < SCRATCH_BYTES and not self.closed:
+            self._resize_scratch(SCRATCH_BYTES)  # a busy connection: fewer, larger reads
 
     def _parse(self) -> None:
         """Cut complete frames out of the scratch buffer; start the frame that is not complete."""
         sv, pos, end = self._sv, self._start, self._end
-        server = self.server
-        max_bytes = server.max_request_bytes
-        memory = server.memory
+        max_bytes = self.server.max_request_bytes
+        memory = self.server.memory
         while end - pos >= 4:
             size = _SIZE.unpack_from(sv, pos)[0]
             if size < 0 or size > max_bytes:
@@ -154,35 +180,19 @@ class Connection(asyncio.BufferedProtocol):
                             self.peer, size, max_bytes)
                 self.close()
                 return
-            if memory.exhausted():
-                self._wait_for_memory()
-                break
             body = pos + 4
             if end - body >= size:
+                if not memory.admits(self._held):
+                    self._wait_for_memory()
+                    break
                 memory.take(size)
                 self._held += size
                 self._frames.append(bytearray(sv[body:body + size]))
                 pos = body + size
                 continue
-            # Incomplete: give the frame its own buffer and let the transport fill it directly.
-            # A large frame lives in an anonymous mapping whose pages are committed only as
-            # bytes arrive, and is metered by the bytes received, so a client announcing a
-            # large frame and sending little costs little.
-            have = end - body
-            if size <= SMALL_FRAME_BYTES:
-                frame = bytearray(size)
-                memory.take(size)
-                self._held += size
-                self._frame_metered = False
-            else:
-                frame = mmap.mmap(-1, size)
-                memory.take(have)
-                self._held += have
-                self._frame_metered = True
-            self._frame = frame
-            self._fview = memoryview(frame)
-            self._fview[:have] = sv[body:end]
-            self._fill = have
+            if not self._start_frame(size, sv[body:end]):
+                self._wait_for_memory()
+                break
             pos = end
             break
         if pos == end:
@@ -194,44 +204,155 @@ class Connection(asyncio.BufferedProtocol):
         if self._frames:
             self._frames_ready()
 
+    def _start_frame(self, size: int, have: memoryview) -> bool:
+        """Give an incomplete frame its own buffer, holding ``have``; False if the memory refuses it now.
+
+        A frame up to SMALL_FRAME_BYTES is one bytearray and counts whole; a larger one is
+        read into a mapping, counted by the bytes received (its pages are committed only as
+        they arrive), so announcing a large frame and sending little costs little.
+        """
+        memory = self.server.memory
+        if memory.admits_partial(self._held):
+            reserved = 0
+        elif memory.reserve(size, 0):
+            reserved = size
+        else:
+            return False
+        if size <= SMALL_FRAME_BYTES:
+            frame = bytearray(size)
+            if not reserved:
+                memory.take(size, partial=True)
+            self._held += size
+            self._partial = size
+            self._frame_metered = False
+        else:
+            frame = self.server.buffers.get(size)
+            self._held += reserved
+            self._partial = self._reserved = reserved
+            self._frame_metered = True
+        self._frame = frame
+        self._fview = frame if type(frame) is memoryview else memoryview(frame)
+        n = len(have)
+        self._fview[:n] = have
+        self._fill = n
+        if self._frame_metered:
+            self._count(n)
+            if not self._may_read_frame():
+                self._wait_for_memory()
+        return True
+
+    def _count(self, nbytes: int) -> None:
+        """``nbytes`` of the metered frame arrived: out of its reservation, or taken now."""
+        covered = min(nbytes, self._reserved)
+        self._reserved -= covered
+        extra = nbytes - covered
+        if extra:
+            self.server.memory.take(extra, partial=True)
+            self._held += extra
+            self._partial += extra
+
+    def _may_read_frame(self) -> bool:
+        """May the metered frame being read receive more (reserving the rest of it if need be)?"""
+        memory = self.server.memory
+        if self._reserved or memory.admits_partial(self._held):
+            return True
+        rest = len(self._frame) - self._fill
+        if memory.reserve(rest, self._partial):
+            self._reserved = rest
+            self._held += rest
+            self._partial += rest
+            return True
+        return False
+
+    def _frame_done(self) -> None:
+        self._frames.append(self._frame)
+        self._frame = self._fview = None
+        partial, self._partial = self._partial, 0
+        self.server.memory.completed(partial)
+        self._frames_ready()
+
+    def _resize_scratch(self, size: int) -> None:
+        """A new scratch buffer of ``size`` bytes holding the unparsed bytes (at its front)."""
+        left = self._end - self._start
+        scratch = bytearray(size)
+        scratch[:left] = self._sv[self._start:self._end]
+        self._scratch, self._sv = scratch, memoryview(scratch)
+        self._start, self._end = 0, left
+
+    def shrink_if_quiet(self, now: float) -> None:
+        """Go back to the small scratch buffer after SCRATCH_SHRINK_S without a byte (the sweep calls it)."""
+        if (len(self._scratch) > SCRATCH_SMALL and self._end == self._start and self._frame is None
+                and now - self._progress_at > SCRATCH_SHRINK_S):
+            self._resize_scratch(SCRATCH_SMALL)
+
     def eof_received(self) -> bool:
         return False
 
     def _frames_ready(self) -> None:
-        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._paused_frames:
-            self._paused_frames = True
-            self._update_reading()
+        if len(self._frames) >= MAX_QUEUED_FRAMES:
+            self.pause_for(PAUSE_FRAMES)
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
 
+    # ------------------------------------------------------------ whether the connection reads
+    def pause_for(self, reason: int) -> None:
+        """Stop reading for ``reason`` (a PAUSE_* bit) until :meth:`resume_for` it."""
+        if not self._pauses & reason:
+            self._pauses |= reason
+            self._update_reading()
+
+    def resume_for(self, reason: int) -> None:
+        if self._pauses & reason:
+            self._pauses &= ~reason
+            self._update_reading()
+
     def _update_reading(self) -> None:
-        """Pause reading while too many frames are queued or the request memory is used up."""
+        """The one place that tells the transport to read or not: it reads while no reason pauses it."""
         if self.closed:
             return
-        paused = self._paused_frames or self._paused_memory
+        paused = self._pauses != 0
         if paused != self._reading_paused:
             self._reading_paused = paused
             if paused:
                 self.transport.pause_reading()
             else:
+                self._progress_at = self.server.clock()  # time paused by us is not the client's stall
                 self.transport.resume_reading()
 
+    def read_stalled(self, now: float, timeout: float) -> bool:
+        """Has a frame been started and received nothing for ``timeout`` seconds, by the client's doing?
+
+        The clock stops while the connection is paused for its own queued frames (or any
+        other reason but memory), and while it waits for memory holding none; a partial
+        frame that holds request memory keeps its clock running even while it waits.
+        """
+        if self._frame is None and self._end == self._start:
+            return False
+        if self._pauses & ~PAUSE_MEMORY or (self._pauses & PAUSE_MEMORY and not self._partial):
+            return False
+        return now - self._progress_at > timeout
+
     def _wait_for_memory(self) -> None:
-        if not self._paused_memory:
-            self._paused_memory = True
-            self._update_reading()
+        if not self._pauses & PAUSE_MEMORY:
             self.server.memory.wait(self)
+            self.pause_for(PAUSE_MEMORY)
 
     def memory_available(self) -> None:
-        """Called by the request memory when bytes were given back."""
-        self._paused_memory = False
+        """Called by the request memory when bytes were given back: ask again."""
+        self._pauses &= ~PAUSE_MEMORY
+        if self.closed:
+            return
+        if self._frame is None:
+            self._parse()  # frames that waited in the scratch buffer (may wait again)
+        elif self._frame_metered and not self._may_read_frame():
+            self._pauses |= PAUSE_MEMORY
+            self.server.memory.wait(self)
         self._update_reading()
-        if self._frame is None and not self.closed:
-            self._parse()  # a frame that waited in the scratch buffer
 
     def _release(self, nbytes: int) -> None:
-        if nbytes:
+        nbytes = min(nbytes, self._held)  # a request in hand when the connection closed was given back then
+        if nbytes > 0:
             self._held -= nbytes
             self.server.memory.give(nbytes)
 
@@ -247,9 +368,17 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server.forget(self)
+        buffers = self.server.buffers
+        for f in self._frames:
+            if type(f) is memoryview:
+                buffers.put(f)
         self._frames.clear()
+        if type(self._frame) is memoryview:
+            buffers.put(self._frame)
         self._frame = self._fview = None
-        self._release(self._held)
+        held, partial = self._held, self._partial
+        self._held = self._partial = self._reserved = 0
+        self.server.memory.give(held, partial)
         if self._task is not None:
             self._task.cancel()
         self.resume_writing()
@@ -291,16 +420,16 @@ class Connection(asyncio.BufferedProtocol):
                     self._waiter = None
                     continue
                 frame = frames.popleft()
-                if self._paused_frames and len(frames) < MAX_QUEUED_FRAMES // 2:
-                    self._paused_frames = False
-                    self._update_reading()
+                if len(frames) < MAX_QUEUED_FRAMES // 2:
+                    self.resume_for(PAUSE_FRAMES)
                 self.busy = True
                 try:
                     await self._process(frame)
                 finally:
                     self.busy = False
-                    # a large frame was metered by the bytes received, which are its size now
-                    self._release(len(frame))
+                    self._release(len(frame))  # a frame holds its size once complete
+                    if type(frame) is memoryview:
+                        self.server.buffers.put(frame)
                     del frame
                 self.last_active = self.server.clock()
                 if self._drain is not None:
@@ -314,8 +443,10 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("closing %s after an internal error", self.peer)
             self.close()
 
-    async def _process(self, frame: bytearray) -> None:
+    async def _process(self, frame: bytearray | memoryview) -> None:
         """The request pipeline: decode -> authenticate -> authorize -> time and count -> handler."""
+        if self._pauses & PAUSE_CLOSING:  # a failed login was answered: nothing more is
+            return
         sasl = self.sasl
         if sasl is not None and sasl.raw:  # SaslHandshake v0: the tokens come without a request header
             self._raw_sasl_token(frame)
@@ -337,17 +468,33 @@ class Connection(asyncio.BufferedProtocol):
         m = memoryview(frame)
         try:
             header, pos = RequestHeader.decode_from(m, 0, 2 if flexible else 1)
-            req, end = cls.decode_from(m, pos, version)
         except (DecodeError, ValueError, IndexError, struct.error) as e:
-            raise ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}") from None
+            raise _malformed(api_key, version, e) from None
         server = self.server
         if not self.authenticator.admits(self, api_key):
             raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
+        metrics = server.metrics
+        if h.fast is not None:
+            b = self._response_head(correlation_id, flexible)
+            t0 = time.perf_counter()
+            try:
+                handled = h.fast(self.components, m, pos, version, b)
+            except BaseException:
+                metrics.failed(api_key)
+                raise
+            if handled:
+                metrics.observe(api_key, time.perf_counter() - t0)
+                if not self.closed:
+                    self._write_response(b)
+                return
+        try:
+            req, end = cls.decode_from(m, pos, version)
+        except (DecodeError, ValueError, IndexError, struct.error) as e:
+            raise _malformed(api_key, version, e) from None
         ctx = RequestContext(self.components, self, api_key, version, correlation_id, header.client_id,
                              self.principal, self.listener, self.host)
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
-        metrics = server.metrics
         t0 = time.perf_counter()
         try:
             resp = await h.fn(ctx, req)
@@ -360,7 +507,18 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.send_response(ctx, resp, flexible)
         if self.close_after_response:
+            self._close_after_failed_login()
+
+    def _close_after_failed_login(self) -> None:
+        """Kafka's ``connection.failed.authentication.delay.ms`` (Selector's delayed close): the
+        connection reads nothing more and closes after the delay, so a client sees the answer
+        before the close (kafka-python drops data that arrives with the end of the stream)."""
+        delay = self.server.failed_auth_delay_ms
+        if delay <= 0:
             self.close_after_flush()
+            return
+        self.pause_for(PAUSE_CLOSING)  # and _process answers no frame already queued
+        asyncio.get_running_loop().call_later(delay / 1000.0, self.close_after_flush)
 
     def _raw_sasl_token(self, frame: bytearray) -> None:
         """One token of the legacy (handshake v0) exchange: answer it raw, or close on failure."""
@@ -369,20 +527,31 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolViolation("SASL authentication failed")
         self.transport.write(_SIZE.pack(len(out)) + out)
 
-    def send_response(self, ctx: RequestContext, resp, flexible: bool) -> None:
+    @staticmethod
+    def _response_head(correlation_id: int, flexible: bool) -> bytearray:
+        """A response's size placeholder and header (v1, with tagged fields, for flexible versions)."""
         b = bytearray(8)
-        _CORR.pack_into(b, 0, 0, ctx.correlation_id)
-        # The ApiVersions response header is always v0 (no tagged fields), whatever the version.
-        if flexible and ctx.api_key != ApiKey.API_VERSIONS:
+        _CORR.pack_into(b, 0, 0, correlation_id)
+        if flexible:
             b.append(0)
+        return b
+
+    def _write_response(self, b: bytearray) -> None:
+        """Send a response held whole in ``b`` (size placeholder first)."""
+        _SIZE.pack_into(b, 0, len(b) - 4)
+        self.last_active = self.server.clock()
+        self.transport.write(b)
+
+    def send_response(self, ctx: RequestContext, resp, flexible: bool) -> None:
+        # The ApiVersions response header is always v0 (no tagged fields), whatever the version.
+        b = self._response_head(ctx.correlation_id, flexible and ctx.api_key != ApiKey.API_VERSIONS)
         sp: list = []
         resp.encode_into(b, ctx.api_version, sp)
-        size = len(b) - 4 + sum(len(c) for _, c in sp)
-        _SIZE.pack_into(b, 0, size)
-        self.last_active = self.server.clock()
         if not sp:
-            self.transport.write(b)
+            self._write_response(b)
             return
+        _SIZE.pack_into(b, 0, len(b) - 4 + sum(len(c) for _, c in sp))
+        self.last_active = self.server.clock()
         parts = frame_parts(b, sp)
         if any(type(p) is FileChunk for p in parts):
             self._send_with_files(parts)
@@ -425,41 +594,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def _send_unsupported_api_versions(self, correlation_id: int) -> None:
         resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION, api_keys=api_version_entries())
-        b = bytearray(8)
-        _CORR.pack_into(b, 0, 0, correlation_id)
+        b = self._response_head(correlation_id, False)
         resp.encode_into(b, 0)
-        _SIZE.pack_into(b, 0, len(b) - 4)
-        self.transport.write(b)
+        self._write_response(b)
 
 
-class RequestMemory:
-    """Bytes held by requests that are buffered but not yet handled, across all connections.
-
-    ``queued.max.request.bytes`` semantics, as Kafka's non-strict memory pool: a request
-    may take memory while any is left (so one request may go past the bound), and a
-    connection that finds none left stops reading until some is given back.
-    """
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.used = 0
-        self._waiting: collections.deque = collections.deque()
-
-    def exhausted(self) -> bool:
-        return self.used >= self.capacity
-
-    def take(self, nbytes: int) -> None:
-        self.used += nbytes
-
-    def give(self, nbytes: int) -> None:
-        self.used -= nbytes
-        while self._waiting and not self.exhausted():
-            conn = self._waiting.popleft()
-            if not conn.closed:
-                conn.memory_available()
-
-    def wait(self, conn) -> None:
-        self._waiting.append(conn)
+def _malformed(api_key: int, version: int, e: Exception) -> ProtocolViolation:
+    return ProtocolViolation(f"malformed {ApiKey(api_key).name} v{version} request: {e}")
 
 
 def api_version_entries() -> list:
@@ -487,8 +628,15 @@ class Server:
         self.max_per_ip = cfg.get_int("max.connections.per.ip", 2147483647)
         self.max_per_ip_overrides = parse_per_ip_overrides(cfg.get("max.connections.per.ip.overrides", ""))
         self.idle_ms = cfg.get_int("connections.max.idle.ms", 600000)
+        self.read_timeout_ms = cfg.get_int("sharebroker.request.read.timeout.ms", DEFAULT_READ_TIMEOUT_MS)
+        self.failed_auth_delay_ms = cfg.get_int("connection.failed.authentication.delay.ms", 100)
         queued = cfg.get_int("queued.max.request.bytes", -1)
         self.memory = RequestMemory(queued if queued > 0 else max(DEFAULT_REQUEST_MEMORY, self.max_request_bytes))
+        self.buffers = FrameBuffers()
+        # what the last sweep saw, to give memory back once load has gone (_give_back_memory)
+        self._released_at_trim = -TRIM_AFTER_BYTES  # start-up freed memory too: the first sweep trims
+        self._closed_since_trim = 0
+        self._buffers_seen = 0
         self.authenticator = components.authenticator
         self.authorizer = components.authorizer
         self.metrics = components.request_metrics
@@ -511,22 +659,47 @@ class Server:
     def forget(self, conn: Connection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
+            self._closed_since_trim += 1
             self.per_ip[conn.host] -= 1
             if self.per_ip[conn.host] <= 0:
                 del self.per_ip[conn.host]
 
-    def _sweep_idle(self) -> None:
-        """Close connections with no traffic for connections.max.idle.ms (none with a request in hand)."""
-        deadline = self.clock() - self.idle_ms / 1000.0
-        for conn in [c for c in self.connections if not c.busy and c.last_active < deadline]:
-            log.info("closing %s: idle for more than %d ms (connections.max.idle.ms)", conn.peer, self.idle_ms)
-            conn.close()
-        self._schedule_idle_sweep()
+    def _sweep(self) -> None:
+        """Close idle and stalled connections, shrink quiet ones' buffers, give memory back."""
+        now = self.clock()
+        idle_deadline = now - self.idle_ms / 1000.0 if self.idle_ms >= 0 else None
+        read_timeout = self.read_timeout_ms / 1000.0
+        for conn in list(self.connections):
+            if conn.read_stalled(now, read_timeout):
+                log.info("closing %s: a request received no byte for %d ms (sharebroker.request.read.timeout.ms)",
+                         conn.peer, self.read_timeout_ms)
+                conn.close()
+            elif idle_deadline is not None and not conn.busy and conn.last_active < idle_deadline:
+                log.info("closing %s: idle for more than %d ms (connections.max.idle.ms)", conn.peer, self.idle_ms)
+                conn.close()
+            else:
+                conn.shrink_if_quiet(now)
+        self._give_back_memory()
+        self._schedule_sweep()
 
-    def _schedule_idle_sweep(self) -> None:
+    def _give_back_memory(self) -> None:
+        """Once load has gone: unmap the kept frame buffers (no large frame since the last sweep) and
+        trim the heap (enough request bytes freed or connections closed since the last trim)."""
+        buffers = self.buffers
+        if buffers.handed_out == self._buffers_seen and buffers.kept:
+            buffers.trim()
+        self._buffers_seen = buffers.handed_out
+        released = self.memory.released
+        if released - self._released_at_trim >= TRIM_AFTER_BYTES or self._closed_since_trim >= TRIM_AFTER_CLOSES:
+            self._released_at_trim = released
+            self._closed_since_trim = 0
+            trim_heap()
+
+    def _schedule_sweep(self) -> None:
+        interval = min(30.0, max(self.read_timeout_ms / 4000.0, 0.05))
         if self.idle_ms >= 0:
-            interval = min(max(self.idle_ms / 4000.0, 0.05), 30.0)
-            self._idle_sweep = asyncio.get_running_loop().call_later(interval, self._sweep_idle)
+            interval = min(interval, max(self.idle_ms / 4000.0, 0.05))
+        self._idle_sweep = asyncio.get_running_loop().call_later(interval, self._sweep)
 
     async def start(self) -> None:
         """Bind every listener (raises OSError naming the address that failed)."""
@@ -541,7 +714,7 @@ class Server:
             self._servers.append(srv)
             lst.bound(srv.sockets[0].getsockname()[1])
         self.port = self.listeners[0].port
-        self._schedule_idle_sweep()
+        self._schedule_sweep()
 
     async def close(self) -> None:
         if self._idle_sweep is not None:

@@ -21,11 +21,30 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE})
-# segment.bytes of each internal topic: Kafka's broker key and default (100 MiB)
-INTERNAL_SEGMENT_BYTES = {CONSUMER_OFFSETS: "offsets.topic.segment.bytes",
-                          TRANSACTION_STATE: "transaction.state.log.segment.bytes",
-                          SHARE_GROUP_STATE: "share.coordinator.state.topic.segment.bytes"}
-DEFAULT_INTERNAL_SEGMENT_BYTES = 104857600
+
+# The internal topics' configs, as Kafka creates them: __consumer_offsets and __transaction_state
+# compacted (the log cleaner keeps each key's latest record; a deleted group, an expired offset write
+# tombstones), __share_group_state never deleted by retention (its coordinator prunes it with
+# DeleteRecords behind its snapshots). Segment sizes from Kafka's keys; ours are smaller than
+# Kafka's 100 MiB for the two compacted ones (README, "Deviations"): the cleaner never cleans the
+# active segment, so its size bounds what these topics keep and what a restart replays.
+INTERNAL_SEGMENT_BYTES = {CONSUMER_OFFSETS: ("offsets.topic.segment.bytes", 4 << 20),
+                          TRANSACTION_STATE: ("transaction.state.log.segment.bytes", 4 << 20),
+                          SHARE_GROUP_STATE: ("share.coordinator.state.topic.segment.bytes", 100 << 20)}
+# What brokers before compaction wrote for every internal topic (converted at start-up).
+_LEGACY_INTERNAL_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1"}
+
+
+def internal_topic_configs(name: str, config=None) -> dict[str, str]:
+    """The configs an internal topic is created with (``config``: the broker settings)."""
+    key, default = INTERNAL_SEGMENT_BYTES[name]
+    segment = config.get_int(key, default) if config is not None else default
+    out = {"segment.bytes": str(max(segment, 1 << 20))}  # the topic config's minimum (1 MiB)
+    if name == SHARE_GROUP_STATE:
+        out.update({"cleanup.policy": "delete", "retention.ms": "-1"})
+    else:
+        out["cleanup.policy"] = "compact"
+    return out
 
 
 def log_key(topic: str, partition: int) -> tuple:
@@ -45,18 +64,15 @@ class Topics:
         return name in INTERNAL_TOPICS
 
     def ensure_internal(self, config=None) -> None:
-        """Create the internal topics (one partition each, never deleted by retention) with Kafka's segment
-        sizes (``config``: the broker config, for INTERNAL_SEGMENT_BYTES); one created before those were
-        set gets them now, an explicit override is kept."""
+        """Create the internal topics (one partition each) with :func:`internal_topic_configs`; convert
+        those an older broker created (not compacted, 1 GiB segments) to them."""
         for name in sorted(INTERNAL_TOPICS):
-            segment = str(config.get_int(INTERNAL_SEGMENT_BYTES[name], DEFAULT_INTERNAL_SEGMENT_BYTES)
-                          if config is not None else DEFAULT_INTERNAL_SEGMENT_BYTES)
             info = self.logs.topic(name)
             if info is None:
-                self.logs.create_topic(name, 1, {"cleanup.policy": "delete", "retention.ms": "-1",
-                                                 "segment.bytes": segment})
-            elif "segment.bytes" not in info.configs:
-                self.logs.set_topic_configs(name, {**info.configs, "segment.bytes": segment})
+                self.logs.create_topic(name, 1, internal_topic_configs(name, config))
+            elif info.configs == _LEGACY_INTERNAL_CONFIGS:
+                log.info("converting the internal topic %s to %s", name, internal_topic_configs(name, config))
+                self.logs.set_topic_configs(name, internal_topic_configs(name, config))
 
     def collision(self, name: str) -> str | None:
         """An existing topic that differs from ``name`` only by '.' versus '_' (Kafka refuses those)."""

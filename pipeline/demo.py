@@ -7,8 +7,8 @@
 3. processes them with ``run_share_workers`` (2 Spark tasks sharing the topic's one partition: a
    share group lets more workers than partitions all work): every 9th item fails once with a timeout (retryable:
    RELEASE, delivered again), and 4 broken items (size_kb = -1) fail on every attempt, so they are
-   delivered ``share.delivery.count.limit`` (3) times and then archived by the broker (the
-   dead-letter queue does not exist yet);
+   delivered ``share.delivery.count.limit`` (3) times and then archived by the broker (a group
+   with a dead-letter queue configured, see the README, would also copy them there);
 4. writes the results to Parquet and prints an outcome table and the throughput.
 
 Without ``--bootstrap`` it starts a sharebroker on a free port with a temporary data directory.

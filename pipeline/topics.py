@@ -7,7 +7,8 @@
           .option("startingOffsets", "earliest")              # earliest | latest | JSON
           .option("endingOffsets", "latest")
           .load())
-    df.write.format("kafka_topic").option("kafka.bootstrap.servers", bs).option("topic", "t").save()
+    (df.write.format("kafka_topic").mode("append")              # required: PySpark refuses the default mode
+       .option("kafka.bootstrap.servers", bs).option("topic", "t").save())
 
 The schema is Spark's Kafka source schema with headers. Reading: one input partition per
 topic-partition offset range (split by ``maxRecordsPerPartition`` / ``minPartitions``); each task
@@ -62,6 +63,9 @@ class KafkaTopicDataSource(DataSource):
         return TopicReader(dict(self.options), schema)
 
     def writer(self, schema, overwrite: bool) -> "TopicWriter":
+        if overwrite:  # a topic is appended to; Spark's own Kafka sink refuses Overwrite as well
+            raise ValueError("Save mode Overwrite is not allowed for a kafka_topic: records are appended, "
+                             "use .mode(\"append\")")
         return TopicWriter(dict(self.options), schema)
 
     def streamWriter(self, schema, overwrite: bool) -> "TopicStreamWriter":
@@ -188,6 +192,8 @@ class TopicReader(DataSourceReader):
         return plan_ranges(self.options)
 
     def read(self, partition: OffsetRange) -> Iterator:
+        if not isinstance(partition, OffsetRange):  # nothing to read: Spark plans one empty partition
+            return iter(())
         return read_range(self.options, partition, self.schema, self.batch_records)
 
 

@@ -20,7 +20,8 @@ Implemented:
     (Kafka's ``MemoryRecords.filterTo``); compressed batches are inflated,
     filtered and written with the same codec. It serves the log cleaner and
     share-fetch sub-batches. ``empty_batch`` is Kafka's
-    ``DefaultRecordBatch.writeEmptyHeader``; ``uncompressed_batch`` inflates.
+    ``DefaultRecordBatch.writeEmptyHeader``; ``uncompressed_batch`` inflates;
+    ``keyless_records`` finds the records a compacted topic refuses.
 
 Not implemented: per-record validation of produced batches (Kafka decodes
 uncompressed records to check per-record timestamps and record count; here
@@ -589,6 +590,17 @@ def scan_records(body, count: int) -> list[RecordSpan]:
     except IndexError:
         raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
     return out
+
+
+def keyless_records(batch, info: BatchInfo | None = None) -> list[int]:
+    """Indexes (in the batch) of the records that have no key: Kafka's ``LogValidator.validateKey``,
+    which a compacted topic applies to every produced record. Raises ``RecordsError`` as
+    :func:`batch_body` (a codec that needs the optional extra, data that does not inflate)."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    if info is None:
+        info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    spans = scan_records(batch_body(mv, info), info.records_count)
+    return [i for i, s in enumerate(spans) if s.key is None]
 
 
 def filter_batch(batch, keep, *, spans: list[RecordSpan] | None = None, body=None,

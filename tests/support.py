@@ -76,6 +76,15 @@ def set_group_configs(bootstrap: str, group: str, **configs) -> None:
     admin.incremental_alter_configs([res])[res].result(15)
 
 
+def describe_share_group(bootstrap: str, group: str):
+    """The group as ShareGroupDescribe v1 shows it (over our codec)."""
+    from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+    from tests.wire import WireClient
+
+    with WireClient(bootstrap) as w:
+        return w.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+
+
 def share_member_assigned(w, group: str, member: str, topic: str, tid: bytes, partitions=(0,),
                           timeout: float = 15.0) -> int:
     """Join share group ``group`` as ``member`` over WireClient ``w`` (ShareGroupHeartbeat v1) and

@@ -6,7 +6,11 @@ idempotent-producer sequence check, assign offsets, append the bytes as they cam
 partition.  The response goes out only after the bytes are in the segment file
 (acks=1/-1; a single node makes them the same), and, when the append reached
 ``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
-addresses topics by id.  Record bodies are never decoded.
+addresses topics by id.  Record bodies are never decoded, except on a compacted topic
+(``cleanup.policy`` with ``compact``), where every record's framing is read to refuse records
+without a key as Kafka's LogValidator does: INVALID_RECORD with one RecordError per keyless
+record ("Compacted topic cannot accept message without key in topic partition t-p") and
+Kafka's summary message; a batch whose codec needs the optional extra is accepted unread.
 Authorization (KafkaApis): WRITE on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its
 partitions (checked before existence; v13 ids are resolved first, unknown ones are
 UNKNOWN_TOPIC_ID).  One cached lookup per topic when an authorizer is configured.
@@ -18,10 +22,18 @@ implicitly, v11 gets TRANSACTION_ABORTABLE, v3-10 INVALID_TXN_STATE; a stale epo
 INVALID_PRODUCER_EPOCH, and CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS
 before v12 (retriable for every client), as Kafka's AddPartitionsToTxnManager and
 ReplicaManager do.  Only the batch header is read.
+
+Fast path (:func:`fast_produce`, run by the server before the request is decoded): the
+common request -- no transactional id, acks 1 or -1, one topic with one partition, no
+tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place (header, topic,
+partition, record-set bounds) and answered with bytes encoded here, without building the
+request and response objects; it appends through the same :func:`_append_records` as
+the general path.  Anything else goes the general way (which also answers malformed input).
 """
 from __future__ import annotations
 
 import logging
+import struct
 
 from broker.dispatch import handler
 from broker.log.errors import LogError
@@ -29,6 +41,7 @@ from broker.transactions import ADD_PARTITION, produce_operation, verify_partiti
 from protocol.errors import Errors
 from protocol.messages.produce import ProduceResponse
 from protocol.messages.registry import ApiKey
+from protocol.primitives import read_uvarint, write_uvarint
 from protocol.records import HEADER_SIZE, RecordsError, TRANSACTIONAL_MASK, read_header, validate_records
 
 logger = logging.getLogger("sharebroker.produce")
@@ -41,7 +54,126 @@ def _error(index: int, code: int, message: str | None = None) -> _PartResp:
                      log_start_offset=-1, error_message=message)
 
 
-@handler(ApiKey.PRODUCE, versions=(3, 13), advertise_from=0)
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_I32 = struct.Struct(">i")
+_ONE = _I32.pack(1)
+_PART_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+_PART_V5 = struct.Struct(">ihqqq")  # ... log start offset (v5+)
+_NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
+
+
+def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> bool:
+    """Answer the common Produce (see the module docstring) into ``b``; False (nothing done) otherwise.
+
+    ``p`` is where the body starts in the frame ``m``; ``b`` holds the response header.
+    """
+    if c.authorizer.enabled:
+        return False
+    n = len(m)
+    try:
+        if version >= 9:
+            if m[p] != 0:  # a transactional id (compact string; 0 is null)
+                return False
+            acks = _ACKS_TIMEOUT.unpack_from(m, p + 1)[0]
+            p += 7
+            if m[p] != 2:  # one topic
+                return False
+            if version >= 13:
+                key = bytes(m[p + 1:p + 17])
+                topic = c.logs.topic_by_id(key)
+                p += 17
+            else:
+                ln = m[p + 1]
+                if not 0 < ln < 0x80:
+                    return False
+                key = str(m[p + 2:p + 1 + ln], "utf-8")
+                topic = c.logs.topic(key)
+                p += 1 + ln
+            if m[p] != 2:  # one partition
+                return False
+            index = _I32.unpack_from(m, p + 1)[0]
+            ln, p = read_uvarint(m, p + 5)
+            end = p + ln - 1
+            if ln == 0 or end + 3 != n or m[end] or m[end + 1] or m[end + 2]:  # null records, tags, trailing bytes
+                return False
+        else:
+            if m[p] != 0xFF or m[p + 1] != 0xFF:  # a transactional id
+                return False
+            acks = _ACKS_TIMEOUT.unpack_from(m, p + 2)[0]
+            p += 8
+            if m[p:p + 4] != _ONE:
+                return False
+            ln = (m[p + 4] << 8) | m[p + 5]
+            if ln & 0x8000:
+                return False
+            key = str(m[p + 6:p + 6 + ln], "utf-8")
+            topic = c.logs.topic(key)
+            p += 6 + ln
+            if m[p:p + 4] != _ONE:
+                return False
+            index, ln = struct.unpack_from(">ii", m, p + 4)
+            p += 12
+            end = p + ln
+            if ln < 0 or end != n:
+                return False
+    except (IndexError, ValueError, struct.error):  # malformed: the general path says how
+        return False
+    if acks not in (1, -1) or topic is None or not 0 <= index < topic.partitions or c.topics.is_internal(topic.name):
+        return False
+    log = c.logs.get_log(topic.name, index)
+    if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
+        return False
+    code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
+    _encode_one(b, version, key, index, code, message, res)
+    return True
+
+
+def _encode_one(b: bytearray, version: int, key, index: int, code: int, message, res) -> None:
+    """A ProduceResponse body for one partition of one topic (``key``: name, or id from v13)."""
+    if code:
+        base, append_time, start = -1, -1, -1
+    else:
+        base, append_time, start = res.base_offset, res.log_append_time, res.log_start_offset
+    if version >= 9:
+        b.append(2)
+        if version >= 13:
+            b += key
+        else:
+            name = key.encode()
+            write_uvarint(b, len(name) + 1)
+            b += name
+        b.append(2)
+        b += _PART_V5.pack(index, code, base, append_time, start)
+        b.append(1)  # no record errors
+        if message is None:
+            b.append(0)
+        else:
+            text = message.encode()
+            write_uvarint(b, len(text) + 1)
+            b += text
+        b += b"\0\0"  # partition and topic tagged fields
+        b += _I32.pack(0)  # throttle time
+        b.append(0)
+        return
+    name = key.encode()
+    b += _ONE
+    b += struct.pack(">h", len(name))
+    b += name
+    b += _ONE
+    b += (_PART_V5.pack(index, code, base, append_time, start) if version >= 5
+          else _PART_V3.pack(index, code, base, append_time))
+    if version >= 8:
+        b += _I32.pack(0)  # no record errors
+        if message is None:
+            b += b"\xff\xff"
+        else:
+            text = message.encode()
+            b += struct.pack(">h", len(text))
+            b += text
+    b += _I32.pack(0)  # throttle time
+
+
+@handler(ApiKey.PRODUCE, versions=(3, 13), advertise_from=0, fast=fast_produce)
 async def produce(ctx, req):
     c = ctx.components
     by_id = ctx.api_version >= 13
@@ -104,25 +236,44 @@ async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
 
 
 def _append(c, topic, pd, fsyncs: list) -> _PartResp:
-    log = c.logs.get_log(topic.name, pd.index)
-    records = pd.records
-    if records is None:
+    if pd.records is None:
         return _error(pd.index, Errors.INVALID_RECORD, "null records")
+    code, message, res, record_errors = _append_records(c, topic, pd.index, c.logs.get_log(topic.name, pd.index),
+                                                        pd.records)
+    if code:
+        resp = _error(pd.index, code, message)
+        resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                              for i, m in record_errors or ()]
+        return resp
+    resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
+                     log_start_offset=res.log_start_offset)
+    if res.durable is not None:
+        fsyncs.append((topic.name, resp, res.durable))
+    return resp
+
+
+def _append_records(c, topic, index: int, log, records) -> tuple:
+    """Validate and append one partition's records: (0, None, AppendResult, None) or (error code, message,
+    None, record errors or None)."""
     cfg = log.config
     try:
         infos = validate_records(records, max_message_bytes=cfg.max_message_bytes,
                                  timestamp_type=1 if cfg.log_append_time else 0, now_ms=c.now_ms(),
                                  timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                  timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+        keyless = log.key_errors(records, infos) if cfg.compact else None
+        if keyless:
+            return Errors.INVALID_RECORD, _key_errors_message(keyless), None, keyless
         res = log.append(records, infos)
-    except RecordsError as e:
-        return _error(pd.index, e.code, str(e))
-    except LogError as e:
-        return _error(pd.index, e.code, str(e))
+    except (RecordsError, LogError) as e:
+        return e.code, str(e), None, None
     if not res.duplicate:
-        c.topics.appended(topic.name, pd.index)
-    resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
-                     log_start_offset=res.log_start_offset)
-    if res.durable is not None:
-        fsyncs.append((topic.name, resp, res.durable))
-    return resp
+        c.topics.appended(topic.name, index)
+    return 0, None, res, None
+
+
+def _key_errors_message(errors: list[tuple[int, str]]) -> str:
+    """Kafka's summary of a batch refused for its records (LogValidator.processRecordErrors)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+            f"showing the first three errors at most: [{shown}]")

@@ -2,8 +2,8 @@
 
 ``TOPIC_CONFIGS`` lists every topic config Kafka 4.x accepts (so DescribeConfigs
 and CreateTopics/IncrementalAlterConfigs validation can use one table);
-``LogConfig`` holds the subset the log acts on. Accepted but without effect
-here: compaction settings, compression.type (the broker never recompresses),
+``LogConfig`` holds the subset the log and its cleaner act on. Accepted but without effect
+here: compression.type (the broker never recompresses),
 min.insync.replicas, replication throttles, remote storage, preallocate,
 file.delete.delay.ms (files are deleted at once).
 """
@@ -115,6 +115,11 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = dict([
 ])
 
 
+# Kafka's internal (test-only) topic configs: accepted where a topic is created, never described.
+# ``internal.segment.bytes`` replaces ``segment.bytes`` without its 1 MiB minimum (LogConfig.segmentSize).
+INTERNAL_TOPIC_CONFIGS: dict[str, ConfigDef] = dict([_d("internal.segment.bytes", INT, None, minimum=14)])
+
+
 def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
     """Check names and values of client-supplied topic configs; return them parsed.
 
@@ -122,7 +127,7 @@ def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
     """
     parsed = {}
     for name, value in configs.items():
-        cdef = TOPIC_CONFIGS.get(name)
+        cdef = TOPIC_CONFIGS.get(name) or INTERNAL_TOPIC_CONFIGS.get(name)
         if cdef is None:
             raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = cdef.parse(value)
@@ -142,7 +147,8 @@ class LogConfig:
     __slots__ = ("segment_bytes", "segment_ms", "segment_jitter_ms", "segment_index_bytes", "retention_ms",
                  "retention_bytes", "index_interval_bytes", "message_timestamp_type", "flush_messages", "flush_ms",
                  "cleanup_policy", "max_message_bytes", "message_timestamp_before_max_ms",
-                 "message_timestamp_after_max_ms")
+                 "message_timestamp_after_max_ms", "delete_retention_ms", "min_cleanable_ratio",
+                 "min_compaction_lag_ms", "max_compaction_lag_ms")
 
     _defaults = None  # attr -> parsed Kafka default, filled on first use
 
@@ -154,6 +160,8 @@ class LogConfig:
         "flush.ms": "flush_ms", "cleanup.policy": "cleanup_policy", "max.message.bytes": "max_message_bytes",
         "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+        "delete.retention.ms": "delete_retention_ms", "min.cleanable.dirty.ratio": "min_cleanable_ratio",
+        "min.compaction.lag.ms": "min_compaction_lag_ms", "max.compaction.lag.ms": "max_compaction_lag_ms",
     }
 
     def __init__(self, **kw):
@@ -171,18 +179,31 @@ class LogConfig:
     def from_mapping(cls, *layers: Mapping[str, Any] | None) -> "LogConfig":
         """Later layers override earlier ones (e.g. broker defaults, then topic overrides)."""
         cfg = cls()
+        internal = None
         for layer in layers:
             for name, value in (layer or {}).items():
                 attr = cls._NAMES.get(name)
                 if attr is not None:
                     setattr(cfg, attr, TOPIC_CONFIGS[name].parse(value, check_range=False))
+                elif name == "internal.segment.bytes":
+                    internal = INTERNAL_TOPIC_CONFIGS[name].parse(value, check_range=False)
+        if internal is not None:
+            cfg.segment_bytes = internal
         return cfg
+
+    def _policy(self, name: str) -> bool:
+        policy = self.cleanup_policy
+        items = policy if isinstance(policy, list) else str(policy).split(",")
+        return any(p.strip().lower() == name for p in items)
 
     @property
     def delete_enabled(self) -> bool:
-        policy = self.cleanup_policy
-        items = policy if isinstance(policy, list) else str(policy).split(",")
-        return any(p.strip().lower() == "delete" for p in items)
+        return self._policy("delete")
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` contains ``compact``: the log cleaner keeps the latest record per key."""
+        return self._policy("compact")
 
     @property
     def log_append_time(self) -> bool:

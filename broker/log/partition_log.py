@@ -18,8 +18,22 @@ and at close) plus a scan of the batches after it (``producer_state_load``
 says which snapshot and how many batches); only without a usable snapshot is
 the whole log scanned. Sealed segments' indexes are not read at start-up.
 
-Not implemented: compaction (``cleanup.policy=compact`` only disables
-deletion), leader epoch cache, tiered storage, Kafka's per-segment transaction
+Segment replacement (the log cleaner, ``broker/log/cleaner``): the cleaner's
+process writes a segment under ``<base>.*.cleaned`` names; ``replace_segments``
+swaps it in on the loop with renames only, crash-safe as Kafka's
+``LocalLog.replaceSegments``: new files ``.cleaned`` -> ``.swap`` (the log file
+last: a ``.log.swap`` is the commit point), the old segments' files ->
+``.deleted``, new files ``.swap`` -> final names, then the old files are
+unlinked and the directory fsynced in the background. Start-up
+(``_complete_swaps``, Kafka's ``LogLoader``) deletes ``.cleaned`` and
+``.deleted`` files and index ``.swap`` files without a ``.log.swap``; for each
+``<base>.log.swap`` it deletes the other segment files whose base offset lies in
+[base, next offset of the swap file) and renames the ``.swap`` files to their
+final names (that segment is then re-scanned). A cleaned segment may end before
+the next segment's base offset (compaction leaves gaps); recovery allows that.
+The producer snapshots of replaced segments become strays, removed at start-up.
+
+Not implemented: leader epoch cache, tiered storage, Kafka's per-segment transaction
 index (the aborted-transaction list travels in the producer snapshots).
 """
 
@@ -32,19 +46,21 @@ import random
 import struct
 import time
 from bisect import bisect_right
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
-                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchInfo,
-                              build_control_batch, control_coordinator_epoch, control_record_type, iter_records,
+                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                              UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
+                              control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
-from .files import atomic_write
-from .producer_state import ProducerStateManager, SnapshotFiles
-from .segment import Segment, SpareFiles
+from .files import atomic_write, fsync_dir
+from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
+                      rename_segment_files, scan)
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +177,6 @@ class AppendResult:
                 f"lso={self.log_start_offset}, duplicate={self.duplicate})")
 
 
-class ProducerStateLoad(NamedTuple):
-    """How start-up rebuilt the producer state: from the snapshot at ``snapshot_offset`` (None: no
-    usable snapshot, the whole log was read) plus ``batches_scanned`` batch headers after it."""
-
-    snapshot_offset: int | None
-    batches_scanned: int
-
-
 class PartitionLog:
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
@@ -227,6 +235,10 @@ class PartitionLog:
         return self._leo if first_unstable is None else min(first_unstable, self._leo)
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -248,6 +260,7 @@ class PartitionLog:
     def _load(self, clean: bool) -> None:
         cfg = self.config
         now = self.clock()
+        swapped = self._complete_swaps()
         names = os.listdir(self.dir)
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for n in names:
@@ -264,7 +277,7 @@ class PartitionLog:
                 self._segments.append(Segment.open(self.dir, base, cfg.segment_index_bytes,
                                                    cfg.index_interval_bytes, now))
             self._bases = list(bases)
-            self._recover(clean)
+            self._recover(clean, swapped)
         active = self._segments[-1]
         active.open_for_append()
         self._leo = active.next_offset
@@ -280,19 +293,49 @@ class PartitionLog:
                                    if nxt > self._recovery_point]
         self._write_checkpoint()
 
-    def _recover(self, clean: bool) -> None:
+    def _complete_swaps(self) -> set[int]:
+        """Finish or roll back a segment replacement a crash interrupted (see the module docstring);
+        returns the base offsets of the segments swapped in here (to be re-scanned)."""
+        names = os.listdir(self.dir)
+        swaps = sorted(int(n.split(".", 1)[0]) for n in names
+                       if n.endswith(".log" + SWAP_SUFFIX) and n.split(".", 1)[0].isdigit())
+        for n in names:
+            stem = n.split(".", 1)[0]
+            if n.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
+                    n.endswith(SWAP_SUFFIX) and not (stem.isdigit() and int(stem) in swaps)):
+                os.unlink(os.path.join(self.dir, n))
+        for base in swaps:
+            path = os.path.join(self.dir, f"{base:020d}.log{SWAP_SUFFIX}")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                _end, next_offset, _reason = scan(fd, 0, os.fstat(fd).st_size, base, False, lambda _p, _h: None)
+            finally:
+                os.close(fd)
+            end = max(next_offset, base + 1)
+            for n in os.listdir(self.dir):
+                stem, dot, suffix = n.partition(".")
+                if stem.isdigit() and base <= int(stem) < end and dot + suffix in SEGMENT_SUFFIXES:
+                    os.unlink(os.path.join(self.dir, n))  # a replaced segment not yet renamed .deleted
+            rename_segment_files(self.dir, base, SWAP_SUFFIX, "")
+            log.info("%s-%d: completed the interrupted replacement by the cleaned segment at %d", self.topic,
+                     self.partition, base)
+        return set(swaps)
+
+    def _recover(self, clean: bool, rescan: set[int] = frozenset()) -> None:
         segs = self._segments
         i = 0
         while i < len(segs):
             seg = segs[i]
             last = i == len(segs) - 1
-            trusted = clean or (not last and segs[i + 1].base_offset <= self._recovery_point)
+            trusted = seg.base_offset not in rescan and (
+                clean or (not last and segs[i + 1].base_offset <= self._recovery_point))
             if last:
                 seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
             elif not trusted or not seg.index_files_plausible():
                 truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
                 seg.seal()  # the maximum entry as a roll writes it; entries leave memory
-                if truncated or seg.next_offset != segs[i + 1].base_offset:
+                # compaction leaves gaps: a segment may end before the next one's base offset
+                if truncated or seg.next_offset > segs[i + 1].base_offset:
                     log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
                               self.partition, seg.log_path, len(segs) - i - 1)
                     for later in segs[i + 1:]:
@@ -301,34 +344,15 @@ class PartitionLog:
             i += 1
 
     def _load_producer_state(self, now: int, names: list[str]) -> None:
-        """Kafka's rebuildProducerState: the latest snapshot at or below the log end, then the batches
-        after it; a snapshot at the log end is written when batches were read."""
+        """Kafka's rebuildProducerState (``producer_state.load_producer_state``); a snapshot at the log end
+        is written when batches were read."""
         snaps = self._snapshots = SnapshotFiles(self.dir, names)
         snaps.remove_stray(self._bases)
-        found = snaps.load_latest(self._leo)
-        start, ps = found if found is not None else (self._segments[0].base_offset, ProducerStateManager())
+        ps, start, self.producer_state_load = load_producer_state(snaps, self._segments, self._bases, self._leo)
         self.producer_state = ps
-        scanned = 0
-        first = max(bisect_right(self._bases, start) - 1, 0)
-        for seg in self._segments[first:]:
-            fd = seg.fd
-            for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
-                if hdr[0] + hdr[6] < start:
-                    continue
-                scanned += 1
-                if hdr[9] < 0:
-                    continue
-                info = BatchInfo(pos, hdr)
-                if info.is_control:
-                    data = os.pread(fd, info.size, pos)
-                    ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
-                                 control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
-                else:
-                    ps.on_batch(info, info.base_offset)
         ps.truncate_head(self._log_start)
         # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
-        self.producer_state_load = ProducerStateLoad(found[0] if found is not None else None, scanned)
         if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
             snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
 
@@ -381,6 +405,26 @@ class PartitionLog:
                                 now_ms=self.clock() if now_ms is None else now_ms,
                                 timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                                 timestamp_after_max_ms=cfg.message_timestamp_after_max_ms)
+
+    def key_errors(self, records, infos: list[BatchInfo]) -> list[tuple[int, str]]:
+        """On a compacted log, (record index, message) for each record without a key: Kafka's
+        ``LogValidator.validateKey``, which refuses them (INVALID_RECORD). Empty otherwise, and for
+        a batch whose codec needs the optional extra (kept as it is; the cleaner keeps it whole).
+        Raises ``RecordsError`` (CORRUPT_MESSAGE) for a batch that does not inflate."""
+        if not self.config.compact:
+            return []
+        errors = []
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        message = f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}"
+        for info in infos:
+            try:
+                missing = keyless_records(mv[info.position:info.position + info.size])
+            except RecordsError as e:
+                if e.code == UNSUPPORTED_COMPRESSION_TYPE:
+                    continue
+                raise
+            errors += [(i, message) for i in missing]
+        return errors
 
     def check_producer(self, infos: list[BatchInfo]) -> tuple[int, int, int]:
         """Idempotence check before append: (error_code, dup_first_offset, dup_last_offset).
@@ -749,6 +793,53 @@ class PartitionLog:
         self.producer_state.truncate_head(self._log_start)
         log.info("%s-%d: deleted %d segment(s); log start offset %d", self.topic, self.partition, n,
                  self._log_start)
+
+    # -------------------------------------------------- segment replacement
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first (the last is the active one); read them, never change them."""
+        return tuple(self._segments)
+
+    def replace_segments(self, new: Segment, old: list[Segment], on_phase=None) -> bool:
+        """Swap the cleaner's segment ``new`` (opened under its ``.cleaned`` names) in for ``old``.
+
+        ``old`` are consecutive inactive segments of this log and ``new`` starts at the first one's
+        base offset; if any of them left the log meanwhile (retention, DeleteRecords, deletion)
+        nothing happens and False is returned (the caller deletes ``new``). Renames only, then the
+        in-memory segment list; unlinks and the directory fsync run in the background.
+        ``on_phase(name)`` is called after each step ("swap", "deleted", "done"; the crash tests).
+        """
+        segs = self._segments
+        try:
+            i = next(k for k, seg in enumerate(segs) if seg is old[0])
+        except StopIteration:
+            return False
+        if (self._closed or not old or new.base_offset != old[0].base_offset or i + len(old) >= len(segs)
+                or any(segs[i + k] is not seg for k, seg in enumerate(old))):
+            return False
+        new.change_suffix(SWAP_SUFFIX)  # the commit point: recovery completes the swap from here
+        if on_phase is not None:
+            on_phase("swap")
+        for seg in old:
+            seg.change_suffix(DELETED_SUFFIX)
+        if on_phase is not None:
+            on_phase("deleted")
+        new.change_suffix("")
+        if on_phase is not None:
+            on_phase("done")
+        segs[i:i + len(old)] = [new]
+        self._bases[i:i + len(old)] = [new.base_offset]
+        bg = self._bg if self._bg.threaded else None
+        for seg in old:
+            if seg in self._pending_flush:  # superseded by ``new``, which the cleaner fsynced
+                self._pending_flush.remove(seg)
+            seg.delete(bg)
+        directory = self.dir
+        if bg is not None:
+            bg.submit(lambda: fsync_dir(directory), self._on_bg_error)
+        else:
+            fsync_dir(directory)
+        return True
 
     # ------------------------------------------------------------ durability
     def flush(self) -> None:

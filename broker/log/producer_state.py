@@ -37,12 +37,13 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
+from typing import NamedTuple
 
 from crc32c import crc32c
 
-from protocol.records import INT32_MAX, BatchInfo
+from protocol.records import CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coordinator_epoch, control_record_type
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,21 @@ class ProducerStateManager:
             if entry.txn_first_offset < log_start_offset:
                 entry.txn_first_offset = log_start_offset
 
+    def remove_aborted(self, marker_offsets) -> None:
+        """Forget the aborted transactions whose ABORT markers (at ``marker_offsets``) the log cleaner
+        removed: their data went first, and a fetch must not name them (Kafka rebuilds the cleaned
+        segment's transaction index without them)."""
+        gone = set(marker_offsets)
+        if gone:
+            keep = [i for i, last in enumerate(self._aborted_last) if last not in gone]
+            self._aborted = [self._aborted[i] for i in keep]
+            self._aborted_last = [self._aborted_last[i] for i in keep]
+
+    def last_records(self) -> dict[int, tuple[int, int]]:
+        """Producer id -> (offset of its last data batch's last record or -1, epoch): Kafka's
+        ``lastRecordsOfActiveProducers``, the batches the log cleaner keeps."""
+        return {pid: (e.batches[-1][3] if e.batches else -1, e.epoch) for pid, e in self.producers.items()}
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Kafka's removeExpiredProducers: drop producers with no open transaction whose last
         timestamp is ``expiration_ms`` or more before ``now_ms``; returns how many."""
@@ -278,6 +294,41 @@ class ProducerStateManager:
         for pid in expired:
             del self.producers[pid]
         return len(expired)
+
+
+class ProducerStateLoad(NamedTuple):
+    """How start-up rebuilt a partition's producer state: from the snapshot at ``snapshot_offset`` (None:
+    no usable snapshot, the whole log was read) plus ``batches_scanned`` batch headers after it."""
+
+    snapshot_offset: int | None
+    batches_scanned: int
+
+
+def load_producer_state(snapshots: "SnapshotFiles", segments, bases: list[int],
+                        log_end: int) -> tuple[ProducerStateManager, int, ProducerStateLoad]:
+    """Kafka's rebuildProducerState: the latest valid snapshot at or below ``log_end``, then the batches
+    of ``segments`` (base offsets ``bases``) after it. Returns (state, the offset it was read from, how)."""
+    found = snapshots.load_latest(log_end)
+    start, ps = found if found is not None else (segments[0].base_offset, ProducerStateManager())
+    scanned = 0
+    for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+        fd = seg.fd
+        for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
+            if hdr[0] + hdr[6] < start:
+                continue
+            scanned += 1
+            if hdr[9] < 0:
+                continue
+            info = BatchInfo(pos, hdr)
+            if info.is_control:
+                if not info.records_count:
+                    continue  # a marker the cleaner emptied: its transaction is gone (as Kafka)
+                data = os.pread(fd, info.size, pos)
+                ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
+                             control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
+            else:
+                ps.on_batch(info, info.base_offset)
+    return ps, start, ProducerStateLoad(found[0] if found is not None else None, scanned)
 
 
 class SnapshotFiles:

@@ -10,7 +10,11 @@ The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
 Where the entries live (RSS does not grow with retained data):
   * the active segment (and a segment being recovered) keeps them in compact
     ``array``s (4 bytes per offset, 12 per time entry) searched with bisect;
-    entries are appended to the files with os.write as they are added;
+    it appends them to its files with os.write once INDEX_WRITE_BATCH of them
+    are pending (one write per ~64 batches instead of two per batch), and always
+    before a seal, an fsync or a close. A crash can leave the files short of the
+    log: recovery re-scans from the last entry on disk and adds the missing ones
+    (as after any torn index);
   * a sealed segment drops its arrays: on its first lookup the files are
     memory-mapped read-only (stdlib ``mmap``) and searched in place (the
     pages are page cache, not heap); its largest timestamp is the time
@@ -18,6 +22,13 @@ Where the entries live (RSS does not grow with retained data):
 Opening a segment reads no index: ``open_for_append`` / ``recover`` load the
 entries of the segments that need them. Indexes are rebuilt by a header scan
 when missing or inconsistent. Segments are not preallocated.
+
+A segment written by the log cleaner carries a file-name suffix (``suffix``:
+``.cleaned`` while it is written, ``.swap`` while it replaces older segments,
+as Kafka's ``LogFileUtils``); ``change_suffix`` renames its three files (the log
+file last, so a ``.log.swap`` implies its index files are ``.swap`` too) and
+``rename_segment_files`` does the same for a segment that has no object here
+(see partition_log.py, "Segment replacement").
 """
 
 from __future__ import annotations
@@ -36,8 +47,11 @@ from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEA
 log = logging.getLogger(__name__)
 
 OFFSET_ENTRY = struct.Struct(">II")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX = ".cleaned", ".swap", ".deleted"
 TIME_ENTRY = struct.Struct(">qI")
 SCAN_CHUNK = 256 * 1024
+INDEX_WRITE_BATCH = 64  # pending index entries written at once by the active segment
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
@@ -79,10 +93,12 @@ class Segment:
     __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
-                 "interval", "_maps", "_torn")
+                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn")
 
-    def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int):
+    def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+                 suffix: str = ""):
         self.interval = interval  # index.interval.bytes
+        self.suffix = suffix  # "" or the cleaner's ".cleaned" / ".swap" (written by change_suffix)
         self.dir = dir_path
         self.base_offset = base_offset
         self.fd: int | None = None
@@ -97,6 +113,10 @@ class Segment:
         # segment reads them from its time index's last entry on first use)
         self._max_ts: int | None = -1
         self._max_ts_offset: int | None = -1
+        # entries of idx_rel/idx_pos and time_ts/time_rel already in the files (written by
+        # _write_pending_indexes, _rewrite_indexes and set on load/recovery)
+        self._idx_written = 0
+        self._time_written = 0
         self.bytes_since_index = 0
         self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
         self.created_ms = now_ms
@@ -108,7 +128,7 @@ class Segment:
 
     # ------------------------------------------------------------------ paths
     def path(self, suffix: str) -> str:
-        return os.path.join(self.dir, segment_name(self.base_offset, suffix))
+        return os.path.join(self.dir, segment_name(self.base_offset, suffix) + self.suffix)
 
     @property
     def log_path(self) -> str:
@@ -116,8 +136,9 @@ class Segment:
 
     # ---------------------------------------------------------- open / create
     @classmethod
-    def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
-        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+    def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+               suffix: str = "") -> "Segment":
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
         seg._new_arrays()
@@ -137,10 +158,11 @@ class Segment:
         return seg
 
     @classmethod
-    def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int) -> "Segment":
+    def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
+             suffix: str = "") -> "Segment":
         """Open an existing segment; its indexes are read when needed (``open_for_append`` / ``recover``
         load them, a lookup on a sealed segment maps them)."""
-        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
+        seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         seg.size = os.fstat(seg.fd).st_size
         seg._max_ts = seg._max_ts_offset = None
@@ -156,6 +178,7 @@ class Segment:
         self._drop_entries()
         self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = array("I"), array("I"), array("q"), array("I")
         self._torn = False
+        self._idx_written = self._time_written = 0
 
     def _load_arrays(self) -> None:
         """Read both index files into arrays (a segment about to be appended to or recovered)."""
@@ -174,6 +197,7 @@ class Segment:
             self._max_ts_offset = self.base_offset + self.time_rel[-1]
         else:
             self._max_ts = self._max_ts_offset = -1
+        self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
     def _map(self) -> None:
         """Sealed segment: map both index files read-only; the entries become columns over them."""
@@ -291,6 +315,7 @@ class Segment:
             with open(tmp, "wb") as f:
                 f.write(b"".join(entry.pack(x, y) for x, y in zip(a, b)))
             os.replace(tmp, self.path(suffix))
+        self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
     def open_for_append(self) -> None:
         """Make this the active segment: entries in memory, index files appended from now on."""
@@ -299,7 +324,23 @@ class Segment:
         if self._index_fd is None:
             self._open_index_writers()
 
+    def _write_pending_indexes(self) -> None:
+        """Append the entries not yet in the index files (the active segment only)."""
+        if self._index_fd is None:
+            return
+        i, n = self._idx_written, len(self.idx_rel)
+        if n > i:
+            _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
+                                                for k in range(i, n)))
+            self._idx_written = n
+        i, n = self._time_written, len(self.time_ts)
+        if n > i:
+            _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
+                                               for k in range(i, n)))
+            self._time_written = n
+
     def _close_index_writers(self) -> None:
+        self._write_pending_indexes()
         for fd in (self._index_fd, self._time_fd):
             if fd is not None:
                 os.close(fd)
@@ -353,6 +394,7 @@ class Segment:
             self.size = end
         if not self._same_indexes(before):
             self._rewrite_indexes()
+        self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
         self.rolling_timestamp = self._first_batch_max_timestamp()
         return truncated
 
@@ -383,6 +425,13 @@ class Segment:
             return -1
         return HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))[8]
 
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch, -1 if none (Kafka's ``getFirstBatchTimestamp``, which
+        ``max.compaction.lag.ms`` is measured from); read once per inactive segment."""
+        if self.rolling_timestamp < 0 and self.size >= HEADER_SIZE:
+            self.rolling_timestamp = self._first_batch_max_timestamp()
+        return self.rolling_timestamp
+
     def scan_headers(self, on_batch) -> None:
         """Call ``on_batch(position, header)`` for every batch (no CRC check)."""
         scan(self.fd, 0, self.size, self.base_offset, False, on_batch)
@@ -405,7 +454,6 @@ class Segment:
     def append(self, data, batches: list[tuple[int, int, int, int]]) -> None:
         """Write ``data`` (whole batches) at the end; ``batches`` = (rel_pos, base, max_ts, size)."""
         pos0 = self.size
-        n_idx, n_time = len(self.idx_rel), len(self.time_ts)
         try:
             _write_all(self.fd, data)
         except OSError:
@@ -416,12 +464,9 @@ class Segment:
             self.rolling_timestamp = batches[0][2]
         for rel_pos, base, max_ts, size in batches:
             self._track(base, max_ts, pos0 + rel_pos, size)
-        if len(self.idx_rel) > n_idx:
-            _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[i], self.idx_pos[i])
-                                                for i in range(n_idx, len(self.idx_rel))))
-        if len(self.time_ts) > n_time:
-            _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[i], self.time_rel[i])
-                                               for i in range(n_time, len(self.time_ts))))
+        if (len(self.idx_rel) - self._idx_written >= INDEX_WRITE_BATCH
+                or len(self.time_ts) - self._time_written >= INDEX_WRITE_BATCH):
+            self._write_pending_indexes()
 
     def index_full(self) -> bool:
         if not self.loaded:
@@ -436,9 +481,7 @@ class Segment:
             self.time_rel.append(self._max_ts_offset - self.base_offset)
             if self._time_fd is None:
                 self._rewrite_indexes()
-            else:
-                _write_all(self._time_fd, TIME_ENTRY.pack(self.time_ts[-1], self.time_rel[-1]))
-        self._close_index_writers()
+        self._close_index_writers()  # writes the pending entries, the maximum last
         self._drop_entries()
 
     # ------------------------------------------------------------------ reads
@@ -490,6 +533,7 @@ class Segment:
         stays valid if the segment is closed or deleted before it runs: it then
         syncs the unlinked inodes, which is harmless, and never a reused fd number.
         """
+        self._write_pending_indexes()
         fds = [os.dup(self.fd)]
         try:
             for suffix, writer in ((".index", self._index_fd), (".timeindex", self._time_fd)):
@@ -513,12 +557,20 @@ class Segment:
             os.close(self.fd)
             self.fd = None
 
+    def change_suffix(self, new_suffix: str) -> None:
+        """Kafka's ``changeFileSuffixes``: rename the three files from this suffix to ``new_suffix``
+        (index files first, the log file last; open descriptors stay valid)."""
+        rename_segment_files(self.dir, self.base_offset, self.suffix, new_suffix)
+        self.suffix = new_suffix
+
     def delete(self, background=None) -> None:
         """Close and remove the files; with ``background`` the unlinks run there.
 
         Deferring is safe: no segment with the same base offset is created in this
         directory later (new segments start at the log end offset, above every
-        deleted one; a deleted topic's directory is renamed away first).
+        deleted one; a deleted topic's directory is renamed away first; the log
+        cleaner replaces a segment at the same base offset only while the old one is
+        still in the log, renaming the old files to ``.deleted`` before deleting them).
         """
         self.close()
         paths = [self.path(suffix) for suffix in (".log", ".index", ".timeindex")]
@@ -592,6 +644,18 @@ def _unlink_all(paths: list[str]) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def rename_segment_files(dir_path: str, base_offset: int, old_suffix: str, new_suffix: str) -> None:
+    """Rename a segment's files from ``old_suffix`` to ``new_suffix``, index files first and the log
+    file last (an index file that is missing is skipped: it is rebuilt when the segment is recovered)."""
+    for suffix in (".index", ".timeindex", ".log"):
+        name = os.path.join(dir_path, segment_name(base_offset, suffix))
+        try:
+            os.rename(name + old_suffix, name + new_suffix)
+        except FileNotFoundError:
+            if suffix == ".log":
+                raise
 
 
 def scan(fd: int, start: int, end: int, expected_offset: int, verify_crc: bool, on_batch) -> tuple[int, int, str]:

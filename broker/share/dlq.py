@@ -21,7 +21,9 @@ ShareGroupDLQValidator and ShareGroupDLQRecordHelper:
   ``sharebroker[compression]``: without it they give headers-only records);
 - appends them to partition ``source partition % DLQ partitions`` through the broker's own
   log (split under the topic's ``max.message.bytes``) and waits for the fsync when the
-  topic's flush settings ask for one: what acks=all means on one node;
+  topic's flush settings ask for one: what acks=all means on one node; a compacted DLQ topic
+  refuses records without a key as a Produce would (INVALID_RECORD: the attempt fails; with
+  copy-record the source records' keys are kept, so keyed records go through and are compacted);
 - retries a failed attempt (configuration or append) with Kafka's exponential backoff,
   1 s doubling to 30 s with 20 % jitter, 5 attempts in all; then logs an error and returns,
   and the partition archives the records without a dead-letter record, as Kafka does.
@@ -132,6 +134,10 @@ class DeadLetterQueue:
                         for chunk in _chunks(records, plog.config.max_message_bytes))
         try:
             infos = validate_records(data, single_batch=False, client=False)
+            keyless = plog.key_errors(data, infos)
+            if keyless:
+                raise DlqError(f"append to {name}-{dest_partition} refused (INVALID_RECORD): {len(keyless)} "
+                               f"record(s) without a key for a compacted topic: {keyless[0][1]}")
             res = plog.append(data, infos, check_producer=False)
         except (LogError, RecordsError) as e:
             raise DlqError(f"append to {name}-{dest_partition} failed: {e}") from None

@@ -14,6 +14,12 @@ Membership follows KIP-932 / Kafka 4.4:
   epoch and target-assignment machinery is the consumer groups',
   :mod:`coordinator.group.modern`); share groups have no revocation phase, so a
   member takes its target assignment, and the assignment epoch, on its next heartbeat;
+  a heartbeat that bumps the group epoch (a new subscription) also drops from the member's
+  assignment the topics it no longer subscribes to, in that heartbeat's answer, even when
+  the new target waits for the assignment interval (Kafka's ShareGroupAssignmentBuilder);
+- while the group waits for partitions to assign (a target held back by the assignment
+  interval, or subscribed partitions not initialized yet) the answer's HeartbeatIntervalMs is
+  shorter than ``share.heartbeat.interval.ms`` (ours: ``_heartbeat_interval_ms``);
 - before a partition is assigned for the first time its share state is initialized
   through the share-state persister (InitializeShareGroupState, at the group epoch) and
   recorded in ShareGroupStatePartitionMetadata; only initialized partitions are assignable;
@@ -59,6 +65,10 @@ ASSIGNMENT_INTERVAL = "share.assignment.interval.ms"
 ASSIGNOR_NAME = "share.assignor.name"  # ours: Kafka 4.4 has one share assignor for every group
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 INIT_RETRY_MS = 30000  # Kafka's group.share.initialize.retry.interval.ms default
+# Ours: the least HeartbeatIntervalMs answered while the group waits for partitions to assign, and the margin
+# added to the time until the next target assignment (a client times its next heartbeat from its last send).
+PENDING_HEARTBEAT_MS = 500
+PENDING_HEARTBEAT_MARGIN_MS = 100
 # per-group settings (``share.*`` overrides) -> the GroupConfig field of their broker default (``group.share.*``)
 _BROKER_DEFAULTS = {SESSION_TIMEOUT: "share_session_timeout_ms", HEARTBEAT_INTERVAL: "share_heartbeat_interval_ms",
                     ASSIGNMENT_INTERVAL: "share_assignment_interval_ms"}
@@ -332,7 +342,8 @@ class ShareGroupManager:
             self._emit(g, records, R.share_member_metadata(gid, updated))
         # Newly initialized partitions need an assignment: a new epoch, unless one is already pending.
         pending = g.group_epoch == g.assignment_epoch and self._initialized_assignment_pending(g)
-        if changed or pending or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash:
+        bumped = changed or pending or metadata_hash(self.c.cluster, g.subscribed_topic_names()) != g.metadata_hash
+        if bumped:
             self._bump(g, records)
         self._schedule_session_timeout(gid, mid)
         # (2) target assignment; for the lag assignor also when backlogs moved (at most once per interval)
@@ -345,24 +356,65 @@ class ShareGroupManager:
             if changes:
                 self._bump(g, records)
                 self._update_target_assignment(g, records, now, changes)
-        # (3) the member takes its target (no revocation in share groups)
+        # (3) the member takes its target (no revocation in share groups), as Kafka's ShareGroupAssignmentBuilder:
+        # on a new target epoch, and on any heartbeat that bumped the group epoch (a new subscription), the
+        # target restricted to the topics the member subscribes to now, so a dropped topic goes in this answer
+        # even when KIP-1263's interval holds the new target back.
         m = g.members[mid]
         send = epoch == 0 or subs is not None
-        target = g.target.get(mid, {})
-        if m.member_epoch != g.assignment_epoch or target != m.assigned:
-            updated = m.copy()
-            updated.member_epoch, updated.previous_member_epoch = g.assignment_epoch, m.member_epoch
-            updated.assigned = {t: set(ps) for t, ps in target.items()}
-            send |= updated.assigned != m.assigned
-            self._emit(g, records, R.share_current_assignment(gid, updated))
-            m = updated
+        if bumped or m.member_epoch != g.assignment_epoch:
+            assigned = self._subscribed_part(g.target.get(mid, {}), m.subscribed_topic_names)
+            if m.member_epoch != g.assignment_epoch or assigned != m.assigned:
+                updated = m.copy()
+                if m.member_epoch != g.assignment_epoch:
+                    updated.member_epoch, updated.previous_member_epoch = g.assignment_epoch, m.member_epoch
+                updated.assigned = assigned
+                send |= updated.assigned != m.assigned
+                self._emit(g, records, R.share_current_assignment(gid, updated))
+                m = updated
         resp = HbResp(member_id=mid, member_epoch=m.member_epoch,
-                      heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
+                      heartbeat_interval_ms=self._heartbeat_interval_ms(g, now))
         if send:
             resp.assignment = HbResp.Assignment(topic_partitions=[
                 HbResp.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())
                 if ps])
         return resp, records
+
+    def _subscribed_part(self, target: Parts, names: list[str]) -> Parts:
+        """``target`` without the topics not in ``names`` (Kafka's filterAssignedPartitions)."""
+        ids = {self.c.cluster.topic_id(n) for n in names}
+        return {t: set(ps) for t, ps in target.items() if t in ids}
+
+    def _heartbeat_interval_ms(self, g: ShareGroup, now: int) -> int:
+        """The HeartbeatIntervalMs to answer: ``share.heartbeat.interval.ms``, except while the group waits
+        for partitions to assign (ours, a deviation): a target assignment held back by KIP-1263's interval,
+        or subscribed partitions whose share state is not initialized yet (they are assigned by the first
+        heartbeat after their initialization).  Then the members are asked back when the next target can
+        be computed, at least PENDING_HEARTBEAT_MS after this one, so a new consumer gets its partitions
+        about one assignment interval after it joined instead of one heartbeat interval (5 s)."""
+        gid = g.group_id
+        configured = self._config(gid, HEARTBEAT_INTERVAL)
+        if g.group_epoch == g.assignment_epoch and not self.uninitialized_partitions(g):
+            return configured
+        wait = g.assignment_timestamp + self.assignment_interval_ms(gid) - now + PENDING_HEARTBEAT_MARGIN_MS
+        return min(configured, max(PENDING_HEARTBEAT_MS, wait))
+
+    def uninitialized_partitions(self, g: ShareGroup) -> dict[bytes, tuple[str, list[int]]]:
+        """Partitions of the group's subscribed topics whose share state is not initialized, by topic id
+        (nothing without a persister or without members)."""
+        if self.share_state is None or not g.members:
+            return {}
+        cluster = self.c.cluster
+        out: dict[bytes, tuple[str, list[int]]] = {}
+        for name in sorted(g.subscribed_topic_names()):
+            tid = cluster.topic_id(name)
+            if tid is None:
+                continue
+            have = g.initialized.get(tid, (name, set()))[1]
+            missing = [p for p in range(cluster.partition_count(name) or 0) if p not in have]
+            if missing:
+                out[tid] = (name, missing)
+        return out
 
     def assignment_interval_ms(self, gid: str) -> int:
         """``share.assignment.interval.ms`` of the group, else ``group.share.assignment.interval.ms``."""
@@ -448,19 +500,14 @@ class ShareGroupManager:
         heartbeat.  A partition already being initialized is not asked for again until
         ``group.share.initialize.retry.interval.ms`` passed."""
         g = self._group(gid)
-        if g is None or self.share_state is None or not g.members:
+        missing_by_topic = self.uninitialized_partitions(g) if g is not None else {}
+        if not missing_by_topic:
             return
-        cluster = self.c.cluster
         now = self.c.now_ms()
         busy = self._initializing.setdefault(gid, {})
         todo: dict[bytes, tuple[str, list[int]]] = {}
-        for name in sorted(g.subscribed_topic_names()):
-            tid = cluster.topic_id(name)
-            if tid is None:
-                continue
-            have = g.initialized.get(tid, (name, set()))[1]
-            missing = [p for p in range(cluster.partition_count(name) or 0) if p not in have
-                       and now - busy.get((tid, p), -INIT_RETRY_MS) >= INIT_RETRY_MS]
+        for tid, (name, parts) in missing_by_topic.items():
+            missing = [p for p in parts if now - busy.get((tid, p), -INIT_RETRY_MS) >= INIT_RETRY_MS]
             if missing:
                 todo[tid] = (name, missing)
                 for p in missing:

@@ -195,6 +195,7 @@ def test_active_group_keeps_offsets_then_empty_group_expires_and_goes_dead(broke
         # a fresh commit for partition 1 only, just before the group empties
         produce(bs, topic, 1)
         consume_n(c, 2)
+        t_fresh_sent = time.monotonic()  # the broker's commit time is later
         c.commit(offsets=[TopicPartition(topic, 1, 6)], asynchronous=False)
         t_fresh = time.monotonic()
     finally:
@@ -205,15 +206,19 @@ def test_active_group_keeps_offsets_then_empty_group_expires_and_goes_dead(broke
     # kill -9 while Empty; then wait for a cleanup pass after the restart (the late control expiring)
     broker.crash_and_restart()
     wait_expired(bs, late_control, topic)
+    offsets = committed(bs, group, [topic])
+    # What is still there within the retention of its clock's start (a lower bound of it here): a
+    # slow close and restart on a loaded machine may take longer, and then it may be gone, rightly.
+    kept = time.monotonic() - (t_empty if protocol == "classic" else t_fresh_sent) < RETENTION_S
     if protocol == "classic":
         # the clock started when the group became Empty (KIP-211) and survived the crash:
         # all offsets are still there although the oldest commit is older than the retention
-        assert committed(bs, group, [topic]) == {(topic, 0): 5, (topic, 1): 6}
+        assert offsets == {(topic, 0): 5, (topic, 1): 6} or (not kept and offsets == {})
         gone_after = t_empty
     else:
         # KIP-848 groups (as Kafka's ConsumerGroup): an Empty group's offsets expire by commit time,
         # so the old one has gone and the fresh one survived the crash
-        assert committed(bs, group, [topic]) == {(topic, 1): 6}
+        assert offsets == {(topic, 1): 6} or (not kept and offsets == {})
         gone_after = t_fresh
     until(lambda: not committed(bs, group, [topic]), 10, "the Empty group's offsets to expire")
     assert time.monotonic() - gone_after >= RETENTION_S

@@ -189,9 +189,10 @@ def test_bad_login_fails_cleanly_with_kafka_python_and_aiokafka(broker, pki):
     from kafka import KafkaProducer
     from kafka.errors import KafkaError as KPError
 
+    # kafka-python 3.0 logs the SASL failure and retries its bootstrap until bootstrap_timeout_ms
     with pytest.raises(KPError):
         KafkaProducer(**_kafka_python_conf(broker, pki, "SASL_PLAINTEXT", "PLAIN", "alice", "wrong"),
-                      max_block_ms=5000)
+                      max_block_ms=5000, bootstrap_timeout_ms=3000)
 
     async def aio():
         p = AIOKafkaProducer(bootstrap_servers=broker.address("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
@@ -255,6 +256,20 @@ def test_failed_login_is_answered_then_closed(broker):
         r = wire_plain_login(w, "nobody", "x", authenticate_version=0)
         assert r.error_code == Errors.SASL_AUTHENTICATION_FAILED
         assert connection_closed(w)
+
+
+def test_failed_login_closes_after_the_failed_authentication_delay(broker):
+    """Kafka's connection.failed.authentication.delay.ms (100 ms): the answer comes, the connection
+    reads nothing more (a request sent after the failure is never answered) and closes after the delay."""
+    import time as _time
+
+    with WireClient(broker.address("SASL_PLAINTEXT")) as w:
+        r = wire_plain_login(w, "alice", "wrong")
+        answered = _time.monotonic()
+        assert r.error_code == Errors.SASL_AUTHENTICATION_FAILED
+        w.send(ApiVersionsRequest(), 0)
+        assert connection_closed(w)
+        assert _time.monotonic() - answered >= 0.09
 
 
 def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(broker):

@@ -1,5 +1,6 @@
 """Fixtures for the Spark pipeline tests: ONE SparkSession (local[2], 4 task attempts) and ONE broker
-for the whole session, real clients over 127.0.0.1.
+for the whole session, real clients over 127.0.0.1. Under xdist every test here is in the
+``xdist_group`` "spark", so they all run in one worker with one session.
 
 - ``spark``: the session-scoped SparkSession with ``pipeline``'s data sources registered (a
   SparkSession costs ~10-20 s to start on 2 cores, so every test shares it).
@@ -37,6 +38,15 @@ BROKER_CONFIG = {
     "group.share.min.heartbeat.interval.ms": "200",
 }
 FAST_GROUP = {"share_heartbeat_interval_ms": 300, "share_session_timeout_ms": 3000}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Every test here runs in the same xdist worker: they share the one SparkSession."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")

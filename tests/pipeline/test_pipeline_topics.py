@@ -164,6 +164,15 @@ def test_failed_produce_fails_the_task(spark, broker, kafka):
             .option("topic", topic).option("kafka.message.timeout.ms", "3000").save()
 
 
+def test_overwrite_is_refused_and_writes_nothing(spark, broker, kafka):
+    topic = kafka.topic(1, "overwrite")
+    df = spark.range(3).select(F.col("id").cast("string").alias("value"))
+    with pytest.raises(Exception, match="Overwrite is not allowed"):
+        df.write.format("kafka_topic").mode("overwrite").option("kafka.bootstrap.servers", broker.bootstrap) \
+            .option("topic", topic).save()
+    assert read(spark, broker.bootstrap, subscribe=topic).count() == 0
+
+
 def test_streaming_write(spark, broker, kafka, tmp_path):
     topic = kafka.topic(2, "swrite")
     src_dir = tmp_path / "in"

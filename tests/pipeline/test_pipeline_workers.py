@@ -74,8 +74,10 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
         with open(log, "a") as f:
             f.write(f"{i},{rec.delivery_count},{task},{attempt},{os.getpid()}\n")
         handled[0] += 1
-        if task == 1 and attempt == 0 and handled[0] == 60:
-            os.kill(os.getpid(), signal.SIGKILL)  # the Python worker dies mid-poll, nothing acknowledged
+        if task == 1 and attempt == 0 and handled[0] >= 60 and i % 50 not in (7, 17):
+            # the Python worker dies mid-poll, nothing acknowledged, on a good record (in flight
+            # whatever the poll sizes were)
+            os.kill(os.getpid(), signal.SIGKILL)
         if i % 50 == 7:
             raise Transient(f"{i} always fails")  # poison by retries: archived at the delivery limit
         if i % 50 == 17:
@@ -93,7 +95,7 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
 
     calls = [tuple(int(x) for x in line.split(",")) for line in open(log)]
     killed = [c for c in calls if c[2] == 1 and c[3] == 0]
-    assert len(killed) == 60, "task 1 was not killed on its 60th record"
+    assert len(killed) >= 60 and killed[-1][0] % 50 not in (7, 17), "task 1 was not killed on a good record"
     assert any(t["task"] == 1 and t["attempt"] >= 1 for t in res.tasks), "Spark did not retry the killed task"
 
     poison_retry = {i for i in range(n) if i % 50 == 7}

@@ -1,0 +1,449 @@
+"""The log cleaner's logic, in the spirit of Kafka's ``LogCleanerTest`` / ``LogCleanerManagerTest``.
+
+The cleaner runs in this process here (``LogCleaner.clean_now``: the job, swap and checkpoint of a
+real pass, without the worker process); records are read back with kafka-python's own batch
+decoder, so what the cleaner writes is checked by an independent implementation."""
+
+import os
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker.log import LogManager, PartitionLog
+from broker.log.cleaner import (CHECKPOINT_FILE, CleanerConfig, LogCleaner, LogToClean, OffsetMap,
+                                group_segments_by_size, read_checkpoints)
+from broker.log.cleaner.transactions import CleanedTransactionMetadata, CONTROL_ABORT, CONTROL_COMMIT
+from protocol import compression
+from protocol import records as R
+from protocol.records import validate_records
+
+from tests.unit.test_log import T0, Clock
+
+DAY = 86_400_000
+
+
+COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": 2048, "index.interval.bytes": 256,
+           "min.cleanable.dirty.ratio": "0.01"}
+
+
+def make(tmp_path, config=None, clock=None, cleaner=None):
+    clock = clock or Clock()
+    logs = LogManager(str(tmp_path / "data"), clock=clock)
+    logs.create_topic("t", 1, {**COMPACT, **(config or {})})
+    return logs, logs.get_log("t", 0), LogCleaner(logs, cleaner, clock=clock), clock
+
+
+def append(plog, records, codec=0, pid=-1, epoch=-1, seq=-1, txn=False, ts=None):
+    """Append one batch built by kafka-python; ``records`` are (key, value) pairs."""
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=txn, producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 30)
+    now = plog.clock() if ts is None else ts
+    for i, (k, v) in enumerate(records):
+        b.append(i, timestamp=now, key=k, value=v, headers=[])
+    data = bytes(b.build())
+    return plog.append(data, validate_records(data), check_producer=pid >= 0)
+
+
+def put(plog, key: int, value: int | None, **kw):
+    return append(plog, [(b"k%d" % key, None if value is None else b"v%d" % value)], **kw)
+
+
+def read_all(plog):
+    """(offset, key, value) of every record from the log start, decoded by kafka-python."""
+    out = []
+    for ref in plog.read(plog.log_start_offset, 1 << 30):
+        kb = DefaultRecordBatch(bytes(ref.data))
+        assert kb.validate_crc()
+        if not kb.is_control_batch:
+            out.extend((r.offset, r.key, r.value) for r in kb)
+    return out
+
+
+def batches(plog):
+    return [R.read_header(bytes(ref.data)) for ref in plog.read(plog.log_start_offset, 1 << 30)]
+
+
+def latest(records):
+    out = {}
+    for off, k, v in records:
+        out[k] = (off, v)
+    return out
+
+
+# ------------------------------------------------------------------ offset map
+def test_offset_map_latest_offset_per_key_and_capacity():
+    m = OffsetMap(128 * 10, load_factor=0.5)
+    assert (m.slots, m.capacity) == (10, 5)
+    for i in range(5):
+        m.put(b"k%d" % i, i)
+    m.put(b"k1", 9)
+    assert m.get(b"k1") == 9 and m.get(b"k0") == 0 and m.get(b"nope") == -1
+    assert m.latest_offset == 9 and m.full and m.utilization == 0.5
+    long_a, long_b = b"x" * 40 + b"a", b"x" * 40 + b"b"  # hashed keys stay distinct
+    m.clear()
+    m.put(long_a, 1)
+    m.put(long_b, 2)
+    assert (m.get(long_a), m.get(long_b), m.latest_offset) == (1, 2, 2)
+    with pytest.raises(ValueError):
+        OffsetMap(10)
+
+
+# ------------------------------------------------------------ segment grouping
+def test_group_segments_by_size():
+    segs = [(0, 600), (10, 600), (20, 600), (30, 100), (40, 1500), (50, 0)]
+    groups = group_segments_by_size(segs, 1300, 1 << 20, 1, 60)
+    assert [[b for b, _ in g] for g in groups] == [[0, 10], [20, 30], [40], [50]]
+    # index entries (estimated from sizes) bound a group too
+    groups = group_segments_by_size(segs, 1 << 30, 700, 1, 60)
+    assert [[b for b, _ in g] for g in groups] == [[0], [10], [20, 30], [40], [50]]
+    # a group never spans more than 2^31 offsets
+    far = [(0, 10), (1 << 31, 10), ((1 << 31) + 5, 10)]
+    assert [[b for b, _ in g] for g in group_segments_by_size(far, 1 << 30, 1 << 30, 1, (1 << 32))] == \
+        [[0], [1 << 31, (1 << 31) + 5]]
+
+
+# --------------------------------------------------------- transactional state
+def test_cleaned_transaction_metadata():
+    t = CleanedTransactionMetadata([(5, 7)])  # producer 7 aborted a transaction starting at 5
+    assert not t.on_batch_read(1, True, 3)         # producer 1: a committed transaction
+    assert t.on_batch_read(7, True, 6)             # producer 7's aborted data may go
+    assert not t.on_control_batch_read(7, 8, CONTROL_ABORT)  # marker kept: its data was seen
+    assert not t.on_control_batch_read(1, 9, CONTROL_COMMIT)  # committed data seen: kept
+    assert t.on_control_batch_read(1, 12, CONTROL_COMMIT)     # nothing of that transaction seen
+    assert t.on_control_batch_read(7, 13, CONTROL_ABORT)      # no aborted data seen any more
+    assert t.on_control_batch_read(3, 14, None)               # an emptied marker
+
+
+# ------------------------------------------------------------- choosing logs
+def test_dirty_section_ratio_and_dirtiest_first(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, {"min.cleanable.dirty.ratio": "0.5"})
+    logs.create_topic("u", 1, {**COMPACT, "min.cleanable.dirty.ratio": "0.5"})
+    other = logs.get_log("u", 0)
+    assert cleaner.grab_filthiest() is None  # empty logs
+    for i in range(60):
+        put(plog, i % 3, i)
+        put(other, i % 3, i)
+    ltc = LogToClean(plog, None, clock())
+    assert ltc.first_dirty == 0 and ltc.first_uncleanable == plog.segments[-1].base_offset
+    assert ltc.clean_bytes == 0 and ltc.cleanable_ratio == 1.0
+    assert cleaner.clean_now(other) == other.segments[-1].base_offset
+    # ``other`` is clean now: ``t`` is the dirtiest
+    assert cleaner.grab_filthiest().log is plog
+    # checkpoint file in Kafka's format
+    assert read_checkpoints(os.path.join(logs.data_dir, CHECKPOINT_FILE)) == {("u", 0): other.segments[-1].base_offset}
+    with open(os.path.join(logs.data_dir, CHECKPOINT_FILE)) as f:
+        assert f.read().splitlines()[:3] == ["0", "1", f"u 0 {other.segments[-1].base_offset}"]
+
+
+def test_ratio_threshold_and_max_compaction_lag(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, {"min.cleanable.dirty.ratio": "0.99",
+                                                 "max.compaction.lag.ms": str(DAY)})
+    for i in range(40):
+        put(plog, i % 2, i)
+    cleaner.clean_now(plog)
+    for i in range(6):
+        put(plog, i % 2, i)
+    plog.roll()
+    ltc = LogToClean(plog, cleaner.checkpoints[("t", 0)], clock())
+    assert 0 < ltc.cleanable_ratio < 0.99 and not ltc.need_compaction_now
+    assert cleaner.grab_filthiest() is None
+    clock.now += DAY + 1  # the dirty segment's first batch is now older than max.compaction.lag.ms
+    ltc = cleaner.grab_filthiest()
+    assert ltc is not None and ltc.need_compaction_now and ltc.compaction_delay_ms == 1
+
+
+def test_min_compaction_lag_and_lso_bound_the_dirty_section(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, {"min.compaction.lag.ms": "1000"})
+    for i in range(30):
+        put(plog, i % 2, i, ts=T0 - 5000)
+    first_recent = plog.log_end_offset
+    for i in range(30):
+        put(plog, i % 2, i)
+    ltc = LogToClean(plog, None, clock())
+    seg_of_recent = max(s.base_offset for s in plog.segments if s.base_offset <= first_recent)
+    assert ltc.first_uncleanable == seg_of_recent
+    # an open transaction holds the last stable offset: nothing from its segment on is cleanable
+    logs2, plog2, cleaner2, clock2 = make(tmp_path / "b")
+    for i in range(10):
+        put(plog2, i, i)
+    open_at = plog2.log_end_offset
+    put(plog2, 99, 1, pid=5, epoch=0, seq=0, txn=True)
+    for i in range(30):
+        put(plog2, i, i)
+    ltc = LogToClean(plog2, None, clock2())
+    assert plog2.last_stable_offset == open_at
+    assert ltc.first_uncleanable == max(s.base_offset for s in plog2.segments if s.base_offset <= open_at)
+
+
+def test_checkpoint_outside_the_log_is_reset(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(30):
+        put(plog, i % 4, i)
+    cleaner.checkpoints[("t", 0)] = 10 ** 9
+    ltc = cleaner.grab_filthiest()
+    assert ltc.first_dirty == 0 and cleaner.checkpoints[("t", 0)] == 0
+
+
+# --------------------------------------------------------------- the cleaning
+def test_latest_value_per_key_offsets_unchanged(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(200):
+        put(plog, i % 10, i)
+    before = read_all(plog)
+    segs_before = plog.segment_count
+    end = cleaner.clean_now(plog)
+    after = read_all(plog)
+    active = plog.segments[-1].base_offset
+    assert end == active
+    cleaned = [r for r in after if r[0] < active]
+    want = {k: v for k, v in latest([r for r in before if r[0] < active]).items()}
+    assert latest(cleaned) == want and len(cleaned) == len(want)   # exactly one record per key
+    assert [r for r in after if r[0] >= active] == [r for r in before if r[0] >= active]
+    assert all(r in before for r in after)  # offsets (and values) unchanged
+    assert plog.log_end_offset == 200
+    # nothing dirty, nothing to do
+    assert cleaner.grab_filthiest() is None
+    # the next pass regroups the small cleaned segments (groups are sized by their size before cleaning)
+    for i in range(100):
+        put(plog, i % 10, 1000 + i)
+    cleaner.clean_now(plog)
+    assert plog.segment_count < segs_before
+    assert sorted(v for _o, _k, v in read_all(plog))[-10:] == sorted(b"v%d" % (1090 + i) for i in range(10))
+
+
+def test_tombstones_kept_until_delete_horizon(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, {"delete.retention.ms": "1000"})
+    for i in range(20):
+        put(plog, i, i)
+    for i in range(0, 20, 2):
+        put(plog, i, None)          # tombstones for the even keys
+    for i in range(40):
+        put(plog, 100 + i % 3, i)   # more data so the tombstones are in closed segments
+    cleaner.clean_now(plog)
+    recs = read_all(plog)
+    tomb = [r for r in recs if r[2] is None]
+    assert sorted(r[1] for r in tomb) == sorted(b"k%d" % i for i in range(0, 20, 2))
+    assert {r[1] for r in recs if r[2] is not None and r[0] < 20} == {b"k%d" % i for i in range(1, 20, 2)}
+    hdrs = [h for h in batches(plog) if h.attributes & R.DELETE_HORIZON_MASK]
+    assert hdrs and all(h.base_timestamp == clock.now + 1000 for h in hdrs)  # KIP-534 delete horizon
+    # not yet past the horizon: another pass keeps them
+    for i in range(40):
+        put(plog, 100 + i % 3, i)
+    cleaner.clean_now(plog)
+    assert len([r for r in read_all(plog) if r[2] is None]) == 10
+    clock.now += 1001
+    for i in range(40):
+        put(plog, 100 + i % 3, i)
+    cleaner.clean_now(plog)
+    recs = read_all(plog)
+    assert [r for r in recs if r[2] is None] == []
+    assert {r[1] for r in recs if r[0] < 20} == {b"k%d" % i for i in range(1, 20, 2)}
+
+
+@pytest.mark.parametrize("codec", [R.COMPRESSION_GZIP, R.COMPRESSION_SNAPPY, R.COMPRESSION_LZ4, R.COMPRESSION_ZSTD])
+def test_compressed_batches_rewritten_with_their_codec(tmp_path, codec):
+    if not compression.available(codec):
+        pytest.skip("needs the optional extra sharebroker[compression]")
+    logs, plog, cleaner, clock = make(tmp_path, {"internal.segment.bytes": 4096})
+    for i in range(60):
+        append(plog, [(b"k%d" % ((i + j) % 7), b"v%d-%d" % (i, j) * 40) for j in range(4)], codec=codec)
+    before = read_all(plog)
+    cleaner.clean_now(plog)
+    active = plog.segments[-1].base_offset
+    after = read_all(plog)
+    assert latest([r for r in after if r[0] < active]) == latest([r for r in before if r[0] < active])
+    assert len([r for r in after if r[0] < active]) == 7
+    assert {h.compression for h in batches(plog)} == {codec}
+
+
+def test_unavailable_codec_kept_whole(tmp_path, monkeypatch, caplog):
+    logs, plog, cleaner, clock = make(tmp_path)
+    if not compression.available(R.COMPRESSION_ZSTD):
+        pytest.skip("needs the optional extra to write the zstd batches")
+    for i in range(30):
+        append(plog, [(b"k%d" % (i % 3), b"z%d" % i * 50)], codec=R.COMPRESSION_ZSTD)
+        put(plog, i % 3, i)
+    before = read_all(plog)
+    monkeypatch.setattr(compression, "_cramjam", None)  # as without the extra
+    with caplog.at_level("WARNING"):
+        cleaner.clean_now(plog)
+        cleaner.clean_now(plog)
+    after = read_all(plog)
+    active = plog.segments[-1].base_offset
+    zstd = [h for h in batches(plog) if h.compression == R.COMPRESSION_ZSTD]
+    assert len([h for h in zstd if h.base_offset < active]) == len([r for r in before if r[0] < active]) // 2
+    assert all(r in before for r in after)
+    warnings = [r for r in caplog.records if "sharebroker[compression]" in r.getMessage()]
+    assert len(warnings) == 1 and "zstd" in warnings[0].getMessage()
+
+
+def test_keyless_records_removed(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(30):
+        append(plog, [(None, b"nokey%d" % i), (b"k%d" % (i % 2), b"v%d" % i)])
+    cleaner.clean_now(plog)
+    active = plog.segments[-1].base_offset
+    assert all(k is not None for off, k, v in read_all(plog) if off < active)
+
+
+def test_idempotent_producer_last_batch_kept_empty(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path)
+    seq = 0
+    for i in range(20):
+        put(plog, 1, i, pid=42, epoch=3, seq=seq)
+        seq += 1
+    last_pid_offset = plog.log_end_offset - 1
+    for i in range(40):
+        put(plog, 1, 100 + i)  # the same key from another writer makes producer 42's records obsolete
+    cleaner.clean_now(plog)
+    mine = [h for h in batches(plog) if h.producer_id == 42]
+    assert len(mine) == 1 and mine[0].records_count == 0
+    assert mine[0].base_offset == last_pid_offset and mine[0].base_sequence == 19
+    # the producer state survives a restart and the next sequence is accepted
+    logs.close()
+    logs = LogManager(str(tmp_path / "data"), clock=clock)
+    plog = logs.get_log("t", 0)
+    put(plog, 1, 7, pid=42, epoch=3, seq=20)
+    with pytest.raises(Exception):
+        put(plog, 1, 8, pid=42, epoch=3, seq=25)  # out of sequence: the state was kept
+
+
+def test_aborted_transaction_removed_committed_kept_markers_after_horizon(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, {"delete.retention.ms": "500"})
+    put(plog, 1, 1, pid=7, epoch=0, seq=0, txn=True)
+    put(plog, 2, 1, pid=7, epoch=0, seq=1, txn=True)
+    plog.append_control(7, 0, commit=False)
+    put(plog, 3, 1, pid=8, epoch=0, seq=0, txn=True)
+    plog.append_control(8, 0, commit=True)
+    put(plog, 1, 2, pid=9, epoch=0, seq=0, txn=True)
+    plog.append_control(9, 0, commit=True)
+    put(plog, 4, 1, pid=7, epoch=0, seq=2, txn=True)
+    plog.append_control(7, 0, commit=True)
+
+    def filler():
+        for i in range(40):
+            put(plog, 100 + i % 2, i)
+
+    def markers():
+        return [(h.producer_id, h.records_count) for h in batches(plog) if h.is_control]
+    filler()
+    cleaner.clean_now(plog)
+    active = plog.segments[-1].base_offset
+    values = {(k, v) for off, k, v in read_all(plog) if off < active and not k.startswith(b"k10")}
+    assert values == {(b"k3", b"v1"), (b"k1", b"v2"), (b"k4", b"v1")}  # pid 7's aborted k1, k2 are gone
+    assert markers() == [(7, 1), (8, 1), (9, 1), (7, 1)]
+    assert plog.aborted_transactions(0, plog.log_end_offset) == [(7, 0)]
+    filler()
+    cleaner.clean_now(plog)  # the abort marker's transaction is empty now: it gets a delete horizon
+    abort = [h for h in batches(plog) if h.is_control and h.base_offset == 2]
+    assert abort and abort[0].attributes & R.DELETE_HORIZON_MASK and abort[0].base_timestamp == clock.now + 500
+    clock.now += 501
+    filler()
+    cleaner.clean_now(plog)  # past its horizon: the abort marker and the aborted entry go
+    assert markers() == [(8, 1), (9, 1), (7, 1)]
+    assert plog.aborted_transactions(0, plog.log_end_offset) == []
+    # the log reads the same after a restart
+    logs.close()
+    logs = LogManager(str(tmp_path / "data"), clock=clock)
+    plog = logs.get_log("t", 0)
+    assert plog.aborted_transactions(0, plog.log_end_offset) == []
+    assert plog.last_stable_offset == plog.log_end_offset
+
+
+def test_aborted_transaction_of_a_live_producer_keeps_its_marker(tmp_path):
+    """Kafka keeps a producer's last batch (emptied) and so the abort marker after it, until the
+    producer id expires."""
+    logs, plog, cleaner, clock = make(tmp_path, {"delete.retention.ms": "0"})
+    put(plog, 1, 1, pid=7, epoch=0, seq=0, txn=True)
+    plog.append_control(7, 0, commit=False)
+    for _ in range(3):
+        for i in range(40):
+            put(plog, 100 + i % 2, i)
+        cleaner.clean_now(plog)
+        clock.now += 1
+    hdrs = [h for h in batches(plog) if h.producer_id == 7]
+    assert [(h.base_offset, h.is_control, h.records_count) for h in hdrs] == [(0, False, 0), (1, True, 1)]
+    assert plog.aborted_transactions(0, plog.log_end_offset) == [(7, 0)]
+
+
+def test_map_full_cleans_in_several_passes(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path, cleaner={"log.cleaner.dedupe.buffer.size": str(128 * 8),
+                                                         "log.cleaner.io.buffer.load.factor": "0.5"})
+    for i in range(150):
+        put(plog, i % 12, i)
+    before = read_all(plog)
+    active = plog.segments[-1].base_offset
+    first = cleaner.clean_now(plog)
+    assert 0 < first < active  # four keys per pass
+    ends = [first]
+    while ends[-1] < active:
+        ends.append(cleaner.clean_now(plog))
+    assert ends == sorted(ends) and ends[-1] == active
+    after = read_all(plog)
+    assert latest([r for r in after if r[0] < active]) == latest([r for r in before if r[0] < active])
+
+
+def test_swap_refused_when_segments_left_the_log(tmp_path):
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(60):
+        put(plog, i % 3, i)
+    ltc = cleaner.grab_filthiest()
+    job = cleaner.make_job(ltc)
+    from broker.log.cleaner.cleaner import Cleaner
+    from broker.log.segment import CLEANED_SUFFIX, Segment
+    c = Cleaner(*CleanerConfig().worker_settings())
+    gen = c.clean(job)
+    group = next(gen)
+    plog.delete_records(plog.segments[2].base_offset)  # the group's first segments go
+    seg = Segment.open(plog.dir, group.base, 1 << 20, 256, clock(), suffix=CLEANED_SUFFIX)
+    old = [s for s in ltc.segments if s.base_offset in group.old_bases]
+    assert not plog.replace_segments(seg, old)
+    seg.delete()
+    assert not [n for n in os.listdir(plog.dir) if n.endswith(CLEANED_SUFFIX)]
+
+
+# ---------------------------------------------------------- crash recovery
+@pytest.mark.parametrize("phase", ["cleaned", "swap", "deleted", "done"])
+def test_interrupted_swap_recovered(tmp_path, phase):
+    """A crash at each step of the swap: start-up rolls back or completes it; no record is lost."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(120):
+        put(plog, i % 5, i)
+    before = read_all(plog)
+    ltc = cleaner.grab_filthiest()
+    job = cleaner.make_job(ltc)
+    from broker.log.cleaner.cleaner import Cleaner
+    from broker.log.segment import CLEANED_SUFFIX, Segment
+    gen = Cleaner(*CleanerConfig().worker_settings()).clean(job)
+    group = next(gen)
+
+    class Crash(Exception):
+        pass
+
+    def on_phase(p):
+        if p == phase:
+            raise Crash
+
+    seg = Segment.open(plog.dir, group.base, 1 << 20, 256, clock(), suffix=CLEANED_SUFFIX)
+    old = [s for s in ltc.segments if s.base_offset in group.old_bases]
+    if phase == "cleaned":
+        pass
+    else:
+        with pytest.raises(Crash):
+            plog.replace_segments(seg, old, on_phase)
+    # the process dies: reopen the directory without a clean shutdown
+    for s in plog.segments:
+        s.close()
+    seg.close()
+    os.close(logs._lock_fd)
+    logs._lock_fd = None
+    reopened = PartitionLog(plog.dir, "t", 0, COMPACT, clock=clock)
+    names = os.listdir(plog.dir)
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
+    after = read_all(reopened)
+    assert all(r in before for r in after)
+    assert latest(after) == latest(before)
+    committed = phase != "cleaned"
+    assert (reopened.segments[0].base_offset == group.base and len(after) < len(before)) == committed \
+        or not committed and after == before
+    assert reopened.log_end_offset == 120
