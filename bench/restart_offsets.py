@@ -3,12 +3,14 @@
 A broker (the last ``--root``) creates a topic of ``--partitions`` (100) partitions and
 receives ``--commits`` (1,000,000) offset commits over them: OffsetCommit requests of one
 group, one commit per partition each, pipelined over one connection, what a consumer's
-auto-commit leaves in ``__consumer_offsets`` after hours (about 62 MB). Two data
+auto-commit leaves in ``__consumer_offsets`` after hours (about 85 MB). Two data
 directories are kept:
 
-* ``history``: that log as written;
-* ``latest``: the same 100 live keys committed once (only the latest value of each key,
-  the log a compaction of ``__consumer_offsets`` converges to).
+* ``history``: that log as written, the log cleaner off (``log.cleaner.enable=false``, also
+  for its restarts): what a restart replays without compaction;
+* ``compacted``: the same commits with the cleaner on, kept running until the cleaner
+  checkpoint of ``__consumer_offsets`` reached its active segment (at most ``--settle-s``);
+  what a broker that ran for a while restarts with.
 
 Then, for each root, variant and shutdown (``clean``: SIGTERM, ``kill9``: the broker is
 started on a copy, left to load, and killed with SIGKILL), a copy of the directory is
@@ -38,9 +40,11 @@ import time
 try:
     from . import _common as C  # type: ignore[import-not-found]
     from . import peers  # type: ignore[import-not-found]
+    from .compaction import _active_base, _offsets_checkpoint  # type: ignore[import-not-found]
 except ImportError:  # run as a script
     import _common as C  # type: ignore[no-redef]
     import peers  # type: ignore[no-redef]
+    from compaction import _active_base, _offsets_checkpoint  # type: ignore[no-redef]
 
 sys.path.insert(0, str(peers.REPO_ROOT))
 
@@ -58,9 +62,11 @@ def _env(root: str) -> dict:
     return env
 
 
-def spawn(root: str, data: str, port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "broker", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
-                            cwd=root, env=_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def spawn(root: str, data: str, port: int, settings: dict | None = None) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "broker", "--listen", f"127.0.0.1:{port}", "--data-dir", data]
+    for k, v in (settings or {}).items():
+        argv += ["--set", f"{k}={v}"]
+    return subprocess.Popen(argv, cwd=root, env=_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
 
 
@@ -102,13 +108,14 @@ def fetch_offsets(w: WireClient, partitions: int):
     return g.error_code, {p.partition_index: p.committed_offset for t in g.topics for p in t.partitions}
 
 
-def generate(root: str, commits: int, partitions: int, rounds: int) -> str:
-    """A data dir holding ``rounds`` commit requests of ``partitions`` partitions each (clean shutdown)."""
+def generate(root: str, partitions: int, rounds: int, settings: dict, settle_s: float) -> str:
+    """A data dir holding ``rounds`` commit requests of ``partitions`` partitions each (clean shutdown), after
+    waiting up to ``settle_s`` for the cleaner to reach the active segment of ``__consumer_offsets``."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     data = tempfile.mkdtemp(prefix="sb-restart-offsets-")
     port = peers.free_port()
-    p = spawn(root, data, port)
+    p = spawn(root, data, port, settings)
     try:
         wait_accepting(p, port)
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
@@ -124,25 +131,33 @@ def generate(root: str, commits: int, partitions: int, rounds: int) -> str:
                 assert all(q.error_code == 0 for t in r.topics for q in t.partitions), r
         w.close()
         print(f"   {rounds * partitions:,} offset commits written in {time.perf_counter() - t0:.1f} s", flush=True)
+        seg_dir = os.path.join(data, "__consumer_offsets-0")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < settle_s and _offsets_checkpoint(data) < _active_base(seg_dir):
+            time.sleep(0.2)
+        if settle_s:
+            print(f"   cleaner checkpoint {_offsets_checkpoint(data)}, active segment {_active_base(seg_dir)} "
+                  f"after {time.monotonic() - t0:.1f} s", flush=True)
     finally:
         stop(p)
     return data
 
 
-def restart(root: str, data: str, kill9: bool, ready=None) -> tuple[subprocess.Popen, int, float, float]:
+def restart(root: str, data: str, kill9: bool, ready=None,
+            settings: dict | None = None) -> tuple[subprocess.Popen, int, float, float]:
     """Start ``root``'s broker on ``data``; with ``kill9`` a first one is started, left until ``ready(port, p)``
     returns, and killed with SIGKILL, so the measured start is an unclean one. Returns (process, port,
     perf_counter at spawn, seconds from spawn to accepting)."""
     if kill9:
         port = peers.free_port()
-        p = spawn(root, data, port)
+        p = spawn(root, data, port, settings)
         wait_accepting(p, port)
         if ready is not None:
             ready(port, p)
         stop(p, signal.SIGKILL)
     port = peers.free_port()
     t0 = time.perf_counter()
-    p = spawn(root, data, port)
+    p = spawn(root, data, port, settings)
     try:
         wait_accepting(p, port)
     except BaseException:
@@ -151,13 +166,14 @@ def restart(root: str, data: str, kill9: bool, ready=None) -> tuple[subprocess.P
     return p, port, t0, time.perf_counter() - t0
 
 
-def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool) -> tuple[float, float, float, float]:
+def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool,
+            settings: dict) -> tuple[float, float, float, float]:
     data = tempfile.mkdtemp(prefix="sb-restart-run-")
     shutil.rmtree(data)
     shutil.copytree(source, data)
     try:
         p, port, t0, accept = restart(root, data, kill9,
-                                      lambda port, p: until_loaded(port, partitions, expect, p))
+                                      lambda port, p: until_loaded(port, partitions, expect, p), settings)
         try:
             metadata = until_loaded(port, partitions, expect, p)
             loaded = time.perf_counter() - t0
@@ -198,7 +214,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commits", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--variants", default="history,latest")
+    ap.add_argument("--variants", default="history,compacted")
+    ap.add_argument("--settle-s", type=float, default=120.0, help="longest wait for the cleaner ('compacted')")
     ap.add_argument("--modes", default="clean,kill9")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -207,11 +224,11 @@ def main(argv=None) -> int:
     rounds = max(args.commits // args.partitions, 1)
     variants = [v for v in args.variants.split(",") if v]
     sources, expects = {}, {}
+    settings = {"history": {"log.cleaner.enable": "false"}, "compacted": {}}
     for v in variants:
-        n = rounds if v == "history" else 1
-        print(f"== generating '{v}': {n:,} commit requests x {args.partitions} partitions", flush=True)
-        sources[v] = generate(gen_root, n * args.partitions, args.partitions, n)
-        expects[v] = {q: (n - 1) * 1000 + q for q in range(args.partitions)}
+        print(f"== generating '{v}': {rounds:,} commit requests x {args.partitions} partitions", flush=True)
+        sources[v] = generate(gen_root, args.partitions, rounds, settings[v], 0 if v == "history" else args.settle_s)
+        expects[v] = {q: (rounds - 1) * 1000 + q for q in range(args.partitions)}
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _s, fs in os.walk(
             os.path.join(sources[v], "__consumer_offsets-0")) for f in fs if f.endswith(".log"))
         print(f"   __consumer_offsets: {size / 1e6:.1f} MB", flush=True)
@@ -221,7 +238,7 @@ def main(argv=None) -> int:
             for v in variants:
                 for mode in [m for m in args.modes.split(",") if m]:
                     for name, root in roots:
-                        r = measure(root, sources[v], args.partitions, expects[v], mode == "kill9")
+                        r = measure(root, sources[v], args.partitions, expects[v], mode == "kill9", settings[v])
                         samples.setdefault((v, mode, name), []).append(r)
                         print(f"rep {rep + 1} {v:>7} {mode:>5} {name:>8}: accepting {r[0] * 1000:7.0f} ms, "
                               f"coordinator {r[1] * 1000:7.0f} ms", flush=True)
