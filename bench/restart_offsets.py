@@ -16,7 +16,8 @@ Then, for each root, variant and shutdown (``clean``: SIGTERM, ``kill9``: the br
 started on a copy, left to load, and killed with SIGKILL), a copy of the directory is
 restarted and the bench measures from spawn: ``accept_ms`` until the port accepts a TCP
 connection, ``coordinator_ms`` until an OffsetFetch of the group answers without error
-(the group coordinator has loaded; the answer's offsets are checked), and ``rss_MiB``
+(the group coordinator has loaded; the answer's offsets are checked; ``--bytecode cached``,
+the default, starts with each root's modules compiled, as an installed package), and ``rss_MiB``
 once loaded; ``metadata_max_ms`` is the slowest Metadata request made while the coordinator was
 still loading (served meanwhile: the loop is not stalled). Medians of ``--repeat`` runs,
 interleaved across roots.
@@ -41,10 +42,12 @@ try:
     from . import _common as C  # type: ignore[import-not-found]
     from . import peers  # type: ignore[import-not-found]
     from .compaction import _active_base, _offsets_checkpoint  # type: ignore[import-not-found]
+    from .startup import _env as broker_env  # type: ignore[import-not-found]
 except ImportError:  # run as a script
     import _common as C  # type: ignore[no-redef]
     import peers  # type: ignore[no-redef]
     from compaction import _active_base, _offsets_checkpoint  # type: ignore[no-redef]
+    from startup import _env as broker_env  # type: ignore[no-redef]
 
 sys.path.insert(0, str(peers.REPO_ROOT))
 
@@ -56,18 +59,38 @@ from tests.wire import WireClient  # noqa: E402
 GROUP, TOPIC = "bench-group", "bench-offsets"
 
 
-def _env(root: str) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root
-    return env
+PYCACHE: dict[str, str] = {}  # root -> its private bytecode cache (``--bytecode cached``); set by use_bytecode
+
+
+def use_bytecode(roots: list[tuple[str, str]], mode: str) -> None:
+    """``cached``: each root gets a private PYTHONPYCACHEPREFIX, warmed by one start (an installed package
+    has its bytecode); ``nocache``: every start compiles the project's modules (PYTHONDONTWRITEBYTECODE)."""
+    if mode != "cached":
+        return
+    for _name, root in roots:
+        PYCACHE[root] = tempfile.mkdtemp(prefix="sb-pycache-restart-")
+        data = tempfile.mkdtemp(prefix="sb-warm-")
+        port = peers.free_port()
+        p = spawn(root, data, port)
+        try:
+            wait_accepting(p, port)
+        finally:
+            stop(p)
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def drop_bytecode() -> None:
+    for d in PYCACHE.values():
+        shutil.rmtree(d, ignore_errors=True)
+    PYCACHE.clear()
 
 
 def spawn(root: str, data: str, port: int, settings: dict | None = None) -> subprocess.Popen:
     argv = [sys.executable, "-m", "broker", "--listen", f"127.0.0.1:{port}", "--data-dir", data]
     for k, v in (settings or {}).items():
         argv += ["--set", f"{k}={v}"]
-    return subprocess.Popen(argv, cwd=root, env=_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(argv, cwd=root, env=broker_env(root, PYCACHE.get(root)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
 
 def wait_accepting(p: subprocess.Popen, port: int, timeout: float = 300.0) -> None:
@@ -217,9 +240,11 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="history,compacted")
     ap.add_argument("--settle-s", type=float, default=120.0, help="longest wait for the cleaner ('compacted')")
     ap.add_argument("--modes", default="clean,kill9")
+    ap.add_argument("--bytecode", choices=("cached", "nocache"), default="cached")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
+    use_bytecode(roots, args.bytecode)
     gen_root = roots[-1][1]
     rounds = max(args.commits // args.partitions, 1)
     variants = [v for v in args.variants.split(",") if v]
@@ -245,6 +270,7 @@ def main(argv=None) -> int:
     finally:
         for d in sources.values():
             shutil.rmtree(d, ignore_errors=True)
+        drop_bytecode()
     rows = []
     for (v, mode, name), vals in samples.items():
         rows.append({"log": v, "shutdown": mode, "root": name, "n": len(vals),

@@ -36,11 +36,11 @@ import time
 try:
     from . import _common as C  # type: ignore[import-not-found]
     from . import peers  # type: ignore[import-not-found]
-    from .restart_offsets import restart, stop  # type: ignore[import-not-found]
+    from .restart_offsets import drop_bytecode, restart, stop, use_bytecode  # type: ignore[import-not-found]
 except ImportError:  # run as a script
     import _common as C  # type: ignore[no-redef]
     import peers  # type: ignore[no-redef]
-    from restart_offsets import restart, stop  # type: ignore[no-redef]
+    from restart_offsets import drop_bytecode, restart, stop, use_bytecode  # type: ignore[no-redef]
 
 from broker.log import LogManager  # noqa: E402  (restart_offsets put the checkout on sys.path)
 from protocol.messages.list_offsets import ListOffsetsRequest  # noqa: E402
@@ -131,37 +131,42 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--modes", default="clean,kill9")
     ap.add_argument("--settle", type=float, default=1.0)
+    ap.add_argument("--bytecode", choices=("cached", "nocache"), default="cached")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
+    use_bytecode(roots, args.bytecode)
     rows = []
-    for label in [s for s in args.sizes.split(",") if s]:
-        size = parse_size(label)
-        free = shutil.disk_usage(tempfile.gettempdir()).free
-        if size * 1.3 > free:
-            print(f"!! skipping {label}: {free / 1e9:.1f} GB free in {tempfile.gettempdir()}", file=sys.stderr)
-            continue
-        print(f"== {label}: generating ({free / 1e9:.0f} GB free)", flush=True)
-        data, ends = generate(size, args.partitions, args.batch_records, args.segment_bytes)
-        samples: dict[tuple, list] = {}
-        try:
-            for name, root in roots:  # warm-up (page cache, bytecode)
-                measure(root, data, ends, False, 0)
-            for rep in range(args.repeat):
-                for mode in [m for m in args.modes.split(",") if m]:
-                    for name, root in roots:
-                        r = measure(root, data, ends, mode == "kill9", args.settle)
-                        samples.setdefault((mode, name), []).append(r)
-                        print(f"rep {rep + 1} {label:>6} {mode:>5} {name:>8}: {r[0] * 1000:7.0f} ms, "
-                              f"RSS {r[1]:6.1f} MiB (anon {r[2]:6.1f})", flush=True)
-        finally:
-            shutil.rmtree(data, ignore_errors=True)
-        for (mode, name), vals in samples.items():
-            rows.append({"retained": label, "shutdown": mode, "root": name, "n": len(vals),
-                         "restart_ms": 1000 * statistics.median(v[0] for v in vals),
-                         "max_ms": 1000 * max(v[0] for v in vals),
-                         "rss_MiB": statistics.median(v[1] for v in vals),
-                         "anon_MiB": statistics.median(v[2] for v in vals)})
+    try:
+        for label in [s for s in args.sizes.split(",") if s]:
+            size = parse_size(label)
+            free = shutil.disk_usage(tempfile.gettempdir()).free
+            if size * 1.3 > free:
+                print(f"!! skipping {label}: {free / 1e9:.1f} GB free in {tempfile.gettempdir()}", file=sys.stderr)
+                continue
+            print(f"== {label}: generating ({free / 1e9:.0f} GB free)", flush=True)
+            data, ends = generate(size, args.partitions, args.batch_records, args.segment_bytes)
+            samples: dict[tuple, list] = {}
+            try:
+                for name, root in roots:  # warm-up (page cache, bytecode)
+                    measure(root, data, ends, False, 0)
+                for rep in range(args.repeat):
+                    for mode in [m for m in args.modes.split(",") if m]:
+                        for name, root in roots:
+                            r = measure(root, data, ends, mode == "kill9", args.settle)
+                            samples.setdefault((mode, name), []).append(r)
+                            print(f"rep {rep + 1} {label:>6} {mode:>5} {name:>8}: {r[0] * 1000:7.0f} ms, "
+                                  f"RSS {r[1]:6.1f} MiB (anon {r[2]:6.1f})", flush=True)
+            finally:
+                shutil.rmtree(data, ignore_errors=True)
+            for (mode, name), vals in samples.items():
+                rows.append({"retained": label, "shutdown": mode, "root": name, "n": len(vals),
+                             "restart_ms": 1000 * statistics.median(v[0] for v in vals),
+                             "max_ms": 1000 * max(v[0] for v in vals),
+                             "rss_MiB": statistics.median(v[1] for v in vals),
+                             "anon_MiB": statistics.median(v[2] for v in vals)})
+    finally:
+        drop_bytecode()
     print(f"\n# restart (spawn -> accepting connections) and idle memory against retained data: "
           f"{args.partitions} partitions, 1 KiB records, {args.batch_records}-record batches, "
           f"{args.segment_bytes >> 20} MiB segments (medians)")
