@@ -22,6 +22,7 @@ part, each the single owner of its state.
 | ``security``     | ``broker.security.Security``           | SCRAM credentials, ACLs (the authorizer's store) |
 | ``share_metrics`` | ``broker.metrics.ShareMetrics`` | share acknowledgement, load and state-write counters |
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
+| ``quotas``       | ``broker.quotas.Quotas``               | client quotas (``meta/client-quotas.json``) and their sensors |
 | ``cleaner``      | ``broker.log.cleaner.LogCleaner``      | compaction: cleaner checkpoints, its worker processes |
 | ``listening``    | ``asyncio.Event``                      | set once the listener is open: the coordinators' loads start |
 
@@ -55,6 +56,8 @@ from broker.log.manager import LogManager
 from broker.metrics import MeteredPersister, ShareMetrics
 from broker.pipeline import AllowAll, Authenticator, Authorizer, NoAuthentication, RequestMetrics
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import Quotas
+from broker.quotas import build as build_quotas
 from broker.share.manager import SharePartitionManager
 from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
 from coordinator.group import GroupCoordinator
@@ -98,6 +101,7 @@ class Components:
     request_metrics: RequestMetrics = field(default_factory=RequestMetrics)
     share_metrics: ShareMetrics = field(default_factory=ShareMetrics)
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
+    quotas: Quotas = field(default_factory=lambda: build_quotas(BrokerConfig(), None))
     cleaner: object = None  # broker.log.cleaner.LogCleaner
     # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
     listening: asyncio.Event = field(default_factory=asyncio.Event)
@@ -201,4 +205,4 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
                       share_metrics=share_metrics, security=security, authorizer=security.authorizer,
-                      listening=listening)
+                      quotas=build_quotas(config, meta, logs.background), listening=listening)

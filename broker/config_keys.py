@@ -122,6 +122,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.share.assignor.offload.enable", BOOLEAN),
     _k("group.share.assignors", LIST),
     _k("group.share.lag.rebalance.interval.ms", INT, minimum=0),  # ours: the share `lag` assignor
+    _k("group.share.fair.acquisition.enable", BOOLEAN),  # ours: broker/share/fair.py
     _k("group.share.max.size", INT, minimum=1, maximum=1000),
     _k("group.share.max.share.sessions", INT, minimum=1),
     _k("share.coordinator.snapshot.update.records.per.snapshot", INT, minimum=0, maximum=500),
@@ -129,6 +130,12 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     # KIP-1191 share-group dead-letter queue (broker/share/dlq.py)
     _k("errors.deadletterqueue.auto.create.topics.enable", BOOLEAN),
     _k("errors.deadletterqueue.topic.name.prefix", STRING),
+    # client quotas (broker/quotas)
+    _k("quota.window.num", INT, minimum=1),
+    _k("quota.window.size.seconds", INT, minimum=1),
+    _k("controller.quota.window.num", INT, minimum=1),
+    _k("controller.quota.window.size.seconds", INT, minimum=1),
+    _k("client.quota.callback.class", CLASS),
     # ours (documented in the README)
     _k("offsets.retention.ms", LONG, minimum=1),
     _k("sharebroker.share.session.idle.timeout.ms", LONG, minimum=1),
@@ -185,6 +192,8 @@ ACCEPTED_KEYS = frozenset({
     "metadata.log.dir", "broker.id", "broker.rack", "replica.lag.time.max.ms", "auto.leader.rebalance.enable",
     "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
     "share.coordinator.threads", "group.coordinator.threads", "background.threads",
+    "replication.quota.window.num", "replication.quota.window.size.seconds",
+    "alter.log.dirs.replication.quota.window.num", "alter.log.dirs.replication.quota.window.size.seconds",
 })
 
 _SYNONYMS = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}
@@ -206,6 +215,8 @@ def _security_check(key: str, value: str) -> None:
     if key == "ssl.principal.mapping.rules" and value.strip() != "DEFAULT":
         raise ConfigError(f"Invalid value {value} for configuration {key}: only DEFAULT is supported "
                           f"(the principal is the certificate's full subject DN)")
+    if key == "client.quota.callback.class" and value.strip():
+        raise ConfigError(f"Invalid value {value} for configuration {key}: custom quota callbacks are not supported")
     if key == "principal.builder.class" and value.strip() not in ("", _PRINCIPAL_BUILDER):
         raise ConfigError(f"Invalid value {value} for configuration {key}: only {_PRINCIPAL_BUILDER} is supported")
     if key == "listener.security.protocol.map":

@@ -14,6 +14,9 @@ response.  A handler may return ``None`` to send no response (Produce acks=0).
 ``fast`` (optional) answers an API's common case straight from the frame, before the
 request is decoded (Produce: ``broker.handlers.produce.fast_produce``); it runs only
 when the handler's ``acl`` is empty and returns False to leave the request to ``fn``.
+While client quotas exist it also gets the request's ``broker.quotas.RequestQuota``, counts what
+the handler would count, and returns where the response's ``throttle_time_ms`` is, for the
+pipeline to fill in.
 
 ``acl`` declares what Kafka's authorizer checks for the API (operation on resource
 type, as ``kafka.server.KafkaApis`` does); the request pipeline
@@ -29,10 +32,11 @@ from typing import Awaitable, Callable, NamedTuple
 from protocol.messages.registry import REQUESTS, RESPONSES, ApiKey
 
 HandlerFn = Callable[..., Awaitable[object]]
-# fast(components, frame, body_position, version, response) -> bool: answer the common case of an
-# API straight from the frame, appending the response body to ``response``; False: not handled
-# (nothing done), the request goes the general way.
-FastFn = Callable[..., bool]
+# fast(components, frame, body_position, version, response, quota) -> int: answer the common case of
+# an API straight from the frame, appending the response body to ``response``, and return the offset
+# of the response's throttle_time_ms in it (always > 0); 0 / False: not handled (nothing done), the
+# request goes the general way.  ``quota`` is the RequestQuota (None without client quotas).
+FastFn = Callable[..., int]
 
 # Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, \
@@ -103,7 +107,7 @@ class RequestContext:
     """What a handler knows about the request besides its body."""
 
     __slots__ = ("components", "connection", "api_key", "api_version", "correlation_id", "client_id",
-                 "principal", "listener", "host")
+                 "principal", "listener", "host", "quota")
 
     def __init__(self, components, connection, api_key: int, api_version: int, correlation_id: int,
                  client_id: str | None, principal: str = "User:ANONYMOUS", listener=None, host: str = "*"):
@@ -116,6 +120,7 @@ class RequestContext:
         self.principal = principal  # "User:name" (broker.pipeline.Authenticator.principal)
         self.listener = listener  # broker.security.listeners.Listener the request came on (None in unit tests)
         self.host = host  # the client's address, as ACLs match it
+        self.quota = None  # broker.quotas.RequestQuota while client quotas are configured (set by the pipeline)
 
     @property
     def client_host(self) -> str:

@@ -23,6 +23,7 @@ respect (all bounds are themselves broker settings):
 | share.assignor.name (ours)       | first of group.share.assignors (simple)    | one of group.share.assignors (simple, lag)        |
 | share.redelivery.backoff.ms (ours) | 0 (redeliver at once)                    | 0..3600000                                        |
 | share.redelivery.backoff.max.ms (ours) | 60000                                | 1..3600000                                        |
+| share.fair.acquisition.enable (ours) | group.share.fair.acquisition.enable (true) | boolean (false: Kafka's whole-batch acquisition) |
 
 The broker's lock-duration settings may go down to 1000 ms (``group.share.min.record.lock.duration.ms``
 and ``group.share.record.lock.duration.ms`` from the config file), so test suites can use short
@@ -91,6 +92,8 @@ _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker defaul
     # capped at the max (broker/share/README.md).
     "share.redelivery.backoff.ms": (None, "0", INT),
     "share.redelivery.backoff.max.ms": (None, "60000", INT),
+    # Ours (issue 19): a big log batch is acquired MaxRecords at a time (broker/share/fair.py).
+    "share.fair.acquisition.enable": ("group.share.fair.acquisition.enable", "true", BOOLEAN),
     # KIP-1263: whether the assignor runs off the coordinator thread (always inline here: one loop).
     "consumer.assignor.offload.enable": ("group.consumer.assignor.offload.enable", "true", BOOLEAN),
     "share.assignor.offload.enable": ("group.share.assignor.offload.enable", "true", BOOLEAN),
@@ -222,7 +225,8 @@ class GroupConfigManager:
                     raise ConfigError(f"Invalid value {value} for configuration {key}: "
                                       f"String must be one of: read_committed, read_uncommitted")
             elif key in ("share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable",
-                         "consumer.assignor.offload.enable", "share.assignor.offload.enable"):
+                         "consumer.assignor.offload.enable", "share.assignor.offload.enable",
+                         "share.fair.acquisition.enable"):
                 _parse_bool(key, value)
             elif key == "share.assignor.name":
                 if value not in self.share_assignors():

@@ -23,14 +23,22 @@ lower case, ``-`` and ``.`` -> ``_``), so dashboards built on a JMX-exported Kaf
   ``kafka_log_logcleaner_max_clean_time_secs``, ``..._cleaner_recopy_percent``,
   ``..._max_buffer_utilization_percent``, ``..._max_compaction_delay_secs``, ``..._deadthreadcount``,
   ``kafka_log_logcleanermanager_max_dirty_percent``, ``..._time_since_last_run_ms``,
-  ``..._uncleanable_partitions_count{logDirectory}``.
+  ``..._uncleanable_partitions_count{logDirectory}``;
+- client quotas, per sensor (``kafka.server<type=Produce|Fetch|Request|ControllerMutation, user=U,
+  client-id=C>``, the user URL-encoded as Kafka tags it): ``kafka_server_produce_byte_rate``,
+  ``kafka_server_fetch_byte_rate`` (bytes/s), ``kafka_server_request_request_time`` (% of one
+  second), ``kafka_server_controllermutation_mutation_rate`` and ``..._tokens``, and each type's
+  ``..._throttle_time`` (average ms over 2 x 30 s, NaN without throttling, as Kafka's Avg), all with
+  labels ``user`` and ``client_id`` (empty when the quota level does not use it).
 
 Ours, under ``sharebroker_``: per share partition ``sharebroker_share_partition_lag`` (KIP-1226:
 the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_in_flight_records``
 (the SPSO..SPEO window, KIP-932's in-flight records), ``_archived_records_total``; per consumer-group partition
 ``sharebroker_consumer_group_lag`` (log end minus committed offset); ``sharebroker_group_members{group,
 protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) and ``_stored_records``;
-``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``.
+``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``;
+``sharebroker_quota_throttle_time_ms_total{quota_type, user, client_id}`` (the throttle times added
+up, for ``rate()``).
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
@@ -148,6 +156,7 @@ def render(c, connections: int, memory=None) -> bytes:
     _dlq(w, c)
     _logs(w, c)
     _cleaner(w, c)
+    _quotas(w, c.quotas)
     return w.text()
 
 
@@ -272,6 +281,40 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "gauge", help_)
         for topic, partition, plog in logs:
             w.sample(name, value(plog), topic=topic, partition=partition)
+
+
+_QUOTA_STATS = (  # (manager attribute, Kafka metric name, help)
+    ("produce", "byte_rate", "Produce bytes per second, per quota sensor (user / client-id)."),
+    ("fetch", "byte_rate", "Fetch bytes per second, per quota sensor (user / client-id)."),
+    ("request", "request_time", "Request handling time, percent of one second, per quota sensor."),
+    ("controller_mutation", "mutation_rate", "Partitions created or deleted per second, per quota sensor."))
+
+
+def _quotas(w: _Writer, quotas) -> None:
+    now = quotas.clock()
+    managers = [(attr, getattr(quotas, attr)) for attr, _, _ in _QUOTA_STATS]
+    for (attr, stat, help_), (_, m) in zip(_QUOTA_STATS, managers):
+        name = f"kafka_server_{m.quota_type.lower()}_{stat}"
+        w.family(name, "gauge", help_)
+        for user, client_id, s in m.rows(now):
+            w.sample(name, s.stat.rate_value(now), user=user, client_id=client_id)
+    name = "kafka_server_controllermutation_tokens"
+    w.family(name, "gauge", "Credits left in the controller mutation token bucket, per quota sensor.")
+    cm = quotas.controller_mutation
+    for user, client_id, s in cm.rows(now):
+        w.sample(name, s.bucket.value(s.bound, now), user=user, client_id=client_id)
+    for _, m in managers:
+        name = f"kafka_server_{m.quota_type.lower()}_throttle_time"
+        w.family(name, "gauge", f"Average throttle time (ms) of {m.quota_type} quota violations over the last "
+                                f"minute, per quota sensor.")
+        for user, client_id, s in m.rows(now):
+            avg = s.throttle.average_value(now)
+            w.sample(name, "NaN" if avg != avg else avg, user=user, client_id=client_id)
+    name = "sharebroker_quota_throttle_time_ms_total"
+    w.family(name, "counter", "Milliseconds connections were muted for quota violations, by quota type and sensor.")
+    for _, m in managers:
+        for user, client_id, s in m.rows(now):
+            w.sample(name, s.throttle_ms_total, quota_type=m.quota_type, user=user, client_id=client_id)
 
 
 _CLEANER_GAUGES = (

@@ -7,9 +7,11 @@ writing waits when the transport's buffer is full.
 
 Every request goes through one pipeline (:meth:`Connection._process`): decode ->
 authenticate -> authorize (the handler's declared ``acl``) -> time and count ->
-handler; the stages are the components in ``broker.pipeline``.  A handler with a fast
-path (``broker.dispatch``, Produce) may answer its common case right after the header
-is decoded and authenticated, timed and counted the same way.
+handler -> quotas; the stages are the components in ``broker.pipeline`` and
+``broker.quotas`` (a throttled connection is muted with :meth:`Connection.throttle`).
+A handler with a fast path (``broker.dispatch``, Produce) may answer its common case
+right after the header is decoded and authenticated, timed, counted and throttled the
+same way.
 
 What Kafka does with bad input, we do too:
 - a frame longer than ``socket.request.max.bytes`` or with a negative size closes
@@ -44,6 +46,7 @@ log = logging.getLogger("sharebroker.server")
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 _CORR = struct.Struct(">ii")
+_THROTTLE = struct.Struct(">i")
 MAX_QUEUED_FRAMES = 64
 SCRATCH_SMALL = 4 * 1024  # a connection's scratch buffer until a read fills it...
 SCRATCH_BYTES = 32 * 1024  # ...then this, until the connection has been quiet for SCRATCH_SHRINK_S
@@ -60,6 +63,7 @@ TRIM_AFTER_CLOSES = 100  # ...closed connections, after which the heap is trimme
 PAUSE_FRAMES = 1  # too many of its frames are queued (its own pipelining)
 PAUSE_MEMORY = 2  # the request memory refused its next bytes
 PAUSE_CLOSING = 4  # a failed login was answered; the connection closes after a delay (no more reads)
+PAUSE_THROTTLE = 8  # muted by a client quota (KIP-219) until Connection._throttled_until
 
 
 class ProtocolViolation(Exception):
@@ -108,6 +112,7 @@ class Connection(asyncio.BufferedProtocol):
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self._pauses = 0  # PAUSE_* bits: why the connection does not read
+        self._throttled_until = 0.0  # server.clock() time; written by throttle(), cleared once sat out
         self._reading_paused = False  # what the transport was last told
         # Request-memory bytes: all this connection holds (queued frames, the partial frame and its
         # reservation); of which the partial frame's (received, or whole for a small one, plus the
@@ -397,6 +402,28 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._close_hooks.append(hook)
 
+    def throttle(self, ms: int) -> None:
+        """Mute this connection for ``ms`` from now (a quota's throttle, KIP-219; Kafka's
+        ThrottledChannel): once the current response is written nothing more is read or handled
+        until then, so a client that ignores ``throttle_time_ms`` is held all the same."""
+        until = self.server.clock() + ms / 1000.0
+        if until > self._throttled_until:
+            self._throttled_until = until
+
+    async def _sit_out_throttle(self) -> None:
+        delay = self._throttled_until - self.server.clock()
+        self._throttled_until = 0.0
+        if delay <= 0 or self.closed:
+            return
+        self.busy = True  # held, not idle (connections.max.idle.ms)
+        self.pause_for(PAUSE_THROTTLE)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self.busy = False
+            self.resume_for(PAUSE_THROTTLE)
+            self.last_active = self.server.clock()
+
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
@@ -434,6 +461,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.last_active = self.server.clock()
                 if self._drain is not None:
                     await self._drain
+                if self._throttled_until:
+                    await self._sit_out_throttle()
         except asyncio.CancelledError:
             pass
         except ProtocolViolation as e:
@@ -474,16 +503,24 @@ class Connection(asyncio.BufferedProtocol):
         if not self.authenticator.admits(self, api_key):
             raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
         metrics = server.metrics
+        quotas = server.quotas
+        q = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) if quotas.active else None
         if h.fast is not None:
             b = self._response_head(correlation_id, flexible)
             t0 = time.perf_counter()
             try:
-                handled = h.fast(self.components, m, pos, version, b)
+                throttle_at = h.fast(self.components, m, pos, version, b, q)
             except BaseException:
                 metrics.failed(api_key)
                 raise
-            if handled:
-                metrics.observe(api_key, time.perf_counter() - t0)
+            if throttle_at:
+                elapsed = time.perf_counter() - t0
+                metrics.observe(api_key, elapsed)
+                if q is not None:
+                    q.busy = elapsed  # a fast path never waits
+                    ms = q.finish(None)
+                    if ms:
+                        _THROTTLE.pack_into(b, throttle_at, ms)
                 if not self.closed:
                     self._write_response(b)
                 return
@@ -495,14 +532,17 @@ class Connection(asyncio.BufferedProtocol):
                              self.principal, self.listener, self.host)
         if h.acl and not server.authorizer.authorize(ctx, h.acl):
             raise ProtocolViolation(f"{ctx.principal} is not authorized for {ApiKey(api_key).name}")
+        ctx.quota = q
         t0 = time.perf_counter()
         try:
-            resp = await h.fn(ctx, req)
+            resp = await (h.fn(ctx, req) if q is None else q.timed(h.fn(ctx, req)))
         except BaseException:
             metrics.failed(api_key)
             raise
         finally:
             metrics.observe(api_key, time.perf_counter() - t0)
+        if q is not None:
+            q.finish(resp)  # throttle_time_ms into the response; this connection muted (KIP-219)
         if resp is None or self.closed:
             return
         self.send_response(ctx, resp, flexible)
@@ -640,6 +680,7 @@ class Server:
         self.authenticator = components.authenticator
         self.authorizer = components.authorizer
         self.metrics = components.request_metrics
+        self.quotas = components.quotas
         self.per_ip: collections.Counter = collections.Counter()
         self.clock = time.monotonic
         self._servers: list = []

@@ -21,7 +21,11 @@ Implemented:
     filtered and written with the same codec. It serves the log cleaner and
     share-fetch sub-batches. ``empty_batch`` is Kafka's
     ``DefaultRecordBatch.writeEmptyHeader``; ``uncompressed_batch`` inflates;
-    ``keyless_records`` finds the records a compacted topic refuses.
+    ``keyless_records`` finds the records a compacted topic refuses;
+  * contiguous slices: ``slice_batch`` keeps the records of offset ranges of
+    an uncompressed batch reading only the kept records' framing, with a
+    ``RecordIndex`` (record positions, walked once as far as needed) that a
+    caller may keep for a big batch handed out in pieces (share fetches).
 
 Not implemented: per-record validation of produced batches (Kafka decodes
 uncompressed records to check per-record timestamps and record count; here
@@ -33,6 +37,8 @@ from __future__ import annotations
 
 import struct
 import time
+from array import array
+from bisect import bisect_right
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
@@ -706,3 +712,107 @@ def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count
     out[HEADER_SIZE:] = body
     _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
+
+
+# ------------------------------------------------------ contiguous record slices
+class RecordIndex:
+    """Where the records of one uncompressed v2 batch start, found from their length varints only,
+    and only as far as a caller asks: a big batch handed out in pieces (share fetches) is walked
+    once in all, not once per piece. ``start(batch, k)`` is the position in the batch of record
+    ``k`` (``k == count``: the end of the records); ``matches(batch)`` tells whether ``batch`` is
+    still the batch indexed (same CRC and size)."""
+
+    __slots__ = ("crc", "size", "count", "_starts")
+
+    def __init__(self, batch):
+        info = read_header(batch)
+        self.crc, self.size, self.count = info.crc, info.size, info.records_count
+        self._starts = array("q", [HEADER_SIZE])  # _starts[k]: position of record k, as far as walked
+
+    def matches(self, batch) -> bool:
+        return (_U32.unpack_from(batch, CRC_OFFSET)[0] == self.crc
+                and _I32.unpack_from(batch, LENGTH_OFFSET)[0] + LOG_OVERHEAD == self.size)
+
+    @property
+    def walked(self) -> int:
+        """Records whose start is known (for tests and measurements)."""
+        return len(self._starts) - 1
+
+    def start(self, batch, k: int) -> int:
+        starts = self._starts
+        if k < len(starts):
+            return starts[k]
+        if not 0 <= k <= self.count:
+            raise IndexError(k)
+        pos, end, n = starts[-1], self.size, len(starts)
+        try:
+            while n <= k:
+                b = batch[pos]
+                pos += 1
+                v, shift = b & 0x7F, 7
+                while b >= 0x80:
+                    b = batch[pos]
+                    pos += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                length = (v >> 1) ^ -(v & 1)
+                pos += length
+                if length <= 0 or pos > end:
+                    raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+                starts.append(pos)
+                n += 1
+        except IndexError:
+            raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
+        return pos
+
+
+def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None):
+    """The records at the offsets of ``ranges`` ((first, last) ascending, non-overlapping, inside
+    the batch) of an uncompressed v2 batch, as a batch of their own: what :func:`filter_batch`
+    keeps, but only the kept records are read (their framing, never their bodies) when the
+    batch's offsets are dense (records count = last offset delta + 1, as every producer writes
+    them); ``index`` (a :class:`RecordIndex` of this batch) is reused across calls. A batch that
+    is not dense, or whose offset deltas are not 0, 1, 2..., goes through ``filter_batch``.
+
+    Returns ``batch`` itself when every record is kept, else new bytes. Raises ``RecordsError``."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    base = info.base_offset
+    if info.compression != COMPRESSION_NONE or info.records_count != info.last_offset_delta + 1:
+        return _filter_offsets(batch, ranges, base)
+    if index is None:
+        index = RecordIndex(mv)
+    pieces, count, max_delta = [], 0, None
+    for lo, hi in ranges:
+        ka, kb = lo - base, hi - base
+        sa, sb = index.start(mv, ka), index.start(mv, kb + 1)
+        pos = sa
+        for k in range(ka, kb + 1):  # each kept record: its timestamp delta, and its offset delta == k
+            _, p = _read_varint(mv, pos)
+            ts_delta, p = _read_varint(mv, p + 1)
+            off_delta, _ = _read_varint(mv, p)
+            if off_delta != k:
+                return _filter_offsets(batch, ranges, base)
+            if max_delta is None or ts_delta > max_delta:
+                max_delta = ts_delta
+            pos = index.start(mv, k + 1)
+        pieces.append(mv[sa:sb])
+        count += kb - ka + 1
+    if count == info.records_count:
+        return batch
+    max_ts = info.max_timestamp if info.timestamp_type == LOG_APPEND_TIME else info.base_timestamp + max_delta
+    return _assemble(info, info.attributes, info.base_timestamp, max_ts, count, b"".join(pieces))
+
+
+def _filter_offsets(batch, ranges: list[tuple[int, int]], base: int):
+    starts = [lo for lo, _ in ranges]
+
+    def keep(span: RecordSpan) -> bool:
+        off = base + span.offset_delta
+        i = bisect_right(starts, off) - 1
+        return i >= 0 and off <= ranges[i][1]
+
+    kept = filter_batch(batch, keep)
+    if kept is None:
+        raise RecordsError(CORRUPT_MESSAGE, "no record at the offsets asked for")
+    return kept

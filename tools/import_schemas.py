@@ -28,7 +28,7 @@ APIS = [
     "SaslHandshake", "SaslAuthenticate", "CreateAcls", "DescribeAcls", "DeleteAcls",
     "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn", "DescribeTransactions",
-    "ListTransactions", "DescribeProducers",
+    "ListTransactions", "DescribeProducers", "DescribeClientQuotas", "AlterClientQuotas",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

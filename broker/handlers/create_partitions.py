@@ -6,6 +6,8 @@ UNKNOWN_TOPIC_OR_PARTITION for unknown topics, INVALID_REQUEST for a topic liste
 twice, POLICY_VIOLATION for every topic when the request would add more than 10,000
 partitions (Kafka's limit per request).  ``validateOnly`` checks without creating.
 ALTER on the CLUSTER or on the topic, else TOPIC_AUTHORIZATION_FAILED (before existence).
+``controller_mutation_rate`` counts the added partitions: from v3 a topic is refused with
+THROTTLING_QUOTA_EXCEEDED while the quota is exhausted (``broker.quotas``).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ async def create_partitions(ctx, req):
                error_message="Unable to perform excessively large batch operation.") for t in req.topics])
     out = []
     cluster_alter = allowed_cluster(ctx, "ALTER")
+    mutations = ctx.quota.mutations(ctx.api_version, strict_since=3) if ctx.quota is not None else None
     for t in req.topics:
         if counts[t.name] > 1:
             out.append(_R(name=t.name, error_code=Errors.INVALID_REQUEST, error_message="Duplicate topic in request."))
@@ -73,6 +76,10 @@ async def create_partitions(ctx, req):
                 out.append(_R(name=t.name, error_code=Errors.INVALID_REPLICA_ASSIGNMENT,
                               error_message=f"Assignments may only name broker {c.node.node_id}."))
                 continue
+        if mutations is not None and not mutations.record(t.count - info.partitions):
+            out.append(_R(name=t.name, error_code=Errors.THROTTLING_QUOTA_EXCEEDED,
+                          error_message="The throttling quota has been exceeded."))
+            continue
         if req.validate_only:
             out.append(_R(name=t.name))
             continue

@@ -11,6 +11,9 @@ resulting configs; v7 the topic id.  ``validateOnly`` checks without creating.
 Authorization (as Kafka): CREATE on the CLUSTER or on the topic, else
 TOPIC_AUTHORIZATION_FAILED; without DESCRIBE_CONFIGS on the topic the created topic's
 configs are withheld (TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED).
+``controller_mutation_rate`` (``broker.quotas``): a valid topic's partitions are counted; from v6 a
+topic is refused with THROTTLING_QUOTA_EXCEEDED while the quota is exhausted, before v6 it is created
+and the answer throttled.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ async def create_topics(ctx, req):
                                             for t in req.topics])
     out = []
     cluster_create = allowed_cluster(ctx, "CREATE")
+    mutations = ctx.quota.mutations(ctx.api_version, strict_since=6) if ctx.quota is not None else None
     for t in req.topics:
         if counts[t.name] > 1:
             out.append(_fail(t.name, Errors.INVALID_REQUEST, "Create topics request from client contains "
@@ -59,7 +63,7 @@ async def create_topics(ctx, req):
         if not cluster_create and not allowed(ctx, "CREATE", "TOPIC", t.name):
             out.append(_fail(t.name, Errors.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
             continue
-        r = _create(c, t, req.validate_only, ctx.api_version)
+        r = _create(c, t, req.validate_only, mutations)
         if r.error_code == Errors.NONE and not allowed(ctx, "DESCRIBE_CONFIGS", "TOPIC", t.name):
             r.configs, r.topic_config_error_code = [], Errors.TOPIC_AUTHORIZATION_FAILED
             r.num_partitions = r.replication_factor = -1
@@ -67,7 +71,7 @@ async def create_topics(ctx, req):
     return CreateTopicsResponse(topics=out)
 
 
-def _create(c, t, validate_only: bool, version: int) -> _R:
+def _create(c, t, validate_only: bool, mutations) -> _R:
     try:
         validate_topic_name(t.name)
     except (LogError, ValueError) as e:
@@ -116,6 +120,8 @@ def _create(c, t, validate_only: bool, version: int) -> _R:
         validate_topic_configs(configs)
     except ConfigError as e:
         return _fail(t.name, Errors.INVALID_CONFIG, str(e))
+    if mutations is not None and not mutations.record(partitions):  # controller_mutation_rate, validate-only too
+        return _fail(t.name, Errors.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
     topic_id = bytes(16)
     if not validate_only:
         try:

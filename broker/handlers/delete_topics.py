@@ -6,6 +6,8 @@ with both a name and an id INVALID_REQUEST, everything TOPIC_DELETION_DISABLED w
 INVALID_TOPIC_EXCEPTION.  Authorization (as Kafka's controller): DELETE on the CLUSTER or
 on the topic, else TOPIC_AUTHORIZATION_FAILED, checked before existence for names; an id
 the principal may not DESCRIBE is answered without its name.
+``controller_mutation_rate`` counts the deleted partitions: from v5 a topic is refused with
+THROTTLING_QUOTA_EXCEEDED while the quota is exhausted (``broker.quotas``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ async def delete_topics(ctx, req):
         wanted = [(n, ZERO_UUID) for n in req.topic_names]
     out = []
     cluster_delete = allowed_cluster(ctx, "DELETE")
+    mutations = ctx.quota.mutations(ctx.api_version, strict_since=5) if ctx.quota is not None else None
     for name, tid in wanted:
         if name is not None and tid != ZERO_UUID:
             out.append(_R(name=name, topic_id=tid, error_code=Errors.INVALID_REQUEST,
@@ -55,6 +58,10 @@ async def delete_topics(ctx, req):
         if c.topics.is_internal(info.name):
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=Errors.INVALID_TOPIC_EXCEPTION,
                           error_message=f"Internal topic {info.name} cannot be deleted"))
+            continue
+        if mutations is not None and not mutations.record(info.partitions):
+            out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=Errors.THROTTLING_QUOTA_EXCEEDED,
+                          error_message="The throttling quota has been exceeded."))
             continue
         try:
             c.topics.delete(info.name)

@@ -11,8 +11,12 @@ offset and lists aborted transactions.  v13+ address topics by id.  Incremental
 fetch sessions: see ``broker.fetch_sessions``.
 READ on each TOPIC, else TOPIC_AUTHORIZATION_FAILED for its partitions (every request,
 sessions included, as KafkaApis); the others are read and waited for as usual.
+Quotas (``broker.quotas``, as KafkaApis): MaxBytes is capped at what ``consumer_byte_rate``
+allows in one window; the record bytes read count against it, and a fetch that the fetch or
+request quota throttles is answered empty (its bytes taken back, a new fetch session not created)
+with the throttle time, the connection muted for it.
 Not implemented: follower fetches (this is a single node; ReplicaId >= 0 is
-answered like a consumer), preferred read replicas, quotas (throttle time is 0).
+answered like a consumer), preferred read replicas.
 """
 from __future__ import annotations
 
@@ -74,17 +78,25 @@ async def fetch(ctx, req):
                     ok = readable[w.name] = auth.allowed(ctx.principal, "READ", "TOPIC", w.name, ctx.host)
                 w.denied = not ok
     read_committed = req.isolation_level == 1
+    q = ctx.quota
+    max_bytes = req.max_bytes if q is None else q.max_fetch_bytes(req.max_bytes)
+    min_bytes = min(req.min_bytes, max_bytes)
     deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000.0
     while True:
-        results, total, errored = _read(c, wants, req.max_bytes, read_committed)
-        if total >= req.min_bytes or errored or req.max_wait_ms <= 0 or not wants:
+        results, total, errored = _read(c, wants, max_bytes, read_committed)
+        if total >= min_bytes or errored or req.max_wait_ms <= 0 or not wants:
             break
         keys = [("log", w.name, w.partition) for w in wants if w.name is not None and not w.denied]
         if not keys:
             break
         if not await c.watchers.wait(keys, deadline):
-            results, total, errored = _read(c, wants, req.max_bytes, read_committed)
+            results, total, errored = _read(c, wants, max_bytes, read_committed)
             break
+    if q is not None and q.fetch_throttled(total):
+        if session is not None and full:  # FullFetchContext: the session is created only with a real answer
+            c.fetch_sessions.close(session.id)
+            session = None
+        return FetchResponse(session_id=session.id if session is not None else 0, responses=[])
     return _response(wants, results, session, full, by_id)
 
 

@@ -24,8 +24,13 @@ answered TOPIC_AUTHORIZATION_FAILED (its acknowledgements too), is neither fetch
 acknowledged, and is kept out of the share session (a partition of an open session whose
 READ was revoked is taken out of it: Kafka keeps it in the session and answers the error
 on every fetch).
+Quotas (``broker.quotas``): MaxBytes is capped at what ``consumer_byte_rate`` allows in one
+window and the record bytes sent count against it; unlike Kafka 4.4, which answers a throttled
+ShareFetch empty and leaves the records it acquired locked until their lock expires, the acquired
+records are sent with the throttle time and the connection is then muted for it.
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
-null records field.  AcquisitionLockTimeoutMs is the group's lock duration.
+null records field; it holds the stored batches, or (fair acquisition, the default) sub-batches
+of the acquired records of partly acquired uncompressed batches (broker/share/fair.py).  AcquisitionLockTimeoutMs is the group's lock duration.
 With the group's ``share.isolation.level=read_committed`` records are read up to the last
 stable offset and those of aborted transactions are archived, never delivered
 (broker/share/isolation.py); control batches are never delivered.
@@ -113,10 +118,15 @@ async def share_fetch(ctx, req):
                    for k, v in wanted.items() if v])
     invalid = {key for key, batches in wanted.items()
                if batches and validate_ack_batches(batches, ctx.api_version, req.is_renew_ack)}
+    q = ctx.quota
+    if q is not None:
+        req.max_bytes = q.max_fetch_bytes(req.max_bytes)
     try:
         result = await ctx.components.shares.fetch(req, wanted, invalid, ctx.connection)
     except ShareError as e:
         return ShareFetchResponse(error_code=e.code, error_message=e.message)
+    if q is not None:  # the acquired records go out, then the connection is muted (README: deviations)
+        q.bandwidth(ctx.components.quotas.fetch, sum(len(r) for part in result.partitions for r in part.records))
     leader = _L(leader_id=ctx.components.node.node_id, leader_epoch=0)
     parts = [(part.topic_id, _P(partition_index=part.partition, error_code=part.error,
                                 acknowledge_error_code=part.ack_error or 0, current_leader=leader,

@@ -13,7 +13,9 @@ next operation, as Kafka's dynamic group configs do:
 - `dlq_topic`, `dlq_copy_record` (KIP-1191 `errors.deadletterqueue.*`): read when a record is
   archived (empty topic = no dead-letter queue) and when its dead-letter record is written;
 - `redelivery_backoff_ms`, `redelivery_backoff_max_ms` (ours): applied to records released or
-  whose lock expires from now on.
+  whose lock expires from now on;
+- `fair_acquisition` (ours, `share.fair.acquisition.enable`, default true; broker/share/fair.py):
+  read per acquire; false gives Kafka 4.4's whole-batch batch_optimized acquisition.
 
 Bounds checking against the broker's group.share.min/max.* settings belongs to
 the config manager, not here; this module only rejects values that cannot work.
@@ -72,13 +74,13 @@ class ShareGroupConfig:
     __slots__ = ("record_lock_duration_ms", "delivery_count_limit", "partition_max_record_locks",
                  "auto_offset_reset", "renew_acknowledge_enable", "isolation_level",
                  "dlq_topic", "dlq_copy_record", "redelivery_backoff_ms", "redelivery_backoff_max_ms",
-                 "_reset_strategy", "_reset_duration_ms")
+                 "fair_acquisition", "_reset_strategy", "_reset_duration_ms")
 
     def __init__(self, *, record_lock_duration_ms: int = 30_000, delivery_count_limit: int = 5,
                  partition_max_record_locks: int = 2000, auto_offset_reset: str = LATEST,
                  renew_acknowledge_enable: bool = True, isolation_level: str = READ_UNCOMMITTED,
                  dlq_topic: str = "", dlq_copy_record: bool = False, redelivery_backoff_ms: int = 0,
-                 redelivery_backoff_max_ms: int = 60_000):
+                 redelivery_backoff_max_ms: int = 60_000, fair_acquisition: bool = True):
         self.record_lock_duration_ms = 30_000
         self.delivery_count_limit = 5
         self.partition_max_record_locks = 2000
@@ -88,7 +90,8 @@ class ShareGroupConfig:
         self.isolation_level = READ_UNCOMMITTED
         self.dlq_topic, self.dlq_copy_record = "", False
         self.redelivery_backoff_ms, self.redelivery_backoff_max_ms = 0, 60_000
-        self.update(dlq_topic=dlq_topic, dlq_copy_record=dlq_copy_record,
+        self.fair_acquisition = True
+        self.update(dlq_topic=dlq_topic, dlq_copy_record=dlq_copy_record, fair_acquisition=fair_acquisition,
                     redelivery_backoff_ms=redelivery_backoff_ms,
                     redelivery_backoff_max_ms=redelivery_backoff_max_ms,
                     record_lock_duration_ms=record_lock_duration_ms,
@@ -119,7 +122,7 @@ class ShareGroupConfig:
                 raise ValueError("delivery_count_limit must be in 1..32767")
         elif name == "auto_offset_reset":
             parse_auto_offset_reset(v)
-        elif name in ("renew_acknowledge_enable", "dlq_copy_record"):
+        elif name in ("renew_acknowledge_enable", "dlq_copy_record", "fair_acquisition"):
             if type(v) is not bool:
                 raise ValueError(f"{name} must be a bool")
         elif name == "dlq_topic":

@@ -39,6 +39,7 @@ from typing import Any, Callable, NamedTuple
 from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
 from broker.share.dlq import DeadLetterQueue
+from broker.share.fair import RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
 from broker.share.partition import SharePartition
@@ -48,9 +49,12 @@ from protocol.errors import Errors
 log = logging.getLogger("sharebroker.share")
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition)
-# Log reads in bounded steps: unlike Kafka's file slices, a read here copies bytes, and MaxBytes
-# (50 MB from librdkafka) would read far more than MaxRecords can acquire.
+# Log reads in bounded steps: unlike Kafka's file slices, a read here copies bytes and makes an
+# object per batch, and MaxBytes (50 MB from librdkafka) would read far more than MaxRecords can
+# acquire. The first read of a partition covers MaxRecords at READ_PER_RECORD bytes a record (at
+# least MIN_READ); each further read of the same request doubles, up to READ_STEP.
 READ_STEP = 1 << 20
+MIN_READ, READ_PER_RECORD = 16 << 10, 256
 DEFAULT_MAX_RECORDS = 500  # MaxRecords <= 0 in a ShareFetch
 PERSISTER_LOADED = ("share-state-loaded",)  # watcher key notified once the share coordinator has loaded
 
@@ -110,6 +114,7 @@ class SharePartitionManager:
                                           on_close=self._session_closed)
         self._sweep = scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
+        self.record_indexes = RecordIndexCache()  # big batches handed out in pieces (fair acquisition)
         self._load_waiter: asyncio.Task | None = None  # notifies PERSISTER_LOADED; made by the first waiting fetch
 
     # ------------------------------------------------------------------ configs
@@ -132,7 +137,8 @@ class SharePartitionManager:
                      dlq_topic=gc.get(group_id, "errors.deadletterqueue.topic.name").strip(),
                      dlq_copy_record=gc.get_bool(group_id, "errors.deadletterqueue.copy.record.enable"),
                      redelivery_backoff_ms=gc.get_int(group_id, "share.redelivery.backoff.ms"),
-                     redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"))
+                     redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"),
+                     fair_acquisition=gc.get_bool(group_id, "share.fair.acquisition.enable"))
         except ShareError as e:
             log.warning("group %s: share configs not applied: %s", group_id, e)
 
@@ -301,7 +307,7 @@ class SharePartitionManager:
     async def _acquire(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> int:
         """One pass over ``parts`` within MaxRecords (the whole request), BatchSize, ShareAcquireMode
         and MaxBytes; returns the number of records acquired."""
-        records_left = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+        records_left = max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
         bytes_left = req.max_bytes
         total = 0
         for part in parts:
@@ -323,20 +329,26 @@ class SharePartitionManager:
             # Retention or DeleteRecords may have moved the log start: the one place the share
             # partition follows it (Kafka calls updateCacheAndOffsets from ShareFetchUtils only).
             sp.update_log_start_offset(plog.log_start_offset)
+            out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
+            part.records = out.records
+            step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
             while records_left > 0 and bytes_left > 0:
                 offset = sp.next_fetch_offset()
-                if offset >= upper and offset >= sp.end_offset:
-                    break
-                try:
-                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, READ_STEP),
-                                        max_offset=upper, min_one=total == 0)
+                if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
+                                                >= sp.config.partition_max_record_locks):
+                    break  # nothing new, or no room for it and nothing to redeliver (Kafka's canAcquireRecords)
+                try:  # MaxBytes is soft for the first batch of the response only (Kafka)
+                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
+                                        max_offset=upper, min_one=total == 0 or step < bytes_left)
                 except LogError:
                     break
-                if not batches:
+                if not batches or (total and len(batches[0].data) > bytes_left):
                     break
+                step = min(READ_STEP, 2 * step)
                 skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
-                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip)
+                                 acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip,
+                                 request_max_records=max_records)
                 if not res.count:
                     if skip and sp.next_fetch_offset() > offset:
                         continue  # only archived offsets here: read on
@@ -345,10 +357,9 @@ class SharePartitionManager:
                     log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset,
                               sp.start_offset, sp.end_offset, [(x.base_offset, x.last_offset) for x in batches],
                               res.acquired)
-                part.records.extend(ref.data for ref in res.batches)
                 part.acquired.extend(res.acquired)
                 records_left -= res.count
-                bytes_left -= sum(len(ref.data) for ref in res.batches)
+                bytes_left -= out.add(res.batches, res.acquired)
                 total += res.count
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break

@@ -34,7 +34,8 @@ from broker.share.acks import ACK_MAX_VERSION, ACK_REJECT, ACK_RENEW, validate_a
 from broker.share.cache import InFlightCache
 from broker.share.config import ShareGroupConfig
 from broker.share.errors import ShareError
-from broker.share.fetched import last_of_batch_with, overlapping, without_ranges
+from broker.share.fair import fair_piece, last_new_to_acquire
+from broker.share.fetched import overlapping, without_ranges
 from broker.share.inflight import (  # noqa: F401  (the states are part of this module's API)
     ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, AcquisitionLock,
     InFlightBatch, InFlightState, coalesce, merge_runs, terminal, unsettled,
@@ -69,6 +70,7 @@ class Settled(NamedTuple):
     expired: list[AcquisitionLock]         # locks that ran out while their records were being written
     archived: int                          # records committed ARCHIVED by REJECT or the delivery limit
     due_ms: int | None                     # earliest delayed redelivery the commit set (event-loop ms)
+    wake: bool                             # records became AVAILABLE or the SPSO moved: fetches may acquire
 
 
 class SharePartition:
@@ -261,13 +263,16 @@ class SharePartition:
 
     def acquire(self, member_id: str, batches: Sequence[Any], *, max_records: int, batch_size: int,
                 acquire_mode: int = BATCH_OPTIMIZED, fetch_offset: int | None = None,
-                aborted: Iterable[tuple[int, int]] | None = None) -> AcquireResult:
+                aborted: Iterable[tuple[int, int]] | None = None,
+                request_max_records: int | None = None) -> AcquireResult:
         """Acquire records for `member_id` from `batches` (log batch refs, ascending, read at fetch_offset).
 
         `batches` items need `base_offset` and `last_offset`; the ones returned in the result
         are those overlapping the acquired ranges. `aborted` lists (first, last) offset ranges
         of aborted transactional batches (read_committed): acquired offsets in them are
-        archived instead of delivered.
+        archived instead of delivered. With the group's fair acquisition (batch_optimized mode
+        only) a batch of more than `request_max_records` (the request's MaxRecords; default
+        `max_records`) records is acquired at most `max_records` at a time (fair.py).
         """
         self.isolated = False
         if self._status != ACTIVE or max_records <= 0 or not batches:
@@ -289,6 +294,7 @@ class SharePartition:
             self._archive_stale(fetch_offset, first_base)
 
         record_limit = acquire_mode == RECORD_LIMIT
+        piece = fair_piece(self.config, acquire_mode == BATCH_OPTIMIZED, request_max_records or max_records)
         limit = self.config.delivery_count_limit
         now = self._now_ms()
         throttle_at = max(2, -(-limit // 2))
@@ -305,6 +311,7 @@ class SharePartition:
             if b.last < lo:
                 continue
             remaining = max_acquire - count
+            limited = record_limit or 0 < piece <= b.last - b.first  # acquired at most `remaining` at a time
             throttle = self._should_throttle(b, lo, last_acquire, throttle_at, now)
             if throttle and count:
                 stopped = True  # isolate the suspicious records in a later fetch
@@ -314,7 +321,7 @@ class SharePartition:
                 if st.state != AVAILABLE or st.rollback is not None or st.due_ms > now:
                     continue  # not available, or waiting for its delayed redelivery
                 whole = b.first >= first_base and b.last <= last_acquire
-                if record_limit and not throttle and (not whole or b.last - b.first + 1 > remaining):
+                if limited and not throttle and (not whole or b.last - b.first + 1 > remaining):
                     # Cut out the run to acquire (at most `remaining` records) instead of keeping a
                     # state per offset of the whole batch: the rest stays AVAILABLE as its own batch.
                     run_lo = max(b.first, lo)
@@ -334,7 +341,7 @@ class SharePartition:
                     count += b.last - b.first + 1
                     continue
                 b.explode()
-            n = self._acquire_offsets(member_id, b, lo, last_acquire, record_limit, remaining,
+            n = self._acquire_offsets(member_id, b, lo, last_acquire, limited, remaining,
                                       limit, throttle_at, out, now)
             count += n
             if throttle and n:
@@ -344,7 +351,7 @@ class SharePartition:
             new_first = max(lo, self._end)
             if new_first <= last_acquire:
                 count += self._acquire_new(member_id, batches, new_first, last_acquire, batch_size,
-                                           max_acquire - count, record_limit, out)
+                                           max_acquire - count, record_limit, piece, out)
         if aborted and out:
             out, count = self._drop_aborted(out, aborted)
         if not out:
@@ -389,12 +396,15 @@ class SharePartition:
         return n
 
     def _acquire_new(self, member: str, batches: Sequence[Any], first: int, last: int,
-                     batch_size: int, remaining: int, record_limit: bool,
+                     batch_size: int, remaining: int, record_limit: bool, piece: int,
                      out: list[tuple[int, int, int]]) -> int:
-        if remaining < last - first + 1:
-            last = min(last, last_of_batch_with(batches, first + remaining - 1))
         if self.start_offset >= self._end:
             self.start_offset = first  # nothing in flight: skip the hole before `first`
+        if remaining < last - first + 1:
+            # Whole log batches (Kafka), or with fair acquisition exactly `remaining` records of a
+            # big one or of one that the max-record-locks window cuts; the rest stays in the log.
+            last = last_new_to_acquire(batches, first, last, remaining, piece,
+                                       self.start_offset + self.config.partition_max_record_locks - 1)
         self._end = max(self._end, last + 1)
         if record_limit and last - first + 1 > remaining:
             # Only MaxRecords offsets of the log batch are acquired; the cache keeps the rest of
@@ -581,7 +591,7 @@ class SharePartition:
         expired: dict[int, AcquisitionLock] = {}
         start, now = self.start_offset, self._now_ms()
         dead: list[tuple[int, int, int, int]] = []
-        archived, due = 0, None
+        archived, due, wake = 0, None, False
         delay_runs = ok and kind in (_ACK, _EXPIRY) and self.config.redelivery_backoff_ms > 0
         for b, lo, hi in changes:
             for s_lo, s_hi, st in b.states(lo, hi):
@@ -594,7 +604,7 @@ class SharePartition:
                     continue
                 st.drop_lock()
                 if st.state == AVAILABLE:
-                    self._find_next = True
+                    self._find_next = wake = True
                     if delay_runs and prev[0] == ACQUIRED:  # RELEASE or lock expiry: delayed redelivery
                         delay = self.config.redelivery_delay_ms(st.delivery_count)
                         if delay:
@@ -607,14 +617,15 @@ class SharePartition:
                         self._dcc += s_hi - max(s_lo, start) + 1
                     if st.state == ARCHIVED and prev[0] != ARCHIVED and st.cause:  # not a GAP
                         archived += s_hi - s_lo + 1
-        if ok:
-            self._advance_start()
+        if ok and self._advance_start():
+            wake = True
         self._cache.trim(self.start_offset)
-        return Settled(dead, list(expired.values()), archived, due)
+        return Settled(dead, list(expired.values()), archived, due, wake)
 
     def _follow_up(self, done: Settled, kind: str) -> None:
         """Act on a settled write: expire (or retry expiring) locks, arm the delayed-redelivery
-        timer, start the dead-letter phase, count archived records, wake the long polls."""
+        timer, start the dead-letter phase, count archived records, wake the long polls when a
+        fetch may acquire more than before (not for acknowledgements behind the SPSO's head)."""
         for lock in done.expired:
             if kind == _EXPIRY:  # the expiry itself was not persisted: try again later
                 if lock.handle is None:
@@ -628,7 +639,8 @@ class SharePartition:
         if done.dead:
             self._dead_letter(done.dead)
         self.archived_count += done.archived
-        self._notify()
+        if done.wake:
+            self._notify()
 
     # ------------------------------------------------------------------ delayed redelivery
 

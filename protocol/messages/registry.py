@@ -42,6 +42,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -99,6 +101,8 @@ MODULES = {
     42: ("protocol.messages.delete_groups", "DeleteGroupsRequest", "DeleteGroupsResponse"),
     44: ("protocol.messages.incremental_alter_configs", "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse"),
     47: ("protocol.messages.offset_delete", "OffsetDeleteRequest", "OffsetDeleteResponse"),
+    48: ("protocol.messages.describe_client_quotas", "DescribeClientQuotasRequest", "DescribeClientQuotasResponse"),
+    49: ("protocol.messages.alter_client_quotas", "AlterClientQuotasRequest", "AlterClientQuotasResponse"),
     50: ("protocol.messages.describe_user_scram_credentials", "DescribeUserScramCredentialsRequest", "DescribeUserScramCredentialsResponse"),
     51: ("protocol.messages.alter_user_scram_credentials", "AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse"),
     60: ("protocol.messages.describe_cluster", "DescribeClusterRequest", "DescribeClusterResponse"),

@@ -146,11 +146,13 @@ def test_group_configs_validated_persisted_and_described(tmp_path):
         assert after["share.delivery.count.limit"].value == "4"
 
 
-def test_broker_refuses_lock_floor_below_1000_ms(tmp_path):
-    b = BrokerProcess(tmp_path / "d", config={"group.share.min.record.lock.duration.ms": "999"}, start_timeout=20)
+@pytest.mark.parametrize("key,value", [("group.share.min.record.lock.duration.ms", "999"),  # floor 1000 ms
+                                       ("group.share.fair.acquisition.enable", "sometimes")])  # ours, a boolean
+def test_broker_refuses_bad_share_settings(tmp_path, key, value):
+    b = BrokerProcess(tmp_path / "d", config={key: value}, start_timeout=20)
     with pytest.raises(RuntimeError) as e:
         b.start()
-    assert "group.share.min.record.lock.duration.ms" in str(e.value)
+    assert key in str(e.value)
     b.close()
 
 

@@ -201,3 +201,60 @@ def test_unknown_codec_and_missing_extra(monkeypatch):
     with pytest.raises(R.RecordsError) as e:
         R.batch_body(batch)
     assert e.value.code == R.UNSUPPORTED_COMPRESSION_TYPE
+
+
+# ---------------------------------------------------------------- contiguous slices (share sub-batches)
+BIG = [(b"k%d" % i, b"v" * (i % 50) + b"%d" % i, [("h", b"%d" % i)] if i % 9 == 0 else [], (i * 7) % 1000)
+       for i in range(2000)]
+
+
+def test_slice_is_what_the_filter_keeps_byte_for_byte():
+    batch = kp_batch(BIG, producer_id=7, producer_epoch=1, base_sequence=5)
+    for ranges in ([(1000, 1049)], [(1000, 1000), (1500, 1599), (2999, 2999)], [(1300, 2999)]):
+        wanted = {o - 1000 for lo, hi in ranges for o in range(lo, hi + 1)}
+        expected = R.filter_batch(batch, lambda s: s.offset_delta in wanted)
+        assert R.slice_batch(batch, ranges) == expected
+        kb, after = kp_read(expected)
+        assert [r[0] for r in after] == sorted(o + 1000 for o in wanted)
+    assert R.slice_batch(batch, [(1000, 2999)]) is batch
+
+
+def test_slice_with_log_append_time_keeps_the_batch_timestamp():
+    buf = bytearray(kp_batch(BIG[:100]))
+    R.set_log_append_time(buf, 0, len(buf), T0 + 5)
+    out = R.slice_batch(bytes(buf), [(1010, 1019)])
+    assert R.read_header(out).max_timestamp == T0 + 5 and R.batch_crc_valid(out)
+    assert [r.timestamp for r in DefaultRecordBatch(out)] == [T0 + 5] * 10
+
+
+def test_a_record_index_walks_a_batch_once_across_pieces():
+    batch = kp_batch(BIG)
+    index = R.RecordIndex(batch)
+    for k in range(0, 2000, 50):
+        piece = R.slice_batch(batch, [(1000 + k, 1049 + k)], index)
+        assert [r.offset for r in DefaultRecordBatch(piece)] == list(range(1000 + k, 1050 + k))
+        assert index.walked == k + 50      # only as far as the piece asked, never again from the start
+    assert index.matches(batch) and not index.matches(kp_batch(BIG[:1999]))
+
+
+def test_slices_of_batches_that_are_not_dense_go_through_the_filter():
+    batch = kp_batch(BIG[:100])
+    compacted = R.filter_batch(batch, lambda s: s.offset_delta % 2 == 0)    # offsets 1000, 1002, ...
+    out = R.slice_batch(compacted, [(1010, 1020)])
+    assert [r.offset for r in DefaultRecordBatch(out)] == [1010, 1012, 1014, 1016, 1018, 1020]
+    gz = kp_batch(BIG[:100], R.COMPRESSION_GZIP)
+    out = R.slice_batch(gz, [(1010, 1011)])
+    assert [r.offset for r in DefaultRecordBatch(out)] == [1010, 1011] and R.read_header(out).compression == 1
+    # Deltas that are not 0, 1, 2... although the count matches: found by the filter, not by position.
+    odd = bytearray(kp_batch([(b"a", b"1", [], 0), (b"b", b"2", [], 0)]))
+    odd[R.HEADER_SIZE + 3] = 4                     # record 0's offset delta (zigzag 2) -> 2
+    struct.pack_into(">I", odd, R.CRC_OFFSET, R.crc32c(memoryview(odd)[R.ATTRIBUTES_OFFSET:]))
+    with pytest.raises(R.RecordsError):
+        R.slice_batch(bytes(odd), [(1000, 1000)])  # no record at offset 1000
+
+
+def test_slicing_a_truncated_batch_raises():
+    batch = bytearray(kp_batch(BIG[:10]))
+    batch[R.HEADER_SIZE] = 0x7E                    # record 0 claims 63 bytes and more
+    with pytest.raises(R.RecordsError):
+        R.slice_batch(bytes(batch), [(1005, 1006)])

@@ -53,7 +53,8 @@ class GroupConfigs:
               "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "earliest",
               "share.renew.acknowledge.enable": True, "share.isolation.level": "read_uncommitted",
               "errors.deadletterqueue.topic.name": "", "errors.deadletterqueue.copy.record.enable": False,
-              "share.redelivery.backoff.ms": 0, "share.redelivery.backoff.max.ms": 60_000}
+              "share.redelivery.backoff.ms": 0, "share.redelivery.backoff.max.ms": 60_000,
+              "share.fair.acquisition.enable": True}
 
     def get_int(self, group, name):
         return self.values[name]
@@ -267,3 +268,24 @@ async def test_long_poll_still_waits_when_only_an_already_failed_partition_is_kn
     res = await asyncio.wait_for(waiting, 1)
     assert acquired(res) == {1: [(10, 11, 1)]}
     assert {p.partition: p.error for p in res.partitions if p.error} == {7: Errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+async def test_a_full_record_lock_window_is_not_read_again(env):
+    # Kafka's canAcquireRecords: with the window full and nothing to redeliver, the log is not read.
+    mgr, logs = env
+    GroupConfigs.values["share.partition.max.record.locks"] = 10
+    try:
+        log = logs.info.logs[1]
+        reads = []
+        read = log.read
+        log.read = lambda *a, **kw: reads.append(a[0]) or read(*a, **kw)
+        conn = Connection()
+        log.append(10)
+        assert acquired(await fetch(mgr, conn, 0, partitions=(1,))) == {1: [(0, 9, 1)]}
+        n = len(reads)
+        assert acquired(await fetch(mgr, conn, 1, partitions=(1,))) == {}
+        assert len(reads) == n                                       # window full: no read
+        res = await fetch(mgr, conn, 2, partitions=(1,), acks={1: [AckBatch(0, 4, [2])]})  # RELEASE 0-4
+        assert acquired(res) == {1: [(0, 4, 2)]} and len(reads) == n + 1  # a redelivery is read
+    finally:
+        GroupConfigs.values["share.partition.max.record.locks"] = 2000

@@ -1,0 +1,155 @@
+"""Fair acquisition (ours): a big log batch is shared among the members, not handed to one of them.
+
+Kafka 4.4's batch_optimized mode acquires whole log batches, so a producer that batched 10,000
+records gives them all to the first member that fetches while the others wait: parallelism
+follows producer batching. With the group's ``share.fair.acquisition.enable`` (default true;
+false gives Kafka's exact behaviour) a ShareFetch in batch_optimized mode acquires at most its
+MaxRecords of a log batch that holds more than MaxRecords records, as KIP-1206's record_limit
+mode does; smaller batches are still acquired whole (MaxRecords stays a soft limit, rounded up
+to the batch). Unlike record_limit, the records of the batch past the acquired ones are not put
+in the in-flight window: they stay in the log and the next fetch reads them from there, so
+``share.partition.max.record.locks`` bounds the records in flight exactly (a batch that the
+window would cut is cut too).
+
+What goes out: an uncompressed v2 batch that is only partly acquired is sent as a sub-batch
+holding just the acquired records (``protocol.records.slice_batch``: same base offset and
+offset deltas, header and CRC rewritten, record bytes copied); a compressed one whole, with
+the acquired ranges, as Kafka's record_limit does (every client drops the records outside
+AcquiredRecords). The record index of a big batch is cached (``RecordIndexCache``) so that
+handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times.
+
+``SharePartition.acquire`` (partition.py) uses :func:`fair_piece` and :func:`last_new_to_acquire`;
+the share-partition manager builds the response records with :class:`ResponseRecords`.
+"""
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from protocol.records import RecordIndex, RecordsError, read_header, slice_batch
+
+from broker.share.fetched import last_of_batch_with
+
+
+def fair_piece(config: Any, batch_optimized: bool, max_records: int) -> int:
+    """Records of one log batch a fetch may take when the batch is bigger (0: whole batches)."""
+    return max_records if batch_optimized and config.fair_acquisition else 0
+
+
+def last_new_to_acquire(batches: Sequence[Any], first: int, last: int, remaining: int, piece: int,
+                        window_last: int) -> int:
+    """Last offset to acquire of the new records first..last (fewer than fit in `remaining`).
+
+    Kafka: the end of the log batch holding the `remaining`-th record (whole batches). Fair
+    (`piece` > 0): exactly `remaining` records when that batch holds more than `piece` records
+    or its end passes `window_last`, the last offset the max-record-locks window allows."""
+    cut = first + remaining - 1
+    end = last_of_batch_with(batches, cut)
+    if piece > 0 and end > cut:
+        base = next(bt.base_offset for bt in batches if bt.base_offset <= cut <= bt.last_offset)
+        if end - base + 1 > piece or end > window_last:
+            return cut
+    return min(last, end)
+
+
+class RecordIndexCache:
+    """Record indexes (``protocol.records.RecordIndex``) of the big batches being handed out in
+    pieces, least recently used first, at most `max_records` records indexed in all.
+
+    Written by ``ResponseRecords.add`` on the event loop; an entry is keyed by (topic id,
+    partition, base offset) and checked against the batch's CRC and size, so a batch that the
+    log cleaner rewrote under the same base offset is indexed again; entries die by eviction."""
+
+    __slots__ = ("_entries", "_records", "max_records")
+
+    def __init__(self, max_records: int = 1_000_000):
+        self._entries: OrderedDict[tuple, RecordIndex] = OrderedDict()
+        self._records = 0
+        self.max_records = max_records
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple, batch) -> RecordIndex:
+        idx = self._entries.get(key)
+        if idx is not None and idx.matches(batch):
+            self._entries.move_to_end(key)
+            return idx
+        if idx is not None:
+            self._drop(key)
+        idx = RecordIndex(batch)
+        self._entries[key] = idx
+        self._records += idx.count
+        while self._records > self.max_records and len(self._entries) > 1:
+            self._drop(next(iter(self._entries)))
+        return idx
+
+    def _drop(self, key: tuple) -> None:
+        self._records -= self._entries.pop(key).count
+
+
+class ResponseRecords:
+    """The record batches of one partition of a ShareFetch answer, one per log batch.
+
+    ``add(refs, acquired)`` after each acquire: a ref wholly acquired is sent as it is; with
+    `sub_batches` (fair acquisition on) an uncompressed v2 batch partly acquired becomes a
+    sub-batch of its acquired records (a batch met again in a later acquire of the same
+    request is rebuilt with the union, since a client skips a second batch with the same
+    offsets). ``records`` is what the response carries, ``size`` its bytes."""
+
+    __slots__ = ("_key", "_cache", "_sub", "_by_base", "records", "size")
+
+    def __init__(self, key: tuple, cache: RecordIndexCache, sub_batches: bool):
+        self._key, self._cache, self._sub = key, cache, sub_batches
+        self._by_base: dict[int, tuple[Any, list[tuple[int, int]], int]] = {}  # base -> (ref, ranges, position)
+        self.records: list = []
+        self.size = 0
+
+    def add(self, refs: Sequence[Any], acquired: Sequence[tuple[int, int, int]]) -> int:
+        """Add the batches of one acquire; returns the bytes added."""
+        before, k = self.size, 0
+        for ref in refs:
+            lo, hi = ref.base_offset, ref.last_offset
+            while k < len(acquired) and acquired[k][1] < lo:
+                k += 1
+            ranges, j = [], k
+            while j < len(acquired) and acquired[j][0] <= hi:
+                ranges.append((max(acquired[j][0], lo), min(acquired[j][1], hi)))
+                j += 1
+            seen = self._by_base.get(lo)
+            if seen is not None:
+                ranges = _union(seen[1] + ranges)
+            data = self._bytes(ref, ranges)
+            if seen is None:
+                self._by_base[lo] = (ref, ranges, len(self.records))
+                self.records.append(data)
+            else:
+                self.size -= len(self.records[seen[2]])
+                self.records[seen[2]] = data
+                self._by_base[lo] = (ref, ranges, seen[2])
+            self.size += len(data)
+        return self.size - before
+
+    def _bytes(self, ref: Any, ranges: list[tuple[int, int]]):
+        data = ref.data
+        if not self._sub or (len(ranges) == 1 and ranges[0] == (ref.base_offset, ref.last_offset)):
+            return data
+        try:
+            info = read_header(data)
+            if info.compression or info.magic != 2:
+                return data  # compressed: the whole batch and the acquired ranges (Kafka's record_limit)
+            index = self._cache.get(self._key + (ref.base_offset,), data) if info.records_count > 64 else None
+            return slice_batch(data, ranges, index)
+        except (RecordsError, struct.error):
+            return data  # a batch that does not parse goes out as stored; the client decides
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out
