@@ -165,6 +165,16 @@ def write_json(path: Optional[str], payload: dict) -> None:
     print(f"(figures written to {path})")
 
 
+def roots(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """``--root [NAME=]DIR`` options as (name, absolute dir); none: this checkout."""
+    out = []
+    for spec in specs or [str(peers.REPO_ROOT)]:
+        name, sep, path = spec.partition("=")
+        path = os.path.abspath(path if sep else spec)
+        out.append((name if sep else os.path.basename(path), path))
+    return out
+
+
 def client_cpu() -> float:
     t = os.times()
     return t.user + t.system

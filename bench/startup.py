@@ -113,11 +113,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="nocache,cached")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    roots = []
-    for spec in args.root or [str(peers.REPO_ROOT)]:
-        name, sep, path = spec.partition("=")
-        roots.append((name, os.path.abspath(path)) if sep else (os.path.basename(os.path.abspath(spec)),
-                                                                os.path.abspath(spec)))
+    roots = C.roots(args.root)
     modes = [m for m in args.modes.split(",") if m]
     for name, root in roots:
         for sub in ("broker", "protocol", "coordinator"):

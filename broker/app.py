@@ -1,10 +1,13 @@
 """The broker's life: start-up, periodic maintenance, shutdown.
 
 Start-up order: lock and load the data directory (partition logs recover their
-tails), build the components (``broker.components.build``: internal topics, then
-the coordinators replayed from them, then the share-partition manager), open the
-listener and log ``accepting connections on HOST:PORT``.  Shutdown reverses it and
-marks the data directory cleanly closed.
+tails, producer state comes from snapshots), build the components
+(``broker.components.build``: internal topics, the coordinators, which start
+replaying them in the background, the share-partition manager), open the listener
+and log ``accepting connections on HOST:PORT`` at once: Produce, Fetch, Metadata and
+admin requests are served while the coordinators load, and their APIs answer
+COORDINATOR_LOAD_IN_PROGRESS until ``coordinators loaded`` is logged, as Kafka.
+Shutdown reverses it and marks the data directory cleanly closed.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class Broker:
         self.server: Server | None = None
         self.metrics: MetricsServer | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._loaded_task: asyncio.Task | None = None  # logs "coordinators loaded"; cancelled by stop()
 
     async def start(self) -> None:
         config = self.config
@@ -91,6 +95,7 @@ class Broker:
         except OSError as e:
             await c.close()
             raise StartupError(f"cannot listen on {e.strerror or e}") from None
+        c.listening.set()  # the coordinators start loading now
         self.port = self.server.port
         node.port = primary.advertised_port
         for lst in listeners:
@@ -111,6 +116,14 @@ class Broker:
                     transactions.abort_timed_out_job(c.transactions))
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
                  version(), node_id, node.cluster_id, self.host, self.port)
+        self._loaded_task = asyncio.get_running_loop().create_task(self._log_loaded(c))
+
+    @staticmethod
+    async def _log_loaded(c: Components) -> None:
+        t0 = asyncio.get_running_loop().time()
+        await c.wait_loaded()
+        log.info("coordinators loaded (%.0f ms after accepting connections)",
+                 (asyncio.get_running_loop().time() - t0) * 1000)
 
     def _every(self, interval_key: str, default_ms: int, job) -> None:
         """Run ``job`` every ``interval_key`` milliseconds on the loop; a failure is logged, never raised."""
@@ -135,6 +148,8 @@ class Broker:
     async def stop(self) -> None:
         for handle in self._timers.values():
             handle.cancel()
+        if self._loaded_task is not None:
+            self._loaded_task.cancel()
         if self.metrics is not None:
             await self.metrics.close()
         if self.server is not None:

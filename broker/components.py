@@ -24,11 +24,16 @@ part, each the single owner of its state.
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
 | ``quotas``       | ``broker.quotas.Quotas``               | client quotas (``meta/client-quotas.json``) and their sensors |
 | ``cleaner``      | ``broker.log.cleaner.LogCleaner``      | compaction: cleaner checkpoints, its worker processes |
+| ``listening``    | ``asyncio.Event``                      | set once the listener is open: the coordinators' loads start |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
 or this object), so it can be built alone in a unit test.  :func:`build` creates
-them in dependency order, replays the coordinators from the internal topics and
-returns; ``close()`` shuts them down in reverse order.
+them in dependency order and returns at once: once the app sets ``listening`` (the
+listener is open) the coordinators replay their internal topics in the background
+(COORDINATOR_LOAD_IN_PROGRESS until they are done, as Kafka; :meth:`Components.wait_loaded`
+waits for them); ``close()`` shuts them down in reverse
+order.  In process, share-partition leaders and the group coordinator reach the share
+coordinator through its waiting persister (a call made while it loads waits for it).
 """
 from __future__ import annotations
 
@@ -98,12 +103,20 @@ class Components:
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
     quotas: Quotas = field(default_factory=lambda: build_quotas(BrokerConfig(), None))
     cleaner: object = None  # broker.log.cleaner.LogCleaner
+    # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
+
+    async def wait_loaded(self) -> None:
+        """Return once the coordinators have replayed their internal topics."""
+        for part in (self.share_state, self.groups, self.transactions):
+            if part is not None:
+                await part.wait_loaded()
 
     async def close(self) -> None:
         """Shut the parts down in the reverse order of :func:`build`; the logs last."""
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("transactions", self.transactions.drain if self.transactions is not None else lambda: None),
+            ("transactions", self.transactions.close if self.transactions is not None else lambda: None),
             ("shares", self.shares.close), ("groups", self.groups.close), ("share state", self.share_state.shutdown)]
         for name, fn in steps:
             try:
@@ -117,10 +130,25 @@ class Components:
         self.logs.close()  # drains the file worker first
 
 
+def load_hold(config: BrokerConfig, listening: asyncio.Event) -> Callable[[], Awaitable[None]]:
+    """What a coordinator's load waits for: the listener open (accepting comes first), then the test-only
+    ``sharebroker.coordinator.test.load.hold.file`` gone (a test sees COORDINATOR_LOAD_IN_PROGRESS for as
+    long as it keeps that file)."""
+    path = config.get("sharebroker.coordinator.test.load.hold.file")
+
+    async def hold() -> None:
+        await listening.wait()
+        while path and os.path.exists(path):
+            await asyncio.sleep(0.02)
+    return hold
+
+
 async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManager,
                 settings: BrokerSettings) -> Components:
-    """Build every part on an opened data directory and replay the coordinators' logs."""
+    """Build every part on an opened data directory; the coordinators load in the background."""
     loop = asyncio.get_running_loop()
+    listening = asyncio.Event()  # set by the app once the listener is open
+    hold = load_hold(config, listening)
     meta = os.path.join(data_dir, "meta")
     watchers = Watchers()
     topics = Topics(logs, watchers)
@@ -134,21 +162,22 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
 
     share_state = ShareCoordinator(PartitionRecordLog(logs.get_log(SHARE_GROUP_STATE, 0)), config, now_ms,
                                    partition_exists=partition_exists)
-    await share_state.load()
+    share_state.start_loading(hold)
     share_state.start_periodic_jobs()
+    persister = share_state.persister()  # in process: waits while the share coordinator loads
     topics.on_delete(lambda name, topic_id: loop.create_task(share_state.on_topics_deleted([topic_id])))
 
     offsets_log = PartitionRecordLog(logs.get_log(CONSUMER_OFFSETS, 0))
     groups = GroupCoordinator(offsets_log, ClusterView(logs), config, loop, now_ms=now_ms,
-                              group_configs=group_configs, share_state=share_state)
-    await groups.load()  # one replay of __consumer_offsets: classic, consumer and share groups, offsets
+                              group_configs=group_configs, share_state=persister)
+    groups.start_loading(hold)  # __consumer_offsets: classic, consumer and share groups, offsets
     from broker import security as security_
 
     security = security_.build(config, meta, logs.background)  # SCRAM store, authorizer and its ACLs
 
     share_metrics = ShareMetrics()
     shares = SharePartitionManager(config, logs=logs, watchers=watchers, topics=topics,
-                                   persister=MeteredPersister(share_state, share_metrics),
+                                   persister=MeteredPersister(persister, share_metrics),
                                    group_configs=group_configs, scheduler=loop, now_ms=now_ms,
                                    metrics=share_metrics)
     group_configs.add_listener(shares.group_config_changed)
@@ -166,7 +195,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     from broker import transactions as transactions_
 
     producer_ids = ProducerIdManager(meta, background=logs.background)
-    transactions = await transactions_.build(config, logs, topics, groups, producer_ids, now_ms)
+    transactions = transactions_.build(config, logs, topics, groups, producer_ids, now_ms, hold)
     cleaner = LogCleaner(logs, config)
     topics.on_delete(lambda name, _topic_id: cleaner.topic_deleted(name))
     cleaner.start(loop)
@@ -176,4 +205,4 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,
                       group_configs=group_configs, share_state=share_state, groups=groups, shares=shares,
                       share_metrics=share_metrics, security=security, authorizer=security.authorizer,
-                      quotas=build_quotas(config, meta, logs.background))
+                      quotas=build_quotas(config, meta, logs.background), listening=listening)

@@ -142,6 +142,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sharebroker.share.dlq.retry.backoff.ms", LONG, minimum=1),      # Kafka's 1 s (not configurable there)
     _k("sharebroker.share.dlq.retry.backoff.max.ms", LONG, minimum=1),  # Kafka's 30 s
     _k("sharebroker.share.dlq.test.append.delay.ms", LONG, minimum=0),  # test-only: hold each DLQ append
+    _k("sharebroker.coordinator.test.load.hold.file", STRING),  # test-only: coordinators load once it is gone
     _k("sharebroker.metrics.listener", STRING),
     _k("sharebroker.status.lag.sample.ms", LONG, minimum=10),  # the status page's lag sparkline interval
     # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides

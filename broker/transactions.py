@@ -71,6 +71,10 @@ def marker_writer(logs, topics, groups):
                 entry = plog.producer_state.producers.get(producer_id)
                 if entry is not None and entry.epoch >= epoch:
                     continue
+            if topic == CONSUMER_OFFSETS:
+                # Kafka's group coordinator refuses the marker while loading (the marker channel retries):
+                # its pending offsets are known only once __consumer_offsets is replayed
+                await groups.wait_loaded()
             try:
                 plog.append_control(producer_id, epoch, commit)
             except LogError as e:
@@ -84,8 +88,9 @@ def marker_writer(logs, topics, groups):
     return write_markers
 
 
-async def build(config, logs, topics, groups, producer_ids, now_ms) -> TransactionCoordinator:
-    """The transaction coordinator, replayed from ``__transaction_state``, Prepare* transactions completed."""
+def build(config, logs, topics, groups, producer_ids, now_ms, hold=None) -> TransactionCoordinator:
+    """The transaction coordinator, loading ``__transaction_state`` in the background (``hold``: a test
+    hold awaited first); its Prepare* transactions are completed once loaded."""
 
     def partition_exists(topic: str, partition: int) -> bool:
         info = logs.topic(topic)
@@ -96,8 +101,7 @@ async def build(config, logs, topics, groups, producer_ids, now_ms) -> Transacti
         write_markers=marker_writer(logs, topics, groups), now_ms=now_ms,
         max_timeout_ms=config.get_int("transaction.max.timeout.ms", DEFAULT_MAX_TIMEOUT_MS),
         partition_exists=partition_exists)
-    await txns.load()
-    await txns.complete_pending()
+    txns.start_loading(hold)
     return txns
 
 

@@ -9,6 +9,16 @@ and then applied through the same ``replay`` used at start-up
 (:class:`CoordinatorRuntime`, used by the group coordinator and the share-state
 coordinator alike).
 
+Loading (Kafka's ``CoordinatorRuntime`` / ``CoordinatorLoaderImpl``): the broker
+accepts connections at once and :meth:`CoordinatorRuntime.start_loading` replays the
+log in the background, yielding to the event loop every few milliseconds; until it
+is done the coordinator's entry points answer COORDINATOR_LOAD_IN_PROGRESS
+(:meth:`CoordinatorRuntime.unavailable_code`). A coordinator whose log is compacted
+(``__consumer_offsets``, ``__transaction_state``) loads with ``latest_only``: the log
+is read once for keys only and just the latest value of each key is decoded and
+replayed, in log order, so the cost follows live keys rather than history (the
+result is what replaying the fully compacted log gives).
+
 :class:`RecordLog` is the durable append interface; :class:`MemoryRecordLog` is an
 in-memory implementation for unit tests, and the broker provides one backed by a
 partition log (``broker.internal_topics``).
@@ -18,10 +28,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import Callable, Iterable, Iterator, Protocol, TypeVar
+import time
+from typing import Awaitable, Callable, Iterable, Iterator, Protocol, TypeVar
+
+from protocol.errors import Errors
 
 _I16 = struct.Struct(">h")
 _log = logging.getLogger(__name__)
+
+
+# Kafka's exception messages for the errors a coordinator answers while it cannot serve
+_UNAVAILABLE_MESSAGES = {
+    Errors.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
+    Errors.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+}
+
+
+def unavailable_message(code: int) -> str | None:
+    """Kafka's message for COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE (None for others)."""
+    return _UNAVAILABLE_MESSAGES.get(code)
 
 
 class Record:
@@ -75,8 +100,11 @@ class RecordLog(Protocol):
         ``producer`` (id, epoch): the batch is transactional, part of that producer's transaction
         (TxnOffsetCommit); the runtime passes it only when it is set."""
 
-    def replay(self) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """Yield (offset, key, value) for every record, oldest first."""
+    def replay(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
+        """Yield (offset, key, value) for every record, oldest first (None: a pause, nothing to apply)."""
+
+    def replay_latest(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
+        """Like :meth:`replay`, but only the latest record of each key (optional; a compacted log)."""
 
     def truncate_before(self, offset: int) -> None:
         """Allow records below ``offset`` to be deleted (pruning after snapshots)."""
@@ -102,6 +130,10 @@ class MemoryRecordLog:
 
     def replay(self) -> Iterator[tuple[int, bytes, bytes | None]]:
         return iter(list(self.records))
+
+    def replay_latest(self) -> Iterator[tuple[int, bytes, bytes | None]]:
+        latest = {k: (o, k, v) for o, k, v in self.records}
+        return iter(sorted(latest.values(), key=lambda r: r[0]))
 
     def truncate_before(self, offset: int) -> None:
         self.start_offset = max(self.start_offset, offset)
@@ -151,10 +183,19 @@ class CoordinatorRuntime:
 
     Timer-triggered writes go through :meth:`schedule`, which runs the write as a
     task, logs any exception (none escapes a timer) and is awaited by :meth:`drain`.
+
+    State (Kafka's CoordinatorState): active from construction (a coordinator over an
+    empty log in a unit test) unless ``loading`` is given, loading from :meth:`start_loading`
+    / :meth:`load` until the replay is done, failed if the replay raised or was cancelled. The owner checks
+    :meth:`unavailable_code` at its entry points; a write issued while loading waits
+    for the load (it holds the write lock).
     """
 
+    LOAD_YIELD_S = 0.005  # give the event loop a turn at least this often while replaying
+
     def __init__(self, log: RecordLog, registry: dict, replay: Callable[[int, Record], None], *,
-                 name: str = "coordinator", on_committed: Callable[[list[Record]], None] | None = None):
+                 name: str = "coordinator", on_committed: Callable[[list[Record]], None] | None = None,
+                 loading: bool = False):
         self.log = log
         self.name = name
         self._registry = registry
@@ -162,16 +203,90 @@ class CoordinatorRuntime:
         self._on_committed = on_committed
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        # written by load / start_loading (and the constructor); read by the owner's entry points
+        self.loading = loading
+        self.failed = False
+        self._loaded: asyncio.Event | None = None  # set when a load ends (made by the first waiter)
+        self._load_task: asyncio.Task | None = None
 
-    async def load(self, yield_every: int = 4096) -> None:
-        """Replay the whole log once through ``replay`` (start-up)."""
-        async with self._lock:
-            for n, (offset, key, value) in enumerate(self.log.replay(), 1):
-                rec = decode_record(self._registry, key, value)
-                if rec is not None:
-                    self._replay(offset, rec)
-                if n % yield_every == 0:
-                    await asyncio.sleep(0)  # let the loop breathe during a long replay
+    def unavailable_code(self) -> int:
+        """0 when the coordinator serves; COORDINATOR_LOAD_IN_PROGRESS while it loads, COORDINATOR_NOT_AVAILABLE
+        after a failed load (Kafka's ``withActiveContextOrThrow``)."""
+        if self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        return Errors.COORDINATOR_NOT_AVAILABLE if self.failed else Errors.NONE
+
+    def start_loading(self, *, latest_only: bool = False, before: Callable[[], Awaitable[None]] | None = None,
+                      after: Callable[[], None] | None = None) -> None:
+        """Load in the background (the caller goes on at once); loading from now until the replay ends.
+
+        ``before()`` is awaited first (a test hold), ``after()`` runs once everything is replayed,
+        before the first request is served. A failed load is logged and leaves the coordinator
+        failed (COORDINATOR_NOT_AVAILABLE)."""
+        self.loading = True
+
+        async def run() -> None:
+            try:
+                if before is not None:
+                    await before()
+                await self.load(latest_only=latest_only, after=after)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("%s: loading failed", self.name)
+            finally:
+                if self.loading:  # cancelled before the replay began
+                    self._end_load(ok=False)
+
+        self._load_task = asyncio.get_running_loop().create_task(run())
+
+    async def load(self, *, latest_only: bool = False, after: Callable[[], None] | None = None) -> None:
+        """Replay the log through ``replay`` (start-up); with ``latest_only`` just the latest record
+        of each key, when the log offers it. Yields to the loop every few milliseconds."""
+        self.loading, self.failed = True, False
+        ok = False
+        try:
+            async with self._lock:
+                t0 = last = time.perf_counter()
+                replay = getattr(self.log, "replay_latest", None) if latest_only else None
+                replayed = 0
+                for n, item in enumerate((replay or self.log.replay)(), 1):
+                    if item is not None and item[1] is not None:  # a record without a key means nothing here
+                        offset, key, value = item
+                        rec = decode_record(self._registry, key, value)
+                        if rec is not None:
+                            self._replay(offset, rec)
+                            replayed += 1
+                    if n & 255 == 0 or item is None:
+                        now = time.perf_counter()
+                        if now - last >= self.LOAD_YIELD_S:
+                            await asyncio.sleep(0)  # let the loop serve other requests during a long replay
+                            last = time.perf_counter()
+                if after is not None:
+                    after()
+                ok = True
+        finally:
+            self._end_load(ok)
+        _log.info("%s loaded in %.0f ms (%d records replayed)", self.name, (time.perf_counter() - t0) * 1000,
+                  replayed)
+
+    def _end_load(self, ok: bool) -> None:
+        self.loading, self.failed = False, not ok
+        if self._loaded is not None:
+            self._loaded.set()
+
+    async def wait_loaded(self) -> None:
+        """Return once no load is running (at once if none is)."""
+        if not self.loading:
+            return
+        if self._loaded is None or self._loaded.is_set():
+            self._loaded = asyncio.Event()
+        await self._loaded.wait()
+
+    def cancel_load(self) -> None:
+        """Stop a background load (shutdown)."""
+        if self._load_task is not None and not self._load_task.done():
+            self._load_task.cancel()
 
     async def write(self, op: Callable[[], tuple[R, list[Record]]], *, replay: bool = True,
                     on_error: Callable[[R, Exception], R] | None = None,

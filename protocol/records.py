@@ -450,6 +450,73 @@ def iter_records(batch) -> Iterator[Record]:
         yield Record(info.base_offset + off_delta, ts, key, value, headers)
 
 
+def record_key_values(batch) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of one batch, headers and timestamps skipped: what a
+    coordinator's replay reads (several times faster than ``iter_records`` on small records).
+    Raises ``RecordsError`` as ``iter_records``."""
+    mv = batch if isinstance(batch, memoryview) else memoryview(batch)
+    info = BatchInfo(0, HEADER.unpack_from(mv, 0))
+    if len(mv) < info.size:
+        raise RecordsError(CORRUPT_MESSAGE, "batch is truncated")
+    body = bytes(batch_body(mv, info))
+    base, end, pos, out = info.base_offset, len(body), 0, []
+    append = out.append
+    try:
+        for _ in range(info.records_count):
+            # zigzag varints, inlined for one and two bytes (what coordinator records use)
+            v = body[pos]
+            if v < 0x80:
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                v = (v & 0x7F) | (body[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = _read_varint(body, pos)
+                v = (v << 1) ^ (v >> 63)  # back to the raw form the inlined cases hold
+            length = (v >> 1) ^ -(v & 1)
+            rec_end = pos + length
+            if length <= 0 or rec_end > end:
+                raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+            p = pos + 1  # attributes
+            while body[p] >= 0x80:  # timestamp delta, not needed
+                p += 1
+            p += 1
+            v = body[p]
+            if v < 0x80:
+                p += 1
+            elif body[p + 1] < 0x80:
+                v = (v & 0x7F) | (body[p + 1] << 7)
+                p += 2
+            else:
+                v, p = _read_varint(body, p)
+                v = (v << 1) ^ (v >> 63)
+            delta = (v >> 1) ^ -(v & 1)
+            v = body[p]
+            if v < 0x80:
+                klen = (v >> 1) ^ -(v & 1)
+                p += 1
+            else:
+                klen, p = _read_varint(body, p)
+            if klen < 0:
+                key = None
+            else:
+                key = body[p:p + klen]
+                p += klen
+            v = body[p]
+            if v < 0x80:
+                vlen = (v >> 1) ^ -(v & 1)
+                p += 1
+            else:
+                vlen, p = _read_varint(body, p)
+            if p + vlen > rec_end:
+                raise RecordsError(CORRUPT_MESSAGE, "record content exceeds its length")
+            append((base + delta, key, None if vlen < 0 else body[p:p + vlen]))
+            pos = rec_end
+    except IndexError:
+        raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
+    return out
+
+
 def control_record_type(batch) -> int:
     """CONTROL_ABORT / CONTROL_COMMIT of a control batch, -1 if it has no (known) record."""
     for rec in iter_records(batch):

@@ -1,7 +1,8 @@
 """DescribeTransactions (65) v0: state, timeout, start time, producer and partitions per transactional id.
 
 An id the coordinator does not know gets TRANSACTIONAL_ID_NOT_FOUND; DESCRIBE on the
-TRANSACTIONAL_ID, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis).
+TRANSACTIONAL_ID, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis). While the
+coordinator loads ``__transaction_state`` each id gets COORDINATOR_LOAD_IN_PROGRESS.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ async def describe_transactions(ctx, req):
         if not allowed(ctx, "DESCRIBE", "TRANSACTIONAL_ID", tid):
             out.append(_S(error_code=Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid,
                           topics=[]))
+            continue
+        if code := txns.unavailable_code():  # COORDINATOR_LOAD_IN_PROGRESS while __transaction_state loads
+            out.append(_S(error_code=code, transactional_id=tid, topics=[]))
             continue
         m = txns.describe(tid)
         if m is None:

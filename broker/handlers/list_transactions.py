@@ -3,7 +3,9 @@
 Filters as Kafka: state names (unknown ones are echoed in UnknownStateFilters),
 producer ids, v1 DurationFilter (ongoing for at least that many ms), v2
 TransactionalIdPattern (a Java-style regular expression; an invalid one is
-INVALID_REQUEST).  Only ids the principal may DESCRIBE are listed.
+INVALID_REQUEST).  Only ids the principal may DESCRIBE are listed.  While the
+coordinator loads ``__transaction_state``: COORDINATOR_LOAD_IN_PROGRESS (Kafka's
+listTransactionStates).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ async def list_transactions(ctx, req):
         except re.error:
             return ListTransactionsResponse(error_code=Errors.INVALID_REQUEST, unknown_state_filters=[],
                                             transaction_states=[])
+    if code := ctx.components.transactions.unavailable_code():  # while __transaction_state loads
+        return ListTransactionsResponse(error_code=code, unknown_state_filters=[], transaction_states=[])
     found = ctx.components.transactions.list(states, req.producer_id_filters or (),
                                              req.duration_filter if ctx.api_version >= 1 else -1, pattern or None)
     return ListTransactionsResponse(unknown_state_filters=unknown, transaction_states=[

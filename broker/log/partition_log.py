@@ -13,7 +13,10 @@ Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
 tail of the last segment after its last index entry; otherwise every segment
 at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
 or corrupt tail is truncated (later segments are dropped, as Kafka does).
-Producer state is rebuilt by scanning all batch headers.
+Producer state comes from the latest producer snapshot (written at each roll
+and at close) plus a scan of the batches after it (``producer_state_load``
+says which snapshot and how many batches); only without a usable snapshot is
+the whole log scanned. Sealed segments' indexes are not read at start-up.
 
 Segment replacement (the log cleaner, ``broker/log/cleaner``): the cleaner's
 process writes a segment under ``<base>.*.cleaned`` names; ``replace_segments``
@@ -28,9 +31,10 @@ unlinked and the directory fsynced in the background. Start-up
 [base, next offset of the swap file) and renames the ``.swap`` files to their
 final names (that segment is then re-scanned). A cleaned segment may end before
 the next segment's base offset (compaction leaves gaps); recovery allows that.
+The producer snapshots of replaced segments become strays, removed at start-up.
 
-Not implemented: leader epoch cache, tiered storage, the on-disk transaction index
-(aborted transactions are rebuilt from control batches at start-up).
+Not implemented: leader epoch cache, tiered storage, Kafka's per-segment transaction
+index (the aborted-transaction list travels in the producer snapshots).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from .background import Inline
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .files import atomic_write, fsync_dir
-from .producer_state import ProducerStateManager
+from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
                       rename_segment_files, scan)
 
@@ -203,6 +207,8 @@ class PartitionLog:
         self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
         self._spare: SpareFiles | None = None  # next segment's files, made on the worker
         self._spare_pending = False
+        self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
+        self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
 
@@ -276,14 +282,15 @@ class PartitionLog:
         active.open_for_append()
         self._leo = active.next_offset
         self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
-        self._rebuild_producer_state(now)
-        if self._recovery_point != self._leo:
-            # recovered data is made durable before the recovery point moves past it; after a clean
-            # shutdown close() left recovery point == log end, so nothing is synced or rewritten
-            for seg, nxt in zip(self._segments, self._bases[1:] + [self._leo + 1]):
-                if nxt > self._recovery_point:
-                    seg.flush()
-            self._recovery_point = self._leo
+        self._load_producer_state(now, names)
+        if clean:
+            self._recovery_point = self._leo  # close() flushed everything
+        else:
+            # Kafka's LogLoader: only a flush moves the recovery point. Sealed segments above it were
+            # re-scanned but never fsynced: the next maintenance pass syncs them before moving it.
+            self._recovery_point = min(self._recovery_point, self._leo)
+            self._pending_flush = [seg for seg, nxt in zip(self._segments, self._bases[1:])
+                                   if nxt > self._recovery_point]
         self._write_checkpoint()
 
     def _complete_swaps(self) -> set[int]:
@@ -324,8 +331,9 @@ class PartitionLog:
                 clean or (not last and segs[i + 1].base_offset <= self._recovery_point))
             if last:
                 seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
-            elif not trusted or not seg.indexes_sane():
+            elif not trusted or not seg.index_files_plausible():
                 truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
+                seg.seal()  # the maximum entry as a roll writes it; entries leave memory
                 # compaction leaves gaps: a segment may end before the next one's base offset
                 if truncated or seg.next_offset > segs[i + 1].base_offset:
                     log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
@@ -335,27 +343,18 @@ class PartitionLog:
                     del segs[i + 1:], self._bases[i + 1:]
             i += 1
 
-    def _rebuild_producer_state(self, now: int) -> None:
-        ps = self.producer_state
-        for seg in self._segments:
-            fd = seg.fd
-
-            def on_batch(pos, hdr, fd=fd):
-                if hdr[9] < 0:
-                    return
-                info = BatchInfo(pos, hdr)
-                if info.is_control:
-                    if not info.records_count:
-                        return  # a marker the cleaner emptied: its transaction is gone (as Kafka)
-                    data = os.pread(fd, info.size, pos)
-                    ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
-                                 control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
-                else:
-                    ps.on_batch(info, info.base_offset)
-            seg.scan_headers(on_batch)
+    def _load_producer_state(self, now: int, names: list[str]) -> None:
+        """Kafka's rebuildProducerState (``producer_state.load_producer_state``); a snapshot at the log end
+        is written when batches were read."""
+        snaps = self._snapshots = SnapshotFiles(self.dir, names)
+        snaps.remove_stray(self._bases)
+        ps, start, self.producer_state_load = load_producer_state(snaps, self._segments, self._bases, self._leo)
+        self.producer_state = ps
         ps.truncate_head(self._log_start)
         # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
+        if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
+            snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
@@ -551,6 +550,8 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
+        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
+        self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
 
     def _prepare_spare(self) -> None:
         """With a background worker, make the next segment's files there (a roll then only renames)."""
@@ -785,6 +786,7 @@ class PartitionLog:
             if seg in self._pending_flush:
                 self._pending_flush.remove(seg)
             seg.delete(self._bg if self._bg.threaded else None)
+        self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
         if self._bases[0] > self._log_start:
             self._log_start = self._bases[0]
             self._write_checkpoint()
@@ -958,6 +960,7 @@ class PartitionLog:
         self._bg = Inline()
         self._discard_spare()
         self.flush()
+        self._snapshots.write(self._leo, self.producer_state.snapshot())  # Kafka: a snapshot at close
         self._finish_flush_future(self._next_flush, None)
         for seg in self._segments:
             seg.close()

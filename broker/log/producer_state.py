@@ -14,18 +14,38 @@ handler before the append; the aborted list ((first, marker offset, producer id)
 per aborted transaction) also gives the share-partition leader the ranges it
 archives under read_committed (``broker.share.isolation``).
 
-Not implemented: Kafka's on-disk producer snapshots and per-segment transaction
-index (state and aborted list are rebuilt from batch headers at start-up), the
-TV2 marker epoch rule (markers use the TV0/1 rule: epoch >= current; the TV2
-coordinator writes them with the bumped epoch, which satisfies it).
+Snapshots (Kafka's ``ProducerStateManager.takeSnapshot`` / ``readSnapshot``):
+:meth:`ProducerStateManager.snapshot` serialises the whole state as of an offset
+and :class:`SnapshotFiles` keeps them as ``<offset:020d>.snapshot`` files in the
+partition directory, written at every segment roll (at the new segment's base
+offset) and at a clean shutdown (at the log end). Start-up loads the latest
+valid one at or below the log end and scans only the batches after it; a
+missing, torn or corrupt snapshot (CRC32C over the body) falls back to an older
+one or, with none left, to a scan of the whole log. A snapshot goes with its
+segment (same base offset); Kafka's stray-snapshot rule runs at start-up.
+Deviations (the format is ours): a snapshot keeps the last 5 batches of each
+producer (Kafka's only the last one, so duplicates of older in-flight batches
+are still detected after a restart), and it also carries the aborted-transaction
+list, which takes the place of Kafka's per-segment ``.txnindex`` files.
+
+Not implemented: the TV2 marker epoch rule (markers use the TV0/1 rule: epoch >=
+current; the TV2 coordinator writes them with the bumped epoch, which satisfies it).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import logging
+import os
+import struct
+from bisect import bisect_left, bisect_right
 from collections import deque
+from typing import NamedTuple
 
-from protocol.records import INT32_MAX, BatchInfo
+from crc32c import crc32c
+
+from protocol.records import CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coordinator_epoch, control_record_type
+
+log = logging.getLogger(__name__)
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -34,6 +54,20 @@ TRANSACTION_COORDINATOR_FENCED = 52
 
 BATCHES_TO_RETAIN = 5
 NO_EPOCH = -1
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_SNAP_HEAD = struct.Struct(">4sHI")  # magic, version, CRC32C of the body
+_SNAP_MAGIC = b"SBPS"
+_COUNT = struct.Struct(">I")
+# producer id, epoch, coordinator epoch, last timestamp, open transaction's first offset (-1: none), batches
+_PRODUCER = struct.Struct(">qhiqqB")
+_BATCH = struct.Struct(">iiqq")  # first sequence, last sequence, first offset, last offset
+_ABORTED = struct.Struct(">qqq")  # first offset, marker offset, producer id
+
+
+class CorruptSnapshot(Exception):
+    """A snapshot file that does not parse or whose CRC does not match."""
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -67,6 +101,57 @@ _EMPTY = ProducerEntry(-1)
 
 class ProducerStateManager:
     __slots__ = ("producers", "ongoing", "_aborted", "_aborted_last")
+
+    # ------------------------------------------------------------- snapshots
+    def snapshot(self) -> bytes:
+        """The whole state as one snapshot file's bytes."""
+        body = bytearray(_COUNT.pack(len(self.producers)))
+        for e in self.producers.values():
+            first = -1 if e.txn_first_offset is None else e.txn_first_offset
+            body += _PRODUCER.pack(e.producer_id, e.epoch, e.coordinator_epoch, e.last_timestamp, first,
+                                   len(e.batches))
+            for b in e.batches:
+                body += _BATCH.pack(*b)
+        body += _COUNT.pack(len(self._aborted))
+        for a in self._aborted:
+            body += _ABORTED.pack(*a)
+        return _SNAP_HEAD.pack(_SNAP_MAGIC, SNAPSHOT_VERSION, crc32c(body)) + body
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> "ProducerStateManager":
+        """The state a snapshot holds; raises CorruptSnapshot."""
+        mv = memoryview(data)
+        try:
+            magic, version, crc = _SNAP_HEAD.unpack_from(mv, 0)
+            if magic != _SNAP_MAGIC or version != SNAPSHOT_VERSION:
+                raise CorruptSnapshot(f"unknown snapshot format {bytes(magic)!r} v{version}")
+            if crc32c(mv[_SNAP_HEAD.size:]) != crc:
+                raise CorruptSnapshot("CRC mismatch")
+            ps = cls()
+            pos = _SNAP_HEAD.size
+            (n,), pos = _COUNT.unpack_from(mv, pos), pos + _COUNT.size
+            for _ in range(n):
+                pid, epoch, coordinator_epoch, last_ts, first, nb = _PRODUCER.unpack_from(mv, pos)
+                pos += _PRODUCER.size
+                e = ps.producers[pid] = ProducerEntry(pid)
+                e.epoch, e.coordinator_epoch, e.last_timestamp = epoch, coordinator_epoch, last_ts
+                for _b in range(nb):
+                    e.batches.append(_BATCH.unpack_from(mv, pos))
+                    pos += _BATCH.size
+                if first >= 0:
+                    e.txn_first_offset = first
+                    ps.ongoing.add(pid)
+            (n,), pos = _COUNT.unpack_from(mv, pos), pos + _COUNT.size
+            for _ in range(n):
+                a = _ABORTED.unpack_from(mv, pos)
+                pos += _ABORTED.size
+                ps._aborted.append(a)
+                ps._aborted_last.append(a[1])
+        except struct.error as e:
+            raise CorruptSnapshot(f"truncated snapshot: {e}") from None
+        if pos != len(mv):
+            raise CorruptSnapshot("trailing bytes")
+        return ps
 
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
@@ -209,3 +294,147 @@ class ProducerStateManager:
         for pid in expired:
             del self.producers[pid]
         return len(expired)
+
+
+class ProducerStateLoad(NamedTuple):
+    """How start-up rebuilt a partition's producer state: from the snapshot at ``snapshot_offset`` (None:
+    no usable snapshot, the whole log was read) plus ``batches_scanned`` batch headers after it."""
+
+    snapshot_offset: int | None
+    batches_scanned: int
+
+
+def load_producer_state(snapshots: "SnapshotFiles", segments, bases: list[int],
+                        log_end: int) -> tuple[ProducerStateManager, int, ProducerStateLoad]:
+    """Kafka's rebuildProducerState: the latest valid snapshot at or below ``log_end``, then the batches
+    of ``segments`` (base offsets ``bases``) after it. Returns (state, the offset it was read from, how)."""
+    found = snapshots.load_latest(log_end)
+    start, ps = found if found is not None else (segments[0].base_offset, ProducerStateManager())
+    scanned = 0
+    for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+        fd = seg.fd
+        for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
+            if hdr[0] + hdr[6] < start:
+                continue
+            scanned += 1
+            if hdr[9] < 0:
+                continue
+            info = BatchInfo(pos, hdr)
+            if info.is_control:
+                if not info.records_count:
+                    continue  # a marker the cleaner emptied: its transaction is gone (as Kafka)
+                data = os.pread(fd, info.size, pos)
+                ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
+                             control_coordinator_epoch(data), info.base_offset, info.max_timestamp)
+            else:
+                ps.on_batch(info, info.base_offset)
+    return ps, start, ProducerStateLoad(found[0] if found is not None else None, scanned)
+
+
+class SnapshotFiles:
+    """The producer-state snapshot files of one partition directory, ``<offset:020d>.snapshot``.
+
+    ``offsets`` (sorted) are the snapshots written or found; written by :meth:`write`,
+    dropped by :meth:`delete` and the start-up rules. With a ``Background`` worker the
+    files are written (tmp, fsync, rename) and removed there, through a descriptor of the
+    directory taken on the loop: a job never touches a directory that replaced this one.
+    """
+
+    __slots__ = ("dir", "offsets")
+
+    def __init__(self, dir_path: str, names=None):
+        self.dir = dir_path
+        self.offsets = sorted(int(n[:-len(SNAPSHOT_SUFFIX)]) for n in (os.listdir(dir_path) if names is None else names)
+                              if n.endswith(SNAPSHOT_SUFFIX) and n[:-len(SNAPSHOT_SUFFIX)].isdigit())
+
+    @staticmethod
+    def name(offset: int) -> str:
+        return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def remove_stray(self, segment_bases) -> None:
+        """Kafka's removeStraySnapshots: keep the snapshots at segment base offsets and the largest
+        other one if it is above every segment (a clean shutdown's, at the log end)."""
+        bases = set(segment_bases)
+        top = max(bases) if bases else -1
+        stray = [o for o in self.offsets if o not in bases]
+        doomed = stray[:-1] + [o for o in stray[-1:] if o < top]
+        self.delete(doomed)
+
+    def load_latest(self, end_offset: int) -> tuple[int, ProducerStateManager] | None:
+        """The latest valid snapshot at or below ``end_offset`` as (offset, state); those above it
+        and the corrupt ones are deleted (Kafka's truncateAndReload / loadFromSnapshot)."""
+        self.delete([o for o in self.offsets if o > end_offset])
+        while self.offsets:
+            offset = self.offsets[-1]
+            try:
+                with open(os.path.join(self.dir, self.name(offset)), "rb") as f:
+                    return offset, ProducerStateManager.from_snapshot(f.read())
+            except (OSError, CorruptSnapshot) as e:
+                log.warning("%s: ignoring producer snapshot %s: %s", self.dir, self.name(offset), e)
+                self.delete([offset])
+        return None
+
+    def write(self, offset: int, data: bytes, background=None, sync: bool = True) -> None:
+        """Write the snapshot at ``offset``: on ``background`` when given and threaded, else now; ``sync``
+        fsyncs it (without, a power failure may leave it torn: start-up then falls back to an older one)."""
+        if offset not in self.offsets:
+            self.offsets.append(offset)
+            self.offsets.sort()
+        name = self.name(offset)
+        if background is None or not background.threaded:
+            _write_file(self.dir, name, data, sync=sync)
+            return
+        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True), _log_error)
+
+    def delete(self, offsets, background=None) -> None:
+        doomed = [o for o in offsets if o in self.offsets]
+        if not doomed:
+            return
+        self.offsets = [o for o in self.offsets if o not in doomed]
+        names = [self.name(o) for o in doomed]
+        if background is None or not background.threaded:
+            _unlink(self.dir, names)
+            return
+        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        background.submit(lambda: _unlink(dir_fd, names, close_dir=True), _log_error)
+
+
+def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir: bool = False) -> None:
+    """tmp, fsync (``sync``), rename, in ``directory`` (a path or a directory descriptor). Not
+    ``files.atomic_write``: a background job must write into the directory it was given even if that
+    one has been renamed away meanwhile (a deleted topic), never into one that replaced it."""
+    dir_fd = directory if isinstance(directory, int) else os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        tmp = name + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        if close_dir or not isinstance(directory, int):
+            os.close(dir_fd)
+
+
+def _unlink(directory, names: list[str], close_dir: bool = False) -> None:
+    dir_fd = directory if isinstance(directory, int) else os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+    finally:
+        if close_dir or not isinstance(directory, int):
+            os.close(dir_fd)
+
+
+def _log_error(_result, exc) -> None:
+    if exc is not None:
+        log.error("producer snapshot file job failed: %r", exc)

@@ -6,12 +6,22 @@ The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
   * time index: (max timestamp so far i64, relative base offset u32 of the
     first batch carrying it), appended at the same points when the maximum
     grew, and once more when the segment is sealed (roll/close).
-Index entries live in arrays searched with bisect; the active segment appends them
-to its files with os.write once INDEX_WRITE_BATCH of them are pending (one write per
-~64 batches instead of two per batch), and always before a seal, an fsync or a close.
-A crash can leave the files short of the log: recovery re-scans from the last entry on
-disk and adds the missing ones (as after any torn index). Indexes are rebuilt by a header scan when missing or
-inconsistent. Segments are not preallocated and not memory-mapped.
+
+Where the entries live (RSS does not grow with retained data):
+  * the active segment (and a segment being recovered) keeps them in compact
+    ``array``s (4 bytes per offset, 12 per time entry) searched with bisect;
+    it appends them to its files with os.write once INDEX_WRITE_BATCH of them
+    are pending (one write per ~64 batches instead of two per batch), and always
+    before a seal, an fsync or a close. A crash can leave the files short of the
+    log: recovery re-scans from the last entry on disk and adds the missing ones
+    (as after any torn index);
+  * a sealed segment drops its arrays: on its first lookup the files are
+    memory-mapped read-only (stdlib ``mmap``) and searched in place (the
+    pages are page cache, not heap); its largest timestamp is the time
+    index's last entry, read with one pread when first asked for.
+Opening a segment reads no index: ``open_for_append`` / ``recover`` load the
+entries of the segments that need them. Indexes are rebuilt by a header scan
+when missing or inconsistent. Segments are not preallocated.
 
 A segment written by the log cleaner carries a file-name suffix (``suffix``:
 ``.cleaned`` while it is written, ``.swap`` while it replaces older segments,
@@ -24,6 +34,7 @@ file last, so a ``.log.swap`` implies its index files are ``.swap`` too) and
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 from array import array
@@ -55,12 +66,34 @@ def _write_all(fd: int, data) -> None:
         mv = mv[n:]
 
 
+class _Column:
+    """One field of a memory-mapped index file, as a read-only sequence (``bisect`` searches it)."""
+
+    __slots__ = ("_mm", "_unpack", "_stride", "_off", "_n")
+
+    def __init__(self, mm, fmt: struct.Struct, stride: int, off: int, n: int):
+        self._mm, self._unpack, self._stride, self._off, self._n = mm, fmt.unpack_from, stride, off, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> int:
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._unpack(self._mm, i * self._stride + self._off)[0]
+
+
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+
+
 class Segment:
     __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
-                 "max_timestamp", "offset_of_max_timestamp", "bytes_since_index", "rolling_timestamp",
+                 "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
-                 "_idx_written", "_time_written",
-                 "interval", "suffix")
+                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn")
 
     def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                  suffix: str = ""):
@@ -70,21 +103,25 @@ class Segment:
         self.base_offset = base_offset
         self.fd: int | None = None
         self.size = 0
-        self.idx_rel = array("q")
-        self.idx_pos = array("q")
-        self.time_ts = array("q")
-        self.time_rel = array("q")
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
+        # The index entries: arrays while the segment is appended to or recovered ("loaded"), read-only
+        # columns over the memory-mapped files once sealed ("mapped", made on first lookup), None
+        # in between. Written by _load_arrays / _track / recover; dropped by seal and close.
+        self.idx_rel = self.idx_pos = self.time_ts = self.time_rel = None
+        self._maps: list[mmap.mmap] = []  # the mappings behind mapped columns; closed by _drop_entries
+        self._torn = False  # an index file did not hold whole entries when loaded (never sane)
+        # largest batch timestamp and the base offset of its batch; None: not read yet (a sealed
+        # segment reads them from its time index's last entry on first use)
+        self._max_ts: int | None = -1
+        self._max_ts_offset: int | None = -1
+        # entries of idx_rel/idx_pos and time_ts/time_rel already in the files (written by
+        # _write_pending_indexes, _rewrite_indexes and set on load/recovery)
+        self._idx_written = 0
+        self._time_written = 0
         self.bytes_since_index = 0
         self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
         self.created_ms = now_ms
         self._index_fd: int | None = None
         self._time_fd: int | None = None
-        # entries of idx_rel/idx_pos and time_ts/time_rel already in the files (written by
-        # _write_pending_indexes, _rewrite_indexes and set on load/recovery)
-        self._idx_written = 0
-        self._time_written = 0
         self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
         self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
         self.next_offset = base_offset  # exact only for the active segment and after a scan
@@ -104,6 +141,7 @@ class Segment:
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
+        seg._new_arrays()
         seg._open_index_writers(truncate=True)
         return seg
 
@@ -116,34 +154,134 @@ class Segment:
         for tmp, suffix in zip(spare.paths, (".log", ".index", ".timeindex")):
             os.rename(tmp, seg.path(suffix))
         seg.fd, seg._index_fd, seg._time_fd = spare.fds
+        seg._new_arrays()
         return seg
 
     @classmethod
     def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
              suffix: str = "") -> "Segment":
-        """Open an existing segment and load its indexes (call ``indexes_sane`` / ``recover`` next)."""
+        """Open an existing segment; its indexes are read when needed (``open_for_append`` / ``recover``
+        load them, a lookup on a sealed segment maps them)."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         seg.size = os.fstat(seg.fd).st_size
-        seg._load_indexes()
+        seg._max_ts = seg._max_ts_offset = None
         return seg
 
-    def _load_indexes(self) -> None:
+    # ---------------------------------------------------------- index entries
+    @property
+    def loaded(self) -> bool:
+        """True while the index entries are in memory (active segment, recovery)."""
+        return isinstance(self.idx_rel, array)
+
+    def _new_arrays(self) -> None:
+        self._drop_entries()
+        self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = array("I"), array("I"), array("q"), array("I")
+        self._torn = False
+        self._idx_written = self._time_written = 0
+
+    def _load_arrays(self) -> None:
+        """Read both index files into arrays (a segment about to be appended to or recovered)."""
+        self._new_arrays()
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
             data = _read_file(self.path(suffix))
             n = len(data) // entry.size
-            for x, y in entry.iter_unpack(data[:n * entry.size]):
+            for x, y in entry.iter_unpack(memoryview(data)[:n * entry.size]):
                 a.append(x)
                 b.append(y)
             if len(data) % entry.size:
-                a.append(-1)  # marks a torn index file: never sane
+                self._torn = True  # a torn index file: never sane
         if self.time_ts and self.time_ts[-1] >= 0:
-            self.max_timestamp = self.time_ts[-1]
-            self.offset_of_max_timestamp = self.base_offset + self.time_rel[-1]
+            self._max_ts = self.time_ts[-1]
+            self._max_ts_offset = self.base_offset + self.time_rel[-1]
+        else:
+            self._max_ts = self._max_ts_offset = -1
         self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
+    def _map(self) -> None:
+        """Sealed segment: map both index files read-only; the entries become columns over them."""
+        self._drop_entries()
+        cols = []
+        for suffix, entry, fields in ((".index", OFFSET_ENTRY, ((_U32, 0), (_U32, 4))),
+                                      (".timeindex", TIME_ENTRY, ((_I64, 0), (_U32, 8)))):
+            mm, n = None, 0
+            try:
+                fd = os.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    n = os.fstat(fd).st_size // entry.size
+                    if n:
+                        try:
+                            mm = mmap.mmap(fd, n * entry.size, access=mmap.ACCESS_READ)
+                            self._maps.append(mm)
+                        except OSError:  # e.g. vm.max_map_count reached: read the entries instead
+                            mm = os.pread(fd, n * entry.size, 0)
+                finally:
+                    os.close(fd)
+            cols += [_Column(mm, fmt, entry.size, off, n) for fmt, off in fields]
+        self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = cols
+
+    def _drop_entries(self) -> None:
+        """Forget the entries (arrays or mappings); the next lookup maps the files."""
+        self.idx_rel = self.idx_pos = self.time_ts = self.time_rel = None
+        maps, self._maps = self._maps, []
+        for mm in maps:
+            mm.close()
+
+    def _read_max_timestamp(self) -> None:
+        """A sealed segment's maximum: the last time-index entry (``seal`` wrote it there)."""
+        self._max_ts = self._max_ts_offset = -1
+        try:
+            fd = os.open(self.path(".timeindex"), os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            n = os.fstat(fd).st_size // TIME_ENTRY.size
+            if n:
+                ts, rel = TIME_ENTRY.unpack(os.pread(fd, TIME_ENTRY.size, (n - 1) * TIME_ENTRY.size))
+                if ts >= 0:
+                    self._max_ts, self._max_ts_offset = ts, self.base_offset + rel
+        finally:
+            os.close(fd)
+
+    @property
+    def max_timestamp(self) -> int:
+        if self._max_ts is None:
+            self._read_max_timestamp()
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if self._max_ts_offset is None:
+            self._read_max_timestamp()
+        return self._max_ts_offset
+
+    def index_files_plausible(self) -> bool:
+        """Kafka's index ``sanityCheck`` without reading the entries: both files exist and hold whole
+        entries, and the last offset entry points inside the log (``indexes_sane`` checks them all)."""
+        try:
+            n_idx, n_time = (os.stat(self.path(suffix)).st_size for suffix in (".index", ".timeindex"))
+        except FileNotFoundError:
+            return False
+        if n_idx % OFFSET_ENTRY.size or n_time % TIME_ENTRY.size:
+            return False
+        if not n_idx:
+            return True
+        fd = os.open(self.path(".index"), os.O_RDONLY | _O_CLOEXEC)
+        try:
+            rel, pos = OFFSET_ENTRY.unpack(os.pread(fd, OFFSET_ENTRY.size, n_idx - OFFSET_ENTRY.size))
+        finally:
+            os.close(fd)
+        return rel > 0 and 0 < pos < self.size
+
     def indexes_sane(self) -> bool:
+        if not self.loaded:
+            self._load_arrays()
+        if self._torn:
+            return False
         rel, pos = self.idx_rel, self.idx_pos
         if len(rel) != len(pos) or len(self.time_ts) != len(self.time_rel):
             return False
@@ -180,7 +318,9 @@ class Segment:
         self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
     def open_for_append(self) -> None:
-        """Make this the active segment: index files are appended from now on."""
+        """Make this the active segment: entries in memory, index files appended from now on."""
+        if not self.loaded:
+            self._load_arrays()
         if self._index_fd is None:
             self._open_index_writers()
 
@@ -213,8 +353,11 @@ class Segment:
         With ``from_last_index_entry`` only the part from the last offset-index
         entry on is re-scanned (earlier entries and the data they cover are
         trusted). ``on_batch(position, header)`` is called for every batch scanned.
-        Returns the number of bytes truncated.
+        Returns the number of bytes truncated. The entries stay in memory
+        (``seal`` or ``open_for_append`` decides what happens to them next).
         """
+        if not self.loaded:
+            self._load_arrays()
         before = (self.idx_rel.tobytes(), self.idx_pos.tobytes(), self.time_ts.tobytes(), self.time_rel.tobytes())
         if from_last_index_entry and self.idx_rel:
             k = len(self.idx_rel) - 1
@@ -223,17 +366,17 @@ class Segment:
             j = bisect_left(self.time_rel, start_rel)
             del self.time_ts[j:], self.time_rel[j:]
             if self.time_ts:
-                self.max_timestamp = self.time_ts[-1]
-                self.offset_of_max_timestamp = self.base_offset + self.time_rel[-1]
+                self._max_ts = self.time_ts[-1]
+                self._max_ts_offset = self.base_offset + self.time_rel[-1]
             else:
-                self.max_timestamp = self.offset_of_max_timestamp = -1
+                self._max_ts = self._max_ts_offset = -1
             self.bytes_since_index = 1 << 62  # forces the entry at ``start`` to be re-added
             expected = self.base_offset + start_rel
         else:
             start = 0
             for a in (self.idx_rel, self.idx_pos, self.time_ts, self.time_rel):
                 del a[:]
-            self.max_timestamp = self.offset_of_max_timestamp = -1
+            self._max_ts = self._max_ts_offset = -1
             self.bytes_since_index = 0
             expected = self.base_offset
 
@@ -263,15 +406,15 @@ class Segment:
         entries are kept, exactly as ``seal`` would have written them.
         """
         rel, pos, ts, trel = before
-        if self.idx_rel.tobytes() != rel or self.idx_pos.tobytes() != pos:
+        if self._torn or self.idx_rel.tobytes() != rel or self.idx_pos.tobytes() != pos:
             return False
         if self.time_ts.tobytes() == ts and self.time_rel.tobytes() == trel:
             return True
-        if self.max_timestamp < 0 or self.time_ts and self.max_timestamp <= self.time_ts[-1]:
+        if self._max_ts < 0 or self.time_ts and self._max_ts <= self.time_ts[-1]:
             return False
-        sealed_ts, sealed_rel = array("q", self.time_ts), array("q", self.time_rel)
-        sealed_ts.append(self.max_timestamp)
-        sealed_rel.append(self.offset_of_max_timestamp - self.base_offset)
+        sealed_ts, sealed_rel = array("q", self.time_ts), array("I", self.time_rel)
+        sealed_ts.append(self._max_ts)
+        sealed_rel.append(self._max_ts_offset - self.base_offset)
         if sealed_ts.tobytes() == ts and sealed_rel.tobytes() == trel:
             self.time_ts, self.time_rel = sealed_ts, sealed_rel
             return True
@@ -296,15 +439,15 @@ class Segment:
     # ----------------------------------------------------------------- append
     def _track(self, base_offset: int, max_ts: int, pos: int, size: int) -> None:
         """Index bookkeeping for a batch written at ``pos`` (Kafka's LogSegment.append order)."""
-        if max_ts > self.max_timestamp:
-            self.max_timestamp = max_ts
-            self.offset_of_max_timestamp = base_offset
+        if max_ts > self._max_ts:
+            self._max_ts = max_ts
+            self._max_ts_offset = base_offset
         if self.bytes_since_index > self.interval:
             self.idx_rel.append(base_offset - self.base_offset)
             self.idx_pos.append(pos)
-            if self.max_timestamp >= 0 and (not self.time_ts or self.max_timestamp > self.time_ts[-1]):
-                self.time_ts.append(self.max_timestamp)
-                self.time_rel.append(self.offset_of_max_timestamp - self.base_offset)
+            if self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
+                self.time_ts.append(self._max_ts)
+                self.time_rel.append(self._max_ts_offset - self.base_offset)
             self.bytes_since_index = 0
         self.bytes_since_index += size
 
@@ -326,25 +469,33 @@ class Segment:
             self._write_pending_indexes()
 
     def index_full(self) -> bool:
+        if not self.loaded:
+            return False
         return len(self.idx_rel) >= self.max_index_entries or len(self.time_ts) >= self.max_time_entries
 
     def seal(self) -> None:
-        """Make the last time-index entry the segment's maximum; stop writing indexes."""
-        if self.max_timestamp >= 0 and (not self.time_ts or self.max_timestamp > self.time_ts[-1]):
-            self.time_ts.append(self.max_timestamp)
-            self.time_rel.append(self.offset_of_max_timestamp - self.base_offset)
+        """Make the last time-index entry the segment's maximum; stop writing indexes and let the
+        entries go from memory (lookups map the files from now on)."""
+        if self.loaded and self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
+            self.time_ts.append(self._max_ts)
+            self.time_rel.append(self._max_ts_offset - self.base_offset)
             if self._time_fd is None:
                 self._rewrite_indexes()
         self._close_index_writers()  # writes the pending entries, the maximum last
+        self._drop_entries()
 
     # ------------------------------------------------------------------ reads
     def lookup_position(self, offset: int) -> int:
         """File position of the indexed batch at or before ``offset`` (0 if none)."""
+        if self.idx_rel is None:
+            self._map()
         i = bisect_right(self.idx_rel, offset - self.base_offset) - 1
         return self.idx_pos[i] if i >= 0 else 0
 
     def lookup_time_position(self, timestamp: int) -> int:
         """Position from which a scan finds the first batch with max timestamp >= ``timestamp``."""
+        if self.time_ts is None:
+            self._map()
         i = bisect_left(self.time_ts, timestamp) - 1
         return self.lookup_position(self.base_offset + self.time_rel[i]) if i >= 0 else 0
 
@@ -401,6 +552,7 @@ class Segment:
 
     def close(self) -> None:
         self._close_index_writers()
+        self._drop_entries()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -457,18 +609,6 @@ class SpareFiles:
         _unlink_all(self.paths)
 
 
-def rename_segment_files(dir_path: str, base_offset: int, old_suffix: str, new_suffix: str) -> None:
-    """Rename a segment's files from ``old_suffix`` to ``new_suffix``, index files first and the log
-    file last (an index file that is missing is skipped: it is rebuilt when the segment is recovered)."""
-    for suffix in (".index", ".timeindex", ".log"):
-        name = os.path.join(dir_path, segment_name(base_offset, suffix))
-        try:
-            os.rename(name + old_suffix, name + new_suffix)
-        except FileNotFoundError:
-            if suffix == ".log":
-                raise
-
-
 def _read_file(path: str) -> bytes:
     """Whole content of a small file, b"" if missing (os-level: cheaper than open() at start-up)."""
     try:
@@ -504,6 +644,18 @@ def _unlink_all(paths: list[str]) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def rename_segment_files(dir_path: str, base_offset: int, old_suffix: str, new_suffix: str) -> None:
+    """Rename a segment's files from ``old_suffix`` to ``new_suffix``, index files first and the log
+    file last (an index file that is missing is skipped: it is rebuilt when the segment is recovered)."""
+    for suffix in (".index", ".timeindex", ".log"):
+        name = os.path.join(dir_path, segment_name(base_offset, suffix))
+        try:
+            os.rename(name + old_suffix, name + new_suffix)
+        except FileNotFoundError:
+            if suffix == ".log":
+                raise
 
 
 def scan(fd: int, start: int, end: int, expected_offset: int, verify_crc: bool, on_batch) -> tuple[int, int, str]:

@@ -17,6 +17,11 @@ partition's state change (release, lock expiry, acknowledgement freeing lock
 capacity, SPSO move) notifies ``("share", group, topic_id, partition)``; new data
 notifies ``("log", topic, partition)`` as for Fetch.
 
+While the share coordinator loads ``__share_group_state`` (start-up), a share partition
+cannot initialize: Kafka's persister retries COORDINATOR_LOAD_IN_PROGRESS while the
+ShareFetch waits in purgatory, so a ShareFetch here skips such partitions (no error,
+no records) and waits, woken when the load is done (``PERSISTER_LOADED``).
+
 Records go back to AVAILABLE when a member's share session closes (final epoch,
 connection closed, idle eviction), keeping their delivery count (KAFKA-19972). As in
 Kafka 4.4, a member leaving the group or timing out in the group coordinator does not
@@ -51,6 +56,7 @@ PartitionKey = tuple[bytes, int]  # (topic id, partition)
 READ_STEP = 1 << 20
 MIN_READ, READ_PER_RECORD = 16 << 10, 256
 DEFAULT_MAX_RECORDS = 500  # MaxRecords <= 0 in a ShareFetch
+PERSISTER_LOADED = ("share-state-loaded",)  # watcher key notified once the share coordinator has loaded
 
 
 class PartitionResult:
@@ -109,6 +115,7 @@ class SharePartitionManager:
         self._sweep = scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
         self.record_indexes = RecordIndexCache()  # big batches handed out in pieces (fair acquisition)
+        self._load_waiter: asyncio.Task | None = None  # notifies PERSISTER_LOADED; made by the first waiting fetch
 
     # ------------------------------------------------------------------ configs
     def group_config(self, group_id: str) -> ShareGroupConfig:
@@ -287,6 +294,8 @@ class SharePartitionManager:
                 return
             failed = now_failed
             keys: list = [("share", group, p.topic_id, p.partition) for p in parts]
+            if self._persister_loading():
+                keys.append(PERSISTER_LOADED)
             for p in parts:
                 info = self.logs.topic_by_id(p.topic_id)
                 if info is not None:
@@ -304,6 +313,9 @@ class SharePartitionManager:
         for part in parts:
             if records_left <= 0 or bytes_left <= 0:
                 break
+            sp = self.partitions.get((group, part.topic_id, part.partition))
+            if (sp is None or sp.status != "ACTIVE") and self._persister_loading():
+                continue  # it initializes once the share coordinator has loaded; the fetch waits meanwhile
             try:
                 sp = await self.partition(group, part.topic_id, part.partition)
             except ShareError as e:
@@ -353,6 +365,18 @@ class SharePartitionManager:
                     break
         return total
 
+    def _persister_loading(self) -> bool:
+        """True while the share coordinator loads; the first caller arranges the PERSISTER_LOADED wake-up."""
+        if not getattr(self.persister, "loading", False):
+            return False
+        if self._load_waiter is None:
+            async def wake() -> None:
+                await self.persister.wait_loaded()
+                self.watchers.notify(PERSISTER_LOADED)
+
+            self._load_waiter = self.scheduler.create_task(wake())
+        return True
+
     # ------------------------------------------------------------------ events
     def track_connection(self, connection) -> None:
         cid = id(connection)
@@ -395,6 +419,8 @@ class SharePartitionManager:
 
     async def close(self) -> None:
         self._sweep.cancel()
+        if self._load_waiter is not None:
+            self._load_waiter.cancel()
         for sp in self.partitions.values():
             sp.close()
         self.partitions.clear()

@@ -18,6 +18,12 @@ groups keep their live state in memory and write GroupMetadata records for
 durability only (Kafka: ``replayRecords=false``), through the same runtime entry
 point; those are replayed at load time.
 
+Loading: :meth:`start_loading` replays ``__consumer_offsets`` in the background
+(latest value per key, see :mod:`coordinator.runtime`); until it is done every entry
+point answers COORDINATOR_LOAD_IN_PROGRESS in its API's shape, as Kafka's
+GroupCoordinatorService does (a classic Heartbeat is answered NONE, "blindly", as
+Kafka answers it), and timers start only once it is loaded.
+
 Timers (sessions, rebalances, offset expiration) run on the ``scheduler``
 (``call_later``); wall-clock milliseconds for record timestamps and KIP-211 come
 from ``now_ms`` (default: the scheduler's ``now_ms`` if it has one, else
@@ -37,16 +43,21 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, decode_record
+from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, decode_record, unavailable_message
 from protocol.coordinator_records.registry import GROUP_COORDINATOR_RECORDS
 from protocol.errors import Errors, KafkaError
+from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse
+from protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.messages.delete_groups import DeleteGroupsResponse
+from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse
 from protocol.messages.describe_groups import DescribeGroupsResponse
+from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsResponse
 from protocol.messages.heartbeat import HeartbeatResponse
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.leave_group import LeaveGroupResponse
 from protocol.messages.list_groups import ListGroupsResponse
+from protocol.messages.offset_delete import OffsetDeleteResponse
 from protocol.messages.share_group_describe import ShareGroupDescribeResponse
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
 from protocol.messages.sync_group import SyncGroupResponse
@@ -92,7 +103,6 @@ class GroupCoordinator:
         self._group_configs: dict[str, dict[str, str]] = {}
         self._external_configs = group_configs  # anything with overrides(group_id) -> dict
         self._group_deleted: list[Callable[[str], object]] = []
-        self._loading = False
         self.rebalances: dict[str, int] = {}  # protocol -> new target assignments since start-up
 
     # ------------------------------------------------------------ listeners and lookups
@@ -134,11 +144,25 @@ class GroupCoordinator:
     # ------------------------------------------------------------ load / replay / write
     async def load(self) -> None:
         """Rebuild every group and offset from the record log (one replay), then start timers."""
-        self._loading = True
-        try:
-            await self.runtime.load()
-        finally:
-            self._loading = False
+        await self.runtime.load(latest_only=True, after=self._loaded)
+
+    def start_loading(self, hold: Callable[[], Awaitable[None]] | None = None) -> None:
+        """:meth:`load` in the background; COORDINATOR_LOAD_IN_PROGRESS until it is done."""
+        self.runtime.start_loading(latest_only=True, before=hold, after=self._loaded)
+
+    @property
+    def _loading(self) -> bool:
+        return self.runtime.loading
+
+    def unavailable_code(self) -> int:
+        """0 when serving, else the error every group API answers (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+        return self.runtime.unavailable_code()
+
+    async def wait_loaded(self) -> None:
+        await self.runtime.wait_loaded()
+
+    def _loaded(self) -> None:
+        """After the replay: transactional offsets still pending, group timers, offset expiration."""
         for pid, held in (getattr(self.runtime.log, "open_transactions", None) or {}).items():
             for _offset, key, value in held:  # TxnOffsetCommits of transactions still open
                 rec = decode_record(GROUP_COORDINATOR_RECORDS, key, value)
@@ -208,6 +232,7 @@ class GroupCoordinator:
         await self.runtime.drain()
 
     async def close(self) -> None:
+        self.runtime.cancel_load()
         self.timers.cancel_all()
         for group in self.groups.values():
             if isinstance(group, ClassicGroup):
@@ -269,6 +294,8 @@ class GroupCoordinator:
             return JoinGroupResponse(error_code=Errors.INVALID_GROUP_ID, member_id=req.member_id)
         if not self.cfg.min_session_timeout_ms <= req.session_timeout_ms <= self.cfg.max_session_timeout_ms:
             return JoinGroupResponse(error_code=Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id)
+        if code := self.unavailable_code():
+            return JoinGroupResponse(error_code=code, member_id="")
         if version == 0:
             req.rebalance_timeout_ms = req.session_timeout_ms
         try:
@@ -282,6 +309,8 @@ class GroupCoordinator:
     async def sync_group(self, req, version: int) -> SyncGroupResponse:
         if not req.group_id:
             return SyncGroupResponse(error_code=Errors.INVALID_GROUP_ID)
+        if code := self.unavailable_code():
+            return SyncGroupResponse(error_code=code)
         try:
             fut, writes = self.classic.sync(req, version)
         except Exception:  # noqa: BLE001
@@ -293,17 +322,28 @@ class GroupCoordinator:
     async def heartbeat(self, req, version: int):
         if not req.group_id:
             return HeartbeatResponse(error_code=Errors.INVALID_GROUP_ID)
+        if code := self.unavailable_code():  # Kafka: "the group is still loading, so blindly respond"
+            return HeartbeatResponse(error_code=Errors.NONE if code == Errors.COORDINATOR_LOAD_IN_PROGRESS else code)
         return self.classic.heartbeat(req)
 
     async def leave_group(self, req, version: int):
         if not req.group_id:
             return LeaveGroupResponse(error_code=Errors.INVALID_GROUP_ID)
+        if code := self.unavailable_code():
+            return LeaveGroupResponse(error_code=code)
         resp, writes = self.classic.leave(req, version)
         await self._run_writes(writes)
         return resp
 
     # ------------------------------------------------------------ KIP-848
     async def consumer_group_heartbeat(self, req, version: int, client_id: str = "", client_host: str = ""):
+        if code := self.unavailable_code():
+            try:
+                self.consumer._validate(req, version)  # Kafka validates the request first
+            except KafkaError as e:
+                return ConsumerGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
+            return ConsumerGroupHeartbeatResponse(error_code=code, error_message=unavailable_message(code))
+
         def failed(_resp, exc):
             return ConsumerGroupHeartbeatResponse(error_code=append_error_code(exc))
 
@@ -311,34 +351,63 @@ class GroupCoordinator:
             lambda: self.consumer.heartbeat(req, version, client_id or "", client_host or ""), on_error=failed)
 
     def consumer_group_describe(self, req, version: int):
+        if code := self.unavailable_code():
+            G = ConsumerGroupDescribeResponse.DescribedGroup
+            return ConsumerGroupDescribeResponse(groups=[
+                G(group_id=g, error_code=code if g else Errors.INVALID_GROUP_ID,
+                  error_message=unavailable_message(code) if g else "GroupId can't be empty.") for g in req.group_ids])
         return self.consumer.describe(list(req.group_ids), req.include_authorized_operations)
 
     # ------------------------------------------------------------ KIP-932
     async def share_group_heartbeat(self, req, client_id: str = "", client_host: str = "") \
             -> ShareGroupHeartbeatResponse:
+        if code := self.unavailable_code():
+            try:
+                self.share._validate(req)  # Kafka validates the request first
+            except KafkaError as e:
+                return ShareGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
+            return ShareGroupHeartbeatResponse(error_code=code, error_message=unavailable_message(code))
         return await self.share.heartbeat(req, client_id, client_host)
 
     def share_group_describe(self, req, version: int = 1) -> ShareGroupDescribeResponse:
+        if code := self.unavailable_code():
+            G = ShareGroupDescribeResponse.DescribedGroup
+            return ShareGroupDescribeResponse(groups=[
+                G(group_id=g, error_code=code, error_message=unavailable_message(code)) for g in req.group_ids])
         return self.share.describe(list(req.group_ids))
 
     async def describe_share_group_offsets(self, req, version: int):
         """DescribeShareGroupOffsets v0-1 (v1: KIP-1226 lag)."""
+        if code := self.unavailable_code():
+            R_ = DescribeShareGroupOffsetsResponse
+            return R_(groups=[R_.DescribeShareGroupOffsetsResponseGroup(
+                group_id=g.group_id, error_code=code, error_message=unavailable_message(code), topics=[])
+                for g in req.groups])
         return await self.share_offsets.describe(req, version)
 
     async def alter_share_group_offsets(self, req, version: int = 0):
         """AlterShareGroupOffsets v0: new start offsets for an empty share group."""
+        if code := self.unavailable_code():
+            return AlterShareGroupOffsetsResponse(error_code=code, error_message=unavailable_message(code))
         return await self.share_offsets.alter(req)
 
     async def delete_share_group_offsets(self, req, version: int = 0):
         """DeleteShareGroupOffsets v0: forget an empty share group's state for some topics."""
+        if code := self.unavailable_code():
+            return DeleteShareGroupOffsetsResponse(error_code=code, error_message=unavailable_message(code))
         return await self.share_offsets.delete(req)
 
     # ------------------------------------------------------------ offsets
     async def offset_commit(self, req, version: int):
+        if code := self.unavailable_code():
+            return self.offset_manager.commit(req, version, error=code)[0]
         return await self.runtime.write(lambda: self.offset_manager.commit(req, version), on_error=_failed_commit)
 
     async def txn_offset_commit(self, req, producer_id: int, producer_epoch: int, by_id: bool = False):
         """TxnOffsetCommit: the offsets are appended in the producer's transaction and held pending."""
+        if code := self.unavailable_code():
+            return self.offset_manager.txn_commit(req, by_id, error=code)[0]
+
         def failed(result, exc):
             return _failed_commit(result[0], exc), []
 
@@ -357,9 +426,12 @@ class GroupCoordinator:
         return self.offsets.complete_transaction(producer_id, commit)
 
     async def offset_fetch(self, req, version: int):
-        return self.offset_manager.fetch(req, version)
+        return self.offset_manager.fetch(req, version, error=self.unavailable_code())
 
     async def offset_delete(self, req, version: int):
+        if code := self.unavailable_code():
+            return OffsetDeleteResponse(error_code=code, topics=[])
+
         def failed(resp, exc):
             resp.error_code = append_error_code(exc)
             resp.topics = []
@@ -369,6 +441,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ admin
     def list_groups(self, req, version: int) -> ListGroupsResponse:
+        if code := self.unavailable_code():
+            return ListGroupsResponse(error_code=code, groups=[])
         states = {s.lower() for s in req.states_filter} if version >= 4 else set()
         types = {t.lower() for t in req.types_filter} if version >= 5 else set()
         out = []
@@ -386,9 +460,13 @@ class GroupCoordinator:
         D = DescribeGroupsResponse
         include_ops = version >= 3 and req.include_authorized_operations
         out = []
+        code = self.unavailable_code()
         for gid in req.groups:
             g = self.groups.get(gid)
-            if not gid:
+            if code and gid:  # Kafka's DescribeGroupsResponse.groupError
+                d = D.DescribedGroup(group_id=gid, error_code=code, group_state="", protocol_type="",
+                                     protocol_data="", members=[])
+            elif not gid:
                 d = D.DescribedGroup(group_id=gid, error_code=Errors.INVALID_GROUP_ID, group_state="",
                                      protocol_type="", protocol_data="", members=[])
             elif isinstance(g, ClassicGroup):
@@ -405,6 +483,11 @@ class GroupCoordinator:
 
     async def delete_groups(self, req, version: int) -> DeleteGroupsResponse:
         """Tombstone empty groups (and their offsets) in one write; share groups also lose their share state."""
+        if code := self.unavailable_code():
+            R_ = DeleteGroupsResponse.DeletableGroupResult
+            return DeleteGroupsResponse(results=[R_(group_id=g, error_code=code if g else Errors.INVALID_GROUP_ID)
+                                                 for g in req.groups_names])
+
         def failed(result, exc):
             resp = result[0]
             code = append_error_code(exc)

@@ -119,12 +119,12 @@ class OffsetManager:
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND)
         validate(req.member_id, req.group_instance_id, generation, version)
 
-    def commit(self, req, version: int) -> tuple[OffsetCommitResponse, list]:
+    def commit(self, req, version: int, error: int = Errors.NONE) -> tuple[OffsetCommitResponse, list]:
+        """``error`` (e.g. COORDINATOR_LOAD_IN_PROGRESS) answers every partition with it, writing nothing."""
         by_id = version >= 10
-        error = Errors.NONE
-        if not req.group_id:
+        if not error and not req.group_id:
             error = Errors.INVALID_GROUP_ID
-        else:
+        elif not error:
             try:
                 self._validate_commit(req, version)
             except KafkaError as e:
@@ -159,14 +159,14 @@ class OffsetManager:
         return out
 
     # ------------------------------------------------------------ TxnOffsetCommit
-    def txn_commit(self, req, by_id: bool = False) -> tuple[TxnOffsetCommitResponse, list]:
-        """Validate a TxnOffsetCommit as Kafka's validateTransactionalOffsetCommit; records to hold pending."""
-        error = Errors.NONE
+    def txn_commit(self, req, by_id: bool = False, error: int = Errors.NONE) -> tuple[TxnOffsetCommitResponse, list]:
+        """Validate a TxnOffsetCommit as Kafka's validateTransactionalOffsetCommit; records to hold pending.
+        ``error`` answers every partition with it, writing nothing."""
         group = self.c.lookup(req.group_id)
         generation = req.generation_id_or_member_epoch
-        if not req.group_id:
+        if not error and not req.group_id:
             error = Errors.INVALID_GROUP_ID
-        elif generation >= 0:  # a producer without group metadata (-1) is not checked
+        elif not error and generation >= 0:  # a producer without group metadata (-1) is not checked
             validate = getattr(group, "validate_offset_commit", None) if group is not None else None
             try:
                 if group is None:
@@ -245,20 +245,21 @@ class OffsetManager:
             partition_index=partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
             metadata=om.metadata, error_code=Errors.NONE)
 
-    def fetch(self, req, version: int) -> OffsetFetchResponse:
+    def fetch(self, req, version: int, error: int = Errors.NONE) -> OffsetFetchResponse:
+        """``error`` (e.g. COORDINATOR_LOAD_IN_PROGRESS) answers every group with it."""
         G = OffsetFetchResponse
         if version >= 8:
             groups = []
             for g in req.groups:
-                if not g.group_id:
+                if not g.group_id or error:
                     groups.append(G.OffsetFetchResponseGroup(group_id=g.group_id, topics=[],
-                                                             error_code=Errors.INVALID_GROUP_ID))
+                                                             error_code=error or Errors.INVALID_GROUP_ID))
                     continue
                 groups.append(self.fetch_group(g.group_id, g.topics, g.member_id, g.member_epoch,
                                                version >= 10, version, bool(req.require_stable)))
             return G(groups=groups)
-        if not req.group_id:
-            return G(topics=[], error_code=Errors.INVALID_GROUP_ID)
+        if not req.group_id or error:
+            return G(topics=[], error_code=error or Errors.INVALID_GROUP_ID)
         topics = req.topics
         if topics is not None:
             topics = [_TopicView(t.name, t.partition_indexes) for t in topics]

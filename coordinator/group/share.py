@@ -146,8 +146,10 @@ class ShareGroup(ModernGroup):
                 self.replay_target_epoch(v)
         elif t == 13:  # target assignment member
             self.replay_target_member(rec.key.member_id, v)
-        elif t == 14:  # current member assignment
+        elif t == 14:  # current member assignment (Kafka's getOrMaybeCreateMember: any record order)
             m = self.members.get(rec.key.member_id)
+            if m is None and v is not None:
+                m = self.members[rec.key.member_id] = ShareMember(rec.key.member_id)
             if m is not None and v is not None:
                 m.member_epoch, m.previous_member_epoch = v.member_epoch, v.previous_member_epoch
                 m.assigned = {tp.topic_id: set(tp.partitions) for tp in v.assigned_partitions}

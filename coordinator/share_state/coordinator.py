@@ -45,9 +45,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
-from coordinator.runtime import CoordinatorRuntime, Record, RecordLog
+from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, unavailable_message
 from coordinator.share_state.batches import StateBatch, combine_state_batches
 from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
 from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
@@ -77,7 +77,6 @@ MESSAGES = {
     Errors.FENCED_STATE_EPOCH:
         "The share coordinator rejected the request because the share-group state epoch did not match.",
     Errors.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
-    Errors.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
 }
 
 # CoordinatorOperationExceptionHelper: errors from the append, as the client sees them.
@@ -181,8 +180,10 @@ class ShareCoordinator:
     ``config`` offers ``get_int(name, default)`` (None: all defaults); ``time_ms()``
     returns wall-clock milliseconds; ``partition_exists(topic_id, partition)``
     (optional) answers Kafka's metadata-image check, UNKNOWN_TOPIC_OR_PARTITION
-    when False.  Call :meth:`load` before serving: until then every share-state
-    request answers COORDINATOR_LOAD_IN_PROGRESS.
+    when False.  Call :meth:`load` (or :meth:`start_loading`, in the background) before
+    serving: until it is done every share-state request answers COORDINATOR_LOAD_IN_PROGRESS.
+    In process, share-partition leaders and the group coordinator use :meth:`persister`,
+    which waits for the load instead (Kafka's persister retries that error).
     """
 
     def __init__(self, log: RecordLog, config=None, time_ms: Callable[[], int] | None = None,
@@ -194,8 +195,7 @@ class ShareCoordinator:
         self.updates_per_snapshot = get_int(UPDATES_PER_SNAPSHOT, 500)
         self.cold_snapshot_interval_ms = get_int(COLD_SNAPSHOT_INTERVAL_MS, 300_000)
         self._runtime = CoordinatorRuntime(log, SHARE_COORDINATOR_RECORDS, self.replay, name="share coordinator",
-                                           on_committed=self._committed)
-        self._loaded = False
+                                           on_committed=self._committed, loading=True)  # served after load()
         self._active = True
         self._timer: asyncio.TimerHandle | None = None
         self._job: asyncio.Task | None = None
@@ -214,11 +214,29 @@ class ShareCoordinator:
 
     async def load(self) -> None:
         """Rebuild the state by replaying the whole log, then start serving."""
-        self._loaded = False
         self._reset()
-        await self._runtime.load()
-        self._loaded = True
-        self._maybe_prune()
+        await self._runtime.load(after=self._maybe_prune)
+
+    def start_loading(self, hold: Callable[[], Awaitable[None]] | None = None) -> None:
+        """:meth:`load` in the background (``__share_group_state`` is pruned, not compacted: every
+        record is replayed); COORDINATOR_LOAD_IN_PROGRESS until it is done."""
+        self._reset()
+        self._runtime.start_loading(before=hold, after=self._maybe_prune)
+
+    @property
+    def _loaded(self) -> bool:
+        return not self._runtime.unavailable_code()
+
+    @property
+    def loading(self) -> bool:
+        return self._runtime.loading
+
+    async def wait_loaded(self) -> None:
+        await self._runtime.wait_loaded()
+
+    def persister(self) -> "WaitingPersister":
+        """This coordinator as an in-process persister: a call made while it loads waits for the load."""
+        return WaitingPersister(self)
 
     def replay(self, offset: int, record: Record) -> None:
         """Apply one record at ``offset``: the only way the state ever changes."""
@@ -338,10 +356,10 @@ class ShareCoordinator:
 
     async def _run(self, api: _Api, group_id: str, topic_id: bytes, p, one):
         """One share-partition: validate and compute records, persist them, then apply them."""
+        if code := self._runtime.unavailable_code():
+            return api.error(p.partition, code, f"Unable to {api.what}: {unavailable_message(code)}")
+
         def op():
-            if not self._loaded:
-                return api.error(p.partition, Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                                 f"Unable to {api.what}: {MESSAGES[Errors.COORDINATOR_LOAD_IN_PROGRESS]}"), []
             return one(api, (group_id, bytes(topic_id), p.partition), p)
 
         try:
@@ -496,14 +514,48 @@ class ShareCoordinator:
             self.start_periodic_jobs()
 
     def shutdown(self) -> None:
-        """Stop serving (COORDINATOR_NOT_AVAILABLE from now on) and cancel the timer."""
+        """Stop serving (COORDINATOR_NOT_AVAILABLE from now on) and cancel the timer and a running load."""
         self._active = False
+        self._runtime.cancel_load()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._job is not None:
             self._job.cancel()
             self._job = None
+
+
+class WaitingPersister:
+    """The share coordinator as the in-process persister (share-partition leaders, the group coordinator).
+
+    Kafka's PersisterStateManager retries COORDINATOR_LOAD_IN_PROGRESS with an exponential backoff
+    (1 s, 2 s, 4 s, 8 s: five attempts) before the share partition fails with COORDINATOR_NOT_AVAILABLE;
+    in process a call waits for the load instead, up to the same 15 s, then goes through."""
+
+    WAIT_S = 15.0
+    _RPCS = frozenset({"initialize_state", "read_state", "write_state", "delete_state", "read_state_summary"})
+
+    def __init__(self, coordinator: ShareCoordinator):
+        self._coordinator = coordinator
+
+    @property
+    def loading(self) -> bool:
+        return self._coordinator.loading
+
+    def __getattr__(self, name):
+        fn = getattr(self._coordinator, name)
+        if name not in self._RPCS:
+            return fn
+
+        async def call(request):
+            if self._coordinator.loading:
+                try:
+                    await asyncio.wait_for(self._coordinator.wait_loaded(), self.WAIT_S)
+                except TimeoutError:
+                    pass
+            return await fn(request)
+
+        return call
 
 
 def _raise_to(m: dict[Key, int], key: Key, value: int) -> None:

@@ -33,6 +33,12 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   ``abortTimedOutTransactions``: the fence bump and transaction.version 2's abort
   bump, so the fenced epoch + 1 is not the current one (no EndTxn "retry" matches).
 * DescribeTransactions, ListTransactions from the same state.
+* Loading: :meth:`start_loading` replays ``__transaction_state`` in the background (the
+  latest value of each transactional id, see :mod:`coordinator.runtime`), then completes
+  the Prepare* transactions it found; until then every API answers
+  COORDINATOR_LOAD_IN_PROGRESS (:meth:`unavailable_code`; KIP-890 verification of a
+  Produce turns it into NOT_ENOUGH_REPLICAS, as Kafka's ReplicaManager does) and the
+  timed-out-transaction job does nothing (Kafka's TransactionStateManager).
 
 Error codes follow Kafka's coordinator: unknown transactional id or another
 producer id -> INVALID_PRODUCER_ID_MAPPING; another epoch -> PRODUCER_FENCED;
@@ -175,7 +181,17 @@ class TransactionCoordinator:
         return record(TransactionLogKey(transactional_id=m.transactional_id), m.to_value(), 1)
 
     async def load(self) -> None:
-        await self.runtime.load()
+        await self.runtime.load(latest_only=True)
+
+    def start_loading(self, hold: Callable[[], Awaitable[None]] | None = None) -> None:
+        """:meth:`load` in the background, then :meth:`complete_pending` (Kafka sends the markers of the
+        Prepare* transactions once the partition is no longer loading)."""
+        self.runtime.start_loading(latest_only=True, before=hold, after=lambda: self.runtime.spawn(
+            self.complete_pending(), "completing prepared transactions"))
+
+    def unavailable_code(self) -> int:
+        """0 when serving, else the error every transaction API answers (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+        return self.runtime.unavailable_code()
 
     async def _commit(self, m: TxnMetadata) -> None:
         """Log ``m`` as the new state of its transactional id (durable, then replayed).
@@ -200,6 +216,8 @@ class TransactionCoordinator:
             return Errors.INVALID_TRANSACTION_TIMEOUT, NO_PRODUCER_ID, NO_EPOCH
         if (expected_pid == NO_PRODUCER_ID) != (expected_epoch == NO_EPOCH):
             return Errors.INVALID_REQUEST, NO_PRODUCER_ID, NO_EPOCH  # KafkaApis: both or neither
+        if code := self.unavailable_code():
+            return code, NO_PRODUCER_ID, NO_EPOCH
         expected = expected_pid != NO_PRODUCER_ID
         now = self.now_ms()
         cur = self.txns.get(tid)
@@ -258,6 +276,8 @@ class TransactionCoordinator:
     async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition],
                              client_version: int | None = None) -> int:
         """Add partitions to the (new or ongoing) transaction; an error code for all of them."""
+        if code := self.unavailable_code():
+            return code
         parts = set(partitions)
 
         def op():
@@ -283,6 +303,8 @@ class TransactionCoordinator:
         """KIP-890 part 1 (``handleVerifyPartitionsInTransaction``): is ``tp`` in the transaction of
         (pid, epoch)? An error code as the coordinator answers it (TRANSACTION_ABORTABLE: not in it);
         callers map it for their request version (``broker.transactions.verify_partition``)."""
+        if code := self.unavailable_code():
+            return code
         m = self.txns.get(tid)
         if m is None or m.producer_id != pid:
             return Errors.INVALID_PRODUCER_ID_MAPPING
@@ -303,6 +325,8 @@ class TransactionCoordinator:
     async def _end_txn(self, tid: str, pid: int, epoch: int, commit: bool, tv2: bool) -> tuple[int, int, int]:
         if not tid:
             return Errors.INVALID_REQUEST, NO_PRODUCER_ID, NO_EPOCH
+        if code := self.unavailable_code():
+            return code, NO_PRODUCER_ID, NO_EPOCH
         m = self.txns.get(tid)
         if m is None:
             return Errors.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_EPOCH
@@ -428,6 +452,8 @@ class TransactionCoordinator:
     # ----------------------------------------------------------------- timeouts
     async def abort_timed_out(self, now: int | None = None) -> int:
         """Abort (with an epoch bump that fences the producer) Ongoing transactions past their timeout."""
+        if self.unavailable_code():
+            return 0
         now = self.now_ms() if now is None else now
         expired = [m.copy() for m in self.txns.values()
                    if m.state == ONGOING and m.start_ms >= 0 and now - m.start_ms > m.timeout_ms]
@@ -464,6 +490,14 @@ class TransactionCoordinator:
         return out
 
     async def drain(self) -> None:
+        await self.runtime.drain()
+
+    async def wait_loaded(self) -> None:
+        await self.runtime.wait_loaded()
+
+    async def close(self) -> None:
+        """Shutdown: stop a running load, then wait for the background work."""
+        self.runtime.cancel_load()
         await self.runtime.drain()
 
 
