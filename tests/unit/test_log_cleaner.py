@@ -366,6 +366,33 @@ def test_aborted_transaction_of_a_live_producer_keeps_its_marker(tmp_path):
     assert plog.aborted_transactions(0, plog.log_end_offset) == [(7, 0)]
 
 
+def test_an_old_abort_does_not_keep_the_producers_later_records_out_of_the_map(tmp_path):
+    """A transactional producer that aborted before the dirty section: its committed records in the
+    dirty section still supersede older values (Kafka maps with the aborted transactions of the dirty
+    section only). Mapping them as aborted kept the old value beside the tombstone, and once the
+    tombstone's horizon passed the deleted key came back."""
+    logs, plog, cleaner, clock = make(tmp_path, {"delete.retention.ms": "1000"})
+
+    def filler():
+        for i in range(40):
+            put(plog, 100 + i % 2, i)
+    put(plog, 1, 1, pid=7, epoch=0, seq=0, txn=True)
+    plog.append_control(7, 0, commit=False)
+    filler()
+    cleaner.clean_now(plog)  # the abort is below the checkpoint now
+    put(plog, 5, 5, pid=7, epoch=0, seq=1, txn=True)
+    plog.append_control(7, 0, commit=True)
+    put(plog, 5, None, pid=7, epoch=0, seq=2, txn=True)  # the key is deleted
+    plog.append_control(7, 0, commit=True)
+    filler()
+    cleaner.clean_now(plog)
+    assert [v for _o, k, v in read_all(plog) if k == b"k5"] == [None]  # the tombstone superseded v5
+    clock.now += 1001
+    filler()
+    cleaner.clean_now(plog)
+    assert [v for _o, k, v in read_all(plog) if k == b"k5"] == []  # past its horizon: the key is gone
+
+
 def test_map_full_cleans_in_several_passes(tmp_path):
     logs, plog, cleaner, clock = make(tmp_path, cleaner={"log.cleaner.dedupe.buffer.size": str(128 * 8),
                                                          "log.cleaner.io.buffer.load.factor": "0.5"})

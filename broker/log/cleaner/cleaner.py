@@ -50,8 +50,8 @@ class CleanJob:
     """What the worker needs to clean one log (picklable; made on the loop by the cleaner manager).
 
     ``segments``: (base offset, size) of the log's inactive segments from the first one up to
-    (excluding) the first uncleanable segment. ``aborted``: (producer id, first offset) of the aborted
-    transactions in that range. ``last_records``: producer id -> (last data offset or -1, epoch)
+    (excluding) the first uncleanable segment. ``aborted``: (first offset, marker offset, producer id) of
+    the aborted transactions in that range. ``last_records``: producer id -> (last data offset or -1, epoch)
     (Kafka's ``lastRecordsOfActiveProducers``)."""
 
     __slots__ = ("job_id", "topic", "partition", "dir", "segments", "first_dirty", "first_uncleanable",
@@ -215,7 +215,7 @@ class Cleaner:
         self.build_offset_map(job, stats)
         end_offset = self.map.latest_offset + 1
         stats.map_done = time.monotonic()
-        txn = CleanedTransactionMetadata([(first, pid) for pid, first in job.aborted])
+        txn = CleanedTransactionMetadata([(first, pid) for first, _marker, pid in job.aborted])
         to_clean = [s for s in segments if s[0] < end_offset]
         groups = group_segments_by_size(to_clean, job.segment_bytes, job.max_index_entries, job.index_interval,
                                         job.first_uncleanable)
@@ -232,7 +232,9 @@ class Cleaner:
         m = self.map
         m.clear()
         start, end = job.first_dirty, job.first_uncleanable
-        txn = CleanedTransactionMetadata([(first, pid) for pid, first in job.aborted])
+        # only the aborted transactions that reach into the dirty section (Kafka's collectAbortedTransactions(
+        # start, end)): one that ended before it would make the producer's later transactions look aborted
+        txn = CleanedTransactionMetadata([(first, pid) for first, marker, pid in job.aborted if marker >= start])
         dirty = [(i, s) for i, s in enumerate(job.segments)
                  if s[0] < end and (i + 1 == len(job.segments) or job.segments[i + 1][0] > start)]
         for i, (base, size) in dirty:

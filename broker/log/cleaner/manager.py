@@ -294,12 +294,11 @@ class LogCleaner:
         plog = ltc.log
         cfg = plog.config
         now = self.clock() if now is None else now
-        aborted = plog.producer_state.aborted_ranges(plog.log_start_offset, ltc.first_uncleanable)
         self._job_ids += 1
         return CleanJob(job_id=self._job_ids, topic=plog.topic, partition=plog.partition, dir=plog.dir,
                         segments=[(s.base_offset, s.size) for s in ltc.segments], first_dirty=ltc.first_dirty,
                         first_uncleanable=ltc.first_uncleanable,
-                        aborted=[(pid, first) for first, _last, pid in aborted],
+                        aborted=plog.producer_state.aborted_ranges(plog.log_start_offset, ltc.first_uncleanable),
                         last_records=plog.producer_state.last_records(), high_watermark=plog.high_watermark,
                         now_ms=now, delete_retention_ms=cfg.delete_retention_ms, segment_bytes=cfg.segment_bytes,
                         max_index_entries=max(cfg.segment_index_bytes // 8, 1),
