@@ -474,3 +474,22 @@ def test_interrupted_swap_recovered(tmp_path, phase):
     assert (reopened.segments[0].base_offset == group.base and len(after) < len(before)) == committed \
         or not committed and after == before
     assert reopened.log_end_offset == 120
+
+
+def test_replaced_segments_take_their_producer_snapshots_with_them(tmp_path):
+    """As Kafka's ``UnifiedLog.replaceSegments``: a segment the cleaner merged away leaves no producer
+    snapshot behind (they were kept until the next restart, one file per merged segment)."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(200):
+        put(plog, i % 10, i)
+    cleaner.clean_now(plog)
+    segments = plog.segment_count
+    for i in range(100):
+        put(plog, i % 10, 1000 + i)
+    cleaner.clean_now(plog)  # regroups the small cleaned segments
+
+    def snapshots():
+        return sorted(int(n.split(".")[0]) for n in os.listdir(plog.dir) if n.endswith(".snapshot"))
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) < segments  # the cleaning merged segments
+    assert set(snapshots()) <= set(bases)
