@@ -4,6 +4,7 @@ The cleaner runs in this process here (``LogCleaner.clean_now``: the job, swap a
 real pass, without the worker process); records are read back with kafka-python's own batch
 decoder, so what the cleaner writes is checked by an independent implementation."""
 
+import asyncio
 import os
 
 import pytest
@@ -17,6 +18,7 @@ from protocol import compression
 from protocol import records as R
 from protocol.records import validate_records
 
+from tests.support import until_async
 from tests.unit.test_log import T0, Clock
 
 DAY = 86_400_000
@@ -493,3 +495,43 @@ def test_replaced_segments_take_their_producer_snapshots_with_them(tmp_path):
     bases = [s.base_offset for s in plog.segments]
     assert len(bases) < segments  # the cleaning merged segments
     assert set(snapshots()) <= set(bases)
+
+
+# ---------------------------------------------------------- worker processes
+async def test_a_worker_that_cannot_start_leaves_the_log_to_the_next_tick(tmp_path, monkeypatch, caplog):
+    """Starting the worker failed (out of file descriptors, processes) after the log was marked in
+    progress: it stayed marked, never to be cleaned again, and the failure was logged as a traceback."""
+    from broker.log.cleaner import manager
+
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(60):
+        put(plog, i % 3, i)
+
+    def refuse(*_a, **_k):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(manager, "WorkerProcess", refuse)
+    cleaner._loop = asyncio.get_running_loop()
+    cleaner._tick()
+    cleaner.close()
+    assert cleaner.in_progress == {} and cleaner.grab_filthiest() is not None
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_worker_that_died_is_reaped(tmp_path):
+    """A worker process that exits is waited for and its pipes closed (it stayed a zombie, with two
+    descriptors open, until garbage collection)."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(60):
+        put(plog, i % 3, i)
+    cleaner.start(asyncio.get_running_loop())
+    try:
+        await until_async(lambda: cleaner.checkpoints.get(("t", 0), 0) > 0, 30, "a pass done")
+        worker = cleaner._slots[0].worker
+        worker.proc.kill()
+        await until_async(lambda: cleaner._slots[0].worker is None, 30, "the worker's exit noticed")
+        assert worker.proc.returncode is not None and worker.proc.stdout.closed and worker.proc.stdin.closed
+        assert cleaner.metrics()["dead_thread_count"] == 1
+    finally:
+        cleaner.close()
+        logs.close()
+

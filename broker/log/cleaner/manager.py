@@ -322,13 +322,16 @@ class LogCleaner:
         ltc = self.grab_filthiest()
         if ltc is None:
             return False
-        slot.last_delay_ms = ltc.compaction_delay_ms
-        p = self._begin(ltc)
         if slot.worker is None or not slot.worker.alive:
+            try:
+                slot.worker = WorkerProcess(self._loop, lambda kind, job_id, payload, s=slot: self._message(
+                    s, kind, job_id, payload), lambda s=slot: self._worker_exited(s))
+            except OSError as e:  # e.g. out of file descriptors or processes: the next tick tries again
+                log.warning("log cleaner: cannot start a worker process: %s", e)
+                return False
             slot.dead = False
-            slot.worker = WorkerProcess(self._loop, lambda kind, job_id, payload, s=slot: self._message(
-                s, kind, job_id, payload), lambda s=slot: self._worker_exited(s))
-        slot.current = p
+        slot.last_delay_ms = ltc.compaction_delay_ms
+        p = slot.current = self._begin(ltc)
         try:
             slot.worker.send(p.job, self.config.worker_settings())
         except OSError as e:
@@ -357,9 +360,10 @@ class LogCleaner:
 
     def _worker_exited(self, slot: _Slot) -> None:
         slot.dead = not self._closed
+        worker, slot.worker = slot.worker, None
+        worker.stop()  # reaped, its pipes closed (its output ended: it is exiting)
         if slot.current is not None and not self._closed:
-            self._fail(slot, f"the cleaner worker exited (code {slot.worker.proc.poll()})", mark=True)
-        slot.worker = None
+            self._fail(slot, f"the cleaner worker exited (code {worker.proc.returncode})", mark=True)
 
     def _fail(self, slot: _Slot, message: str, mark: bool) -> None:
         p = slot.current
