@@ -535,3 +535,23 @@ async def test_a_worker_that_died_is_reaped(tmp_path):
         cleaner.close()
         logs.close()
 
+
+
+def test_a_corrupt_segment_fails_the_pass_and_loses_nothing(tmp_path):
+    """A batch whose length runs past its sealed segment (a damaged disk block): the pass fails and
+    the partition is marked uncleanable, as Kafka's "Log segment may be corrupt"; the cleaned copy
+    ended at the damage instead, and the swap dropped every record after it."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(120):
+        put(plog, i % 5, i)
+    seg = plog.segments[1]
+    with open(seg.log_path, "r+b") as f:
+        first = R.read_header(f.read(R.HEADER_SIZE)).size
+        f.seek(first + 8)
+        f.write((1 << 20).to_bytes(4, "big"))  # the second batch now claims 1 MiB
+    files = {n: open(os.path.join(plog.dir, n), "rb").read() for n in os.listdir(plog.dir) if n.endswith(".log")}
+    with pytest.raises(R.RecordsError):
+        cleaner.clean_now(plog)
+    assert ("t", 0) in cleaner.uncleanable and cleaner.grab_filthiest() is None
+    assert {n: open(os.path.join(plog.dir, n), "rb").read() for n in os.listdir(plog.dir)
+            if n.endswith(".log")} == files

@@ -34,8 +34,8 @@ import sys
 import time
 
 from protocol import compression
-from protocol.records import (CONTROL_MASK, DELETE_HORIZON_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchInfo,
-                              RecordsError, batch_body, empty_batch, filter_batch, scan_records)
+from protocol.records import (CONTROL_MASK, CORRUPT_MESSAGE, DELETE_HORIZON_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD,
+                              BatchInfo, RecordsError, batch_body, empty_batch, filter_batch, scan_records)
 
 from ..segment import CLEANED_SUFFIX, Segment
 from .offset_map import OffsetMap
@@ -130,9 +130,13 @@ class Throttler:
 
 
 def iter_batches(fd: int, start: int, end: int, throttler: Throttler | None = None):
-    """(position, whole batch as a memoryview) for the batches of a segment file between positions."""
+    """(position, whole batch as a memoryview) for the batches of a segment file between positions.
+
+    The range is a sealed segment's (recovery truncated any torn tail): a batch that does not fit
+    in it raises ``RecordsError`` (Kafka's "Log segment may be corrupt"), so the pass fails and the
+    partition is marked uncleanable rather than its cleaned copy ending early."""
     pos = start
-    while pos + LOG_OVERHEAD <= end:
+    while pos < end:
         buf = memoryview(os.pread(fd, min(IO_BUFFER, end - pos), pos))
         if throttler is not None:
             throttler.maybe_throttle(len(buf))
@@ -140,18 +144,17 @@ def iter_batches(fd: int, start: int, end: int, throttler: Throttler | None = No
         while off + HEADER_SIZE <= len(buf):
             size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
             if size < HEADER_SIZE:
-                raise RecordsError(2, f"corrupt batch at position {pos + off} (size {size})")
+                raise RecordsError(CORRUPT_MESSAGE, f"corrupt batch at position {pos + off} (size {size})")
             if off + size > len(buf):
                 break
             yield pos + off, buf[off:off + size]
             off += size
         if off == 0:  # one batch larger than the buffer
-            size = int.from_bytes(buf[8:12], "big", signed=True) + LOG_OVERHEAD
-            if size < HEADER_SIZE or pos + size > end:
-                return  # a torn tail (recovery truncates it): nothing more to read
-            whole = memoryview(os.pread(fd, size, pos))
-            if len(whole) < size:
-                return
+            size = int.from_bytes(buf[8:12], "big", signed=True) + LOG_OVERHEAD if len(buf) >= 12 else -1
+            whole = memoryview(os.pread(fd, size, pos)) if HEADER_SIZE <= size <= end - pos else b""
+            if len(whole) != size:
+                raise RecordsError(CORRUPT_MESSAGE, f"log segment may be corrupt: a batch of {size} bytes at "
+                                                    f"position {pos}, {end - pos} bytes left")
             yield pos, whole
             off = size
         pos += off
