@@ -223,8 +223,7 @@ class Cleaner:
         groups = group_segments_by_size(to_clean, job.segment_bytes, job.max_index_entries, job.index_interval,
                                         job.first_uncleanable)
         for group in groups:
-            nexts = [s[0] for s in segments[segments.index(group[0]) + 1:]]
-            yield self.clean_segments(job, group, nexts, txn, stats)
+            yield self.clean_segments(job, group, txn, stats)
         stats.buffer_utilization = self.map.utilization
         stats.end = time.monotonic()
         return end_offset, stats
@@ -285,8 +284,8 @@ class Cleaner:
         return batch_body(batch, info)
 
     # ------------------------------------------------------------- rewriting
-    def clean_segments(self, job: CleanJob, group: list[tuple[int, int]], next_bases: list[int],
-                       txn: CleanedTransactionMetadata, stats: CleanerStats) -> GroupResult:
+    def clean_segments(self, job: CleanJob, group: list[tuple[int, int]], txn: CleanedTransactionMetadata,
+                       stats: CleanerStats) -> GroupResult:
         """Kafka's ``cleanSegments``: clean the group into one new segment under ``.cleaned`` names,
         fsynced, with the last source segment's modification time."""
         base = group[0][0]
@@ -294,7 +293,7 @@ class Cleaner:
                              suffix=CLEANED_SUFFIX)
         removed: list[int] = []
         try:
-            for k, (seg_base, size) in enumerate(group):
+            for seg_base, size in group:
                 fd = os.open(_segment_path(job.dir, seg_base, ".log"), os.O_RDONLY)
                 try:
                     self._clean_into(job, fd, size, out, txn, stats, removed)
