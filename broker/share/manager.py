@@ -311,7 +311,7 @@ class SharePartitionManager:
         bytes_left = req.max_bytes
         total = 0
         for part in parts:
-            if records_left <= 0 or bytes_left <= 0:
+            if records_left <= 0 or (bytes_left <= 0 and total):  # the first batch whatever MaxBytes (KIP-74)
                 break
             sp = self.partitions.get((group, part.topic_id, part.partition))
             if (sp is None or sp.status != "ACTIVE") and self._persister_loading():
@@ -332,7 +332,7 @@ class SharePartitionManager:
             out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
             part.records = out.records
             step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
-            while records_left > 0 and bytes_left > 0:
+            while records_left > 0 and (bytes_left > 0 or not total):
                 offset = sp.next_fetch_offset()
                 if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
                                                 >= sp.config.partition_max_record_locks):
