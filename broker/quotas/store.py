@@ -209,7 +209,7 @@ class ClientQuotaStore:
     def save(self) -> None:
         if self._path is None:
             return
-        from broker.log.manager import atomic_write
+        from broker.log.files import atomic_write
 
         data = {"version": 1, "entities": [{"entity": [list(p) for p in entity], "quotas": dict(sorted(values.items()))}
                                            for entity, values in sorted(self.quotas.items(), key=_order)]}
