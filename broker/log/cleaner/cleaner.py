@@ -37,7 +37,7 @@ from protocol import compression
 from protocol.records import (CONTROL_MASK, CORRUPT_MESSAGE, DELETE_HORIZON_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD,
                               BatchInfo, RecordsError, batch_body, empty_batch, filter_batch, scan_records)
 
-from ..segment import CLEANED_SUFFIX, Segment
+from ..segment import CLEANED_SUFFIX, Segment, segment_name
 from .offset_map import OffsetMap
 from .transactions import CONTROL_ABORT, CONTROL_COMMIT, CleanedTransactionMetadata
 
@@ -247,7 +247,7 @@ class Cleaner:
 
     def _map_segment(self, job: CleanJob, base: int, size: int, start: int, txn, stats) -> bool:
         m = self.map
-        fd = os.open(_segment_path(job.dir, base, ".log"), os.O_RDONLY)
+        fd = os.open(_log_path(job.dir, base), os.O_RDONLY)
         try:
             for _pos, batch in iter_batches(fd, 0, size, self.throttler):
                 info = BatchInfo(0, HEADER.unpack_from(batch, 0))
@@ -294,14 +294,14 @@ class Cleaner:
         removed: list[int] = []
         try:
             for seg_base, size in group:
-                fd = os.open(_segment_path(job.dir, seg_base, ".log"), os.O_RDONLY)
+                fd = os.open(_log_path(job.dir, seg_base), os.O_RDONLY)
                 try:
                     self._clean_into(job, fd, size, out, txn, stats, removed)
                 finally:
                     os.close(fd)
             out.seal()
             out.flush()
-            mtime = os.stat(_segment_path(job.dir, group[-1][0], ".log")).st_mtime_ns
+            mtime = os.stat(_log_path(job.dir, group[-1][0])).st_mtime_ns
             os.utime(out.log_path, ns=(mtime, mtime))
         except BaseException:
             out.delete()
@@ -412,8 +412,8 @@ def _max_timestamp(batch) -> int:
     return int.from_bytes(bytes(batch[35:43]), "big", signed=True)
 
 
-def _segment_path(dir_path: str, base: int, suffix: str) -> str:
-    return os.path.join(dir_path, f"{base:020d}{suffix}")
+def _log_path(dir_path: str, base: int) -> str:
+    return os.path.join(dir_path, segment_name(base, ".log"))
 
 
 __all__ = ["CleanJob", "Cleaner", "CleanerStats", "GroupResult", "CONTROL_ABORT", "CONTROL_COMMIT", "CONTROL_MASK",

@@ -41,7 +41,7 @@ import time
 from protocol import compression
 
 from ..files import atomic_write
-from ..segment import CLEANED_SUFFIX, Segment
+from ..segment import CLEANED_SUFFIX, SEGMENT_SUFFIXES, Segment, segment_name, unlink_all
 from .cleaner import Cleaner, CleanJob, CleanerStats
 from .worker import WorkerProcess
 
@@ -492,8 +492,4 @@ class LogCleaner:
 
 
 def _remove_cleaned(dir_path: str, base: int) -> None:
-    for suffix in (".log", ".index", ".timeindex"):
-        try:
-            os.unlink(os.path.join(dir_path, f"{base:020d}{suffix}{CLEANED_SUFFIX}"))
-        except FileNotFoundError:
-            pass
+    unlink_all([os.path.join(dir_path, segment_name(base, suffix) + CLEANED_SUFFIX) for suffix in SEGMENT_SUFFIXES])
