@@ -38,7 +38,7 @@ from typing import Any, Callable, NamedTuple
 
 from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
-from broker.share.dlq import DeadLetterQueue
+from broker.share.dlq import TOPIC_NAME as DLQ_TOPIC_NAME, DeadLetterQueue
 from broker.share.fair import RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
@@ -134,7 +134,7 @@ class SharePartitionManager:
                      auto_offset_reset=gc.get(group_id, "share.auto.offset.reset"),
                      renew_acknowledge_enable=gc.get_bool(group_id, "share.renew.acknowledge.enable"),
                      isolation_level=gc.get(group_id, "share.isolation.level").lower(),
-                     dlq_topic=gc.get(group_id, "errors.deadletterqueue.topic.name").strip(),
+                     dlq_topic=gc.get(group_id, DLQ_TOPIC_NAME).strip(),
                      dlq_copy_record=gc.get_bool(group_id, "errors.deadletterqueue.copy.record.enable"),
                      redelivery_backoff_ms=gc.get_int(group_id, "share.redelivery.backoff.ms"),
                      redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"),
