@@ -555,3 +555,29 @@ def test_a_corrupt_segment_fails_the_pass_and_loses_nothing(tmp_path):
     assert ("t", 0) in cleaner.uncleanable and cleaner.grab_filthiest() is None
     assert {n: open(os.path.join(plog.dir, n), "rb").read() for n in os.listdir(plog.dir)
             if n.endswith(".log")} == files
+
+
+def test_segments_deleted_during_a_pass_abort_it_without_marking_the_partition(tmp_path, monkeypatch):
+    """Retention (``compact,delete``) or DeleteRecords removed segments of the job while the worker
+    mapped the dirty section: opening them failed and the partition was marked uncleanable until the
+    next restart. Kafka aborts such a pass (its deletions never race the cleaner); here the next pass
+    cleans what is left."""
+    from broker.log.cleaner.cleaner import Cleaner
+
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(200):
+        put(plog, i % 10, i)
+    mapped = Cleaner.build_offset_map
+
+    def retention_runs_meanwhile(self, job, stats):
+        mapped(self, job, stats)
+        plog.delete_records(plog.segments[2].base_offset)
+    monkeypatch.setattr(Cleaner, "build_offset_map", retention_runs_meanwhile)
+    with pytest.raises(FileNotFoundError):
+        cleaner.clean_now(plog)
+    monkeypatch.undo()
+    assert cleaner.uncleanable == set() and cleaner.in_progress == {}
+    assert cleaner.grab_filthiest() is not None
+    before = read_all(plog)
+    assert cleaner.clean_now(plog) == plog.segments[-1].base_offset
+    assert latest(read_all(plog)) == latest(before)

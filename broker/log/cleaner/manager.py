@@ -19,7 +19,8 @@ lines), picks the log to clean and applies what the worker process (``worker.py`
   forgotten; at the end the checkpoint moves to the pass's end offset.  After a pass the next
   log is looked at at once, otherwise every ``log.cleaner.backoff.ms``.
 - A pass that fails marks its partition uncleanable (Kafka's ``markPartitionUncleanable``) until
-  the broker restarts or the topic is deleted; a worker that dies is replaced at the next pass.
+  the broker restarts or the topic is deleted, unless segments of it left the log meanwhile
+  (retention, DeleteRecords: the next pass starts again); a worker that dies is replaced at the next pass.
 - Settings (Kafka's names): ``log.cleaner.enable``, ``log.cleaner.threads`` (worker processes),
   ``log.cleaner.dedupe.buffer.size`` (shared by the workers), ``log.cleaner.io.buffer.load.factor``,
   ``log.cleaner.io.max.bytes.per.second``, ``log.cleaner.backoff.ms``; per topic (dynamic, as every
@@ -372,9 +373,12 @@ class LogCleaner:
             return
         key = (p.job.topic, p.job.partition)
         self.in_progress.pop(key, None)
-        if mark and not p.aborted:
+        if mark and not p.aborted and not _left_the_log(p):
             self.uncleanable.add(key)
             log.warning("cleaning %s-%d failed; the partition is marked uncleanable: %s", key[0], key[1], message)
+        elif mark:
+            log.info("cleaning %s-%d stopped: its log changed meanwhile (retention, DeleteRecords, deletion); "
+                     "the next pass starts again", key[0], key[1])
         self._schedule(self.config.backoff_ms / 1000.0)
 
     # ------------------------------------------------------- applying results
@@ -489,6 +493,14 @@ class LogCleaner:
             "time_since_last_run_ms": int((time.time() - self.time_of_last_run) * 1000),
             "uncleanable_partitions_count": len(self.uncleanable),
         }
+
+
+def _left_the_log(p: _Pass) -> bool:
+    """Did a segment of the pass leave its log (retention, DeleteRecords, deletion)? Then a failure
+    (the worker could not open it) is the log changing under the pass, not a log that cannot be cleaned
+    (Kafka's deletions never race its cleaner: retention of compacted logs runs in the cleaner thread)."""
+    live = {id(seg) for seg in p.log.segments}
+    return p.log.closed or any(id(seg) not in live for seg in p.segments.values())
 
 
 def _remove_cleaned(dir_path: str, base: int) -> None:
