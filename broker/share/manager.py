@@ -314,8 +314,12 @@ class SharePartitionManager:
             if records_left <= 0 or (bytes_left <= 0 and total):  # the first batch whatever MaxBytes (KIP-74)
                 break
             sp = self.partitions.get((group, part.topic_id, part.partition))
-            if (sp is None or sp.status != "ACTIVE") and self._persister_loading():
-                continue  # it initializes once the share coordinator has loaded; the fetch waits meanwhile
+            if sp is None or sp.status != "ACTIVE":
+                if self._persister_loading():
+                    continue  # it initializes once the share coordinator has loaded; the fetch waits meanwhile
+                if total:  # Kafka answers with the partitions whose state is loaded (maybeAcquireFetchLock):
+                    self._preload(group, part.topic_id, part.partition)  # this one serves a later fetch
+                    continue
             try:
                 sp = await self.partition(group, part.topic_id, part.partition)
             except ShareError as e:
@@ -364,6 +368,17 @@ class SharePartitionManager:
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break
         return total
+
+    def _preload(self, group: str, topic_id: bytes, partition: int) -> None:
+        """Start loading a share partition's state without waiting for it; its load wakes the fetches
+        waiting on it, and an error meets the next fetch of it."""
+        async def load() -> None:
+            try:
+                await self.partition(group, topic_id, partition)
+            except ShareError:
+                pass
+
+        self.scheduler.create_task(load())
 
     def _persister_loading(self) -> bool:
         """True while the share coordinator loads; the first caller arranges the PERSISTER_LOADED wake-up."""
