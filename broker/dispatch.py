@@ -14,9 +14,8 @@ response.  A handler may return ``None`` to send no response (Produce acks=0).
 ``fast`` (optional) answers an API's common case straight from the frame, before the
 request is decoded (Produce: ``broker.handlers.produce.fast_produce``); it runs only
 when the handler's ``acl`` is empty and returns False to leave the request to ``fn``.
-While client quotas exist it also gets the request's ``broker.quotas.RequestQuota``, counts what
-the handler would count, and returns where the response's ``throttle_time_ms`` is, for the
-pipeline to fill in.
+It returns where the response's ``throttle_time_ms`` is, for the pipeline to fill in once client
+quotas have counted the request (``broker.quotas.Quotas.finish_fast``).
 
 ``acl`` declares what Kafka's authorizer checks for the API (operation on resource
 type, as ``kafka.server.KafkaApis`` does); the request pipeline
@@ -32,10 +31,10 @@ from typing import Awaitable, Callable, NamedTuple
 from protocol.messages.registry import REQUESTS, RESPONSES, ApiKey
 
 HandlerFn = Callable[..., Awaitable[object]]
-# fast(components, frame, body_position, version, response, quota) -> int: answer the common case of
-# an API straight from the frame, appending the response body to ``response``, and return the offset
-# of the response's throttle_time_ms in it (always > 0); 0 / False: not handled (nothing done), the
-# request goes the general way.  ``quota`` is the RequestQuota (None without client quotas).
+# fast(components, frame, body_position, version, response) -> int: answer the common case of an API
+# straight from the frame, appending the response body to ``response``, and return the offset of the
+# response's throttle_time_ms in it (always > 0); 0 / False: not handled (nothing done), the request
+# goes the general way.  It runs synchronously: client quotas count it afterwards in one call.
 FastFn = Callable[..., int]
 
 # Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).

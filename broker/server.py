@@ -129,6 +129,7 @@ class Connection(asyncio.BufferedProtocol):
         # The read timeout's clock: the last byte received, or when reading last resumed.
         self._progress_at = self.last_active
         self.principal = ANONYMOUS
+        self.quota_account = None  # broker.quotas.ClientAccount of the last counted request (written there)
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -504,26 +505,26 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolViolation(f"{ApiKey(api_key).name} before authentication (or after the session expired)")
         metrics = server.metrics
         quotas = server.quotas
-        q = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) if quotas.active else None
         if h.fast is not None:
             b = self._response_head(correlation_id, flexible)
             t0 = time.perf_counter()
             try:
-                throttle_at = h.fast(self.components, m, pos, version, b, q)
+                throttle_at = h.fast(self.components, m, pos, version, b)
             except BaseException:
                 metrics.failed(api_key)
                 raise
             if throttle_at:
-                elapsed = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                elapsed = t1 - t0
                 metrics.observe(api_key, elapsed)
-                if q is not None:
-                    q.busy = elapsed  # a fast path never waits
-                    ms = q.finish(None)
+                if quotas.active:  # counted in one call (a fast path never waits)
+                    ms = quotas.finish_fast(self, api_key, header.client_id, len(frame), elapsed, t1)
                     if ms:
                         _THROTTLE.pack_into(b, throttle_at, ms)
                 if not self.closed:
                     self._write_response(b)
                 return
+        q = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) if quotas.active else None
         try:
             req, end = cls.decode_from(m, pos, version)
         except (DecodeError, ValueError, IndexError, struct.error) as e:

@@ -22,8 +22,8 @@ implicitly, v11 gets TRANSACTION_ABORTABLE, v3-10 INVALID_TXN_STATE; a stale epo
 INVALID_PRODUCER_EPOCH, and CONCURRENT_TRANSACTIONS is answered as NOT_ENOUGH_REPLICAS
 before v12 (retriable for every client), as Kafka's AddPartitionsToTxnManager and
 ReplicaManager do.  Only the batch header is read.
-Quotas (``broker.quotas``): the request's size counts against ``producer_byte_rate`` after the
-append; the answer carries the throttle time and the connection is muted for it.
+Quotas (``broker.quotas``): the request's size counts against ``producer_byte_rate`` once it is
+handled; the answer carries the throttle time and the connection is muted for it.
 
 Fast path (:func:`fast_produce`, run by the server before the request is decoded): the
 common request -- no transactional id, acks 1 or -1, one topic with one partition, no
@@ -31,7 +31,7 @@ tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed 
 partition, record-set bounds) and answered with bytes encoded here, without building the
 request and response objects; it appends through the same :func:`_append_records` as
 the general path.  Anything else goes the general way (which also answers malformed input),
-and with client quotas it counts the request's size as the general path does.
+and with client quotas the request's size is counted as on the general path.
 """
 from __future__ import annotations
 
@@ -65,13 +65,12 @@ _PART_V5 = struct.Struct(">ihqqq")  # ... log start offset (v5+)
 _NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
 
 
-def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray, q=None) -> int:
+def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
     """Answer the common Produce (see the module docstring) into ``b`` and return where its
     throttle_time_ms is; False (nothing done) otherwise.
 
-    ``p`` is where the body starts in the frame ``m``; ``b`` holds the response header; ``q`` is the
-    request's quota accounting (None without client quotas): the request's size is counted as on
-    the general path.
+    ``p`` is where the body starts in the frame ``m``; ``b`` holds the response header.  Client
+    quotas count the request afterwards, as on the general path (``broker.quotas.Quotas.finish_fast``).
     """
     if c.authorizer.enabled:
         return False
@@ -130,8 +129,6 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray, q=None) -
     if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
         return False
     code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
-    if q is not None:
-        q.bandwidth(c.quotas.produce, q.size)
     _encode_one(b, version, key, index, code, message, res)
     return len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
 
@@ -215,8 +212,7 @@ async def produce(ctx, req):
                 parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     q = ctx.quota
-    if q is not None:  # KafkaApis: the request's size counts against producer_byte_rate once appended
-        q.bandwidth(c.quotas.produce, q.size)
+    if q is not None:  # the request's size counts against producer_byte_rate when it finishes (RequestQuota)
         q.exempt = acks == 0  # no request quota for acks=0 (the connection may still be muted for bytes)
     if acks == 0:
         return None

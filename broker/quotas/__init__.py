@@ -31,6 +31,11 @@ ignores the field is held all the same.  What is counted, as ``KafkaApis``:
 Nothing is counted while no quota of a type exists (``quotasEnabled``): :attr:`Quotas.active` is
 one attribute test on the request path, and the request timing wrapper exists only while a
 ``request_percentage`` quota does.
+
+Cost while quotas exist: a connection keeps the sensors its client counts in
+(:class:`ClientAccount`, until a quota changes or sensors expire), so a request looks up no
+precedence; a request the server's fast path answers (Produce) is counted by
+:meth:`Quotas.finish_fast` in one call, with the time the pipeline read for its timing.
 """
 from __future__ import annotations
 
@@ -42,27 +47,39 @@ from broker.quotas.store import (CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTAT
                                  REQUEST_PERCENTAGE, USER, ClientQuotaStore)
 from protocol.messages.registry import ApiKey
 
-_UNCOUNTED = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})  # the login exchange (Kafka's network layer)
+_UNCOUNTED = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)})  # the login (Kafka's network layer)
+_floor = math.floor
+_PRODUCE = int(ApiKey.PRODUCE)  # counted against producer_byte_rate (an int: cheaper to compare than the enum)
+_PRODUCE_AT, _FETCH_AT, _REQUEST_AT, _MUTATION_AT = range(4)  # the managers' places in ClientAccount.sensors
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+def perf_ms() -> int:
+    """Milliseconds of ``time.perf_counter``: the quotas' clock, the one the request pipeline times
+    handlers with (so that the fast path passes its reading on: ``Quotas.finish_fast``)."""
+    return _floor(time.perf_counter() * 1000.0)
 
 
 class Quotas:
     """The quota managers and the store that feeds them (``ctx.components.quotas``)."""
 
     def __init__(self, store: ClientQuotaStore, samples: int = 11, window_s: int = 1, controller_samples: int = 11,
-                 controller_window_s: int = 1, clock=monotonic_ms):
+                 controller_window_s: int = 1, clock=perf_ms):
         self.store = store
         self.clock = clock
-        self.produce = ClientQuotaManager("Produce", samples, window_s)
-        self.fetch = ClientQuotaManager("Fetch", samples, window_s)
-        self.request = ClientQuotaManager("Request", samples, window_s, max_throttle_ms=window_s * 1000)
-        self.controller_mutation = ClientQuotaManager("ControllerMutation", controller_samples, controller_window_s)
+        self.produce = ClientQuotaManager("Produce", samples, window_s, index=_PRODUCE_AT)
+        self.fetch = ClientQuotaManager("Fetch", samples, window_s, index=_FETCH_AT)
+        self.request = ClientQuotaManager("Request", samples, window_s, max_throttle_ms=window_s * 1000,
+                                          index=_REQUEST_AT)
+        self.controller_mutation = ClientQuotaManager("ControllerMutation", controller_samples, controller_window_s,
+                                                      index=_MUTATION_AT)
         self.by_key = {PRODUCER_BYTE_RATE: self.produce, CONSUMER_BYTE_RATE: self.fetch,
                        REQUEST_PERCENTAGE: self.request, CONTROLLER_MUTATION_RATE: self.controller_mutation}
         self.active = False  # some quota of some type exists; written by _changed
+        # bumped whenever a manager's sensor for some client may be another one: a ClientAccount of an
+        # older generation looks its sensors up again
+        self.generation = 0
+        for m in self.managers():
+            m.on_change = self._next_generation
         store.replay_to(self._changed)
         store.add_listener(self._changed)
 
@@ -80,39 +97,130 @@ class Quotas:
         manager.update_quota(user, client, value)
         self.active = any(m.enabled for m in self.managers())
 
+    def _next_generation(self) -> None:
+        self.generation += 1
+
     def start(self, connection, api_key: int, principal: str, client_id: str | None,
               size: int) -> "RequestQuota | None":
         """The accounting of one request, or None when it is not counted."""
         if api_key in _UNCOUNTED:
             return None
-        return RequestQuota(self, connection, principal.partition(":")[2], client_id or "", size)
+        a = connection.quota_account
+        if a is None or a.client_id != client_id or a.principal is not principal:
+            a = connection.quota_account = ClientAccount(self, connection, principal, client_id)
+        return RequestQuota(a, size if api_key == _PRODUCE else 0)
+
+    def finish_fast(self, connection, api_key: int, client_id: str | None, size: int, busy: float,
+                    ended: float) -> int:
+        """A request the server's fast path answered in one synchronous step of ``busy`` seconds that
+        ended at the ``time.perf_counter`` reading ``ended`` (never a SASL one), counted as
+        :class:`RequestQuota` counts it -- Produce: its size; any request: its time -- in one call, the
+        client's sensors kept on the connection: the throttle time, the connection muted for it (the
+        caller puts it in the response)."""
+        a = connection.quota_account
+        if a is None or a.generation != self.generation or a.client_id != client_id or \
+                a.principal is not connection.principal:
+            a = connection.quota_account = ClientAccount(self, connection, connection.principal, client_id)
+        now = _floor(ended * 1000.0)  # perf_ms() at ``ended``
+        byte_ms = request_ms = 0
+        produce = self.produce
+        if api_key == _PRODUCE and produce.enabled_levels:
+            s = a.sensors[_PRODUCE_AT]
+            if s is None:
+                s = a.sensor(produce, now)
+            if s.stat.record(size, now) > s.free:  # manager.record without a call: the common case
+                byte_ms = produce.throttle_ms(s, now)
+        request = self.request
+        if request.enabled_levels:
+            s = a.sensors[_REQUEST_AT]
+            if s is None:
+                s = a.sensor(request, now)
+            if s.stat.record(busy * 100.0, now) > s.free:
+                request_ms = request.throttle_ms(s, now)
+        if byte_ms <= 0 and request_ms <= 0:
+            return 0
+        if byte_ms > request_ms:
+            return a.throttle(produce, byte_ms, now, None)
+        return a.throttle(request, request_ms, now, None)
+
+
+class ClientAccount:
+    """The sensors one client of one connection counts in (``Connection.quota_account``: the
+    principal and client id of its last request; replaced when either changes).
+
+    :meth:`sensor` keeps each manager's answer until the quotas' ``generation`` moves (a quota
+    changed, sensors expired), so a request costs no precedence lookup."""
+
+    __slots__ = ("quotas", "connection", "principal", "client_id", "user", "generation", "sensors")
+
+    def __init__(self, quotas: Quotas, connection, principal: str, client_id: str | None):
+        self.quotas = quotas
+        self.connection = connection
+        self.principal = principal  # as the connection had it ("User:name"): compared by identity
+        self.client_id = client_id  # as the request header had it (None: none)
+        self.user = principal.partition(":")[2]
+        self.generation = quotas.generation  # the sensors below are good while the quotas have this one
+        self.sensors: list[ClientSensor | None] = [None] * 4  # by manager index (_*_AT), looked up on first use
+
+    @property
+    def client(self) -> str:
+        """The client id as quotas know it ("" for none)."""
+        return self.client_id or ""
+
+    def sensor(self, manager: ClientQuotaManager, now: int) -> ClientSensor:
+        """``manager.sensor`` for this client."""
+        if self.generation != self.quotas.generation:
+            self._forget()
+        s = self.sensors[manager.index]
+        if s is None:
+            s = manager.sensor(self.user, self.client, now)
+            if self.generation != self.quotas.generation:  # that expired sensors: the others may be gone
+                self._forget()
+            self.sensors[manager.index] = s
+        return s
+
+    def _forget(self) -> None:
+        self.sensors = [None] * 4
+        self.generation = self.quotas.generation
+
+    def record(self, manager: ClientQuotaManager, value: float, now: int) -> int:
+        """``manager.record`` in this client's sensor: the throttle time it calls for."""
+        return manager.record(self.sensor(manager, now), value, now)
+
+    def throttle(self, manager: ClientQuotaManager, ms: int, now: int, resp) -> int:
+        """``ms`` of throttle called for by ``manager``'s quota: counted in its throttle-time metric, put in
+        the response's ``throttle_time_ms`` (if ``resp`` is given and has it), the connection muted for it
+        (KIP-219)."""
+        ClientQuotaManager.throttled(self.sensor(manager, now), ms, now)
+        if resp is not None and "throttle_time_ms" in getattr(type(resp), "__slots__", ()):
+            resp.throttle_time_ms = ms
+        self.connection.throttle(ms)
+        return ms
 
 
 class RequestQuota:
     """One request's quota accounting (``ctx.quota``; None while no quota is configured).
 
-    Handlers call :meth:`bandwidth` (Produce, ShareFetch), :meth:`fetch_throttled` (Fetch) or
-    :meth:`mutations` (topic creation/deletion); the pipeline calls :meth:`finish`, which takes the
-    request-time quota, picks the longest throttle, puts it in the response and mutes the connection.
+    Handlers call :meth:`bandwidth` (ShareFetch), :meth:`fetch_throttled` (Fetch) or :meth:`mutations`
+    (topic creation/deletion); the pipeline calls :meth:`finish`, which counts a Produce request's size,
+    takes the request-time quota, picks the longest throttle, puts it in the response and mutes the
+    connection.
     """
 
-    __slots__ = ("quotas", "connection", "user", "client_id", "size", "busy", "step_started", "request_ms",
-                 "request_sensor", "exempt", "byte_ms", "byte_manager", "byte_sensor", "mutation")
+    __slots__ = ("account", "produced", "busy", "step_started", "request_ms", "exempt", "byte_ms", "byte_manager",
+                 "mutation")
 
-    def __init__(self, quotas: Quotas, connection, user: str, client_id: str, size: int):
-        self.quotas = quotas
-        self.connection = connection
-        self.user = user
-        self.client_id = client_id
-        self.size = size  # the request's bytes (header and body): what Produce counts
+    def __init__(self, account: ClientAccount, produced: int):
+        self.account = account
+        # Produce: the request's bytes (header and body), counted against producer_byte_rate by finish
+        # (KafkaApis counts a Produce request's size once it is handled); 0 for other requests
+        self.produced = produced
         self.busy = 0.0  # seconds the handler ran on the loop so far (timed only with a request quota)
         self.step_started = 0.0  # perf_counter at the start of the handler's running step, 0 between steps
         self.request_ms = -1  # the request quota's throttle, once taken (-1: not yet)
-        self.request_sensor: ClientSensor | None = None  # the request quota's sensor, once taken
         self.exempt = False  # Produce acks=0: no request quota
         self.byte_ms = 0
-        self.byte_manager: ClientQuotaManager | None = None
-        self.byte_sensor: ClientSensor | None = None
+        self.byte_manager: ClientQuotaManager | None = None  # the byte quota counted, if any
         self.mutation: MutationQuota | None = None
 
     # ------------------------------------------------------------------ what handlers call
@@ -120,18 +228,18 @@ class RequestQuota:
         """Count ``nbytes`` against ``manager``'s quota; the throttle time it calls for."""
         if not manager.enabled_levels:
             return 0
-        now = self.quotas.clock()
-        s = manager.sensor(self.user, self.client_id, now)
-        self.byte_manager, self.byte_sensor = manager, s
-        self.byte_ms = manager.record(s, nbytes, now)
-        return self.byte_ms
+        a = self.account
+        self.byte_manager = manager
+        ms = self.byte_ms = a.record(manager, nbytes, a.quotas.clock())
+        return ms
 
     def max_fetch_bytes(self, max_bytes: int) -> int:
         """MaxBytes capped at what the fetch quota allows in one go (``maxValueInQuotaWindow``)."""
-        fetch = self.quotas.fetch
+        a = self.account
+        fetch = a.quotas.fetch
         if not fetch.enabled:
             return max_bytes
-        cap = fetch.max_value_in_window(self.user, self.client_id)
+        cap = fetch.max_value_in_window(a.user, a.client)
         if math.isnan(cap):  # a NaN quota (AlterClientQuotas accepts it, as Kafka): Java's (int) NaN is 0
             return 0
         return max_bytes if math.isinf(cap) or cap >= max_bytes else max(int(cap), 0)
@@ -139,64 +247,61 @@ class RequestQuota:
     def fetch_throttled(self, nbytes: int) -> bool:
         """Fetch (KafkaApis): take the request quota and count the response bytes; when either calls
         for a throttle the bytes are taken back and the caller answers with an empty response."""
+        quotas = self.account.quotas
         request_ms = self.request_throttle_ms()
-        byte_ms = self.bandwidth(self.quotas.fetch, nbytes)
+        byte_ms = self.bandwidth(quotas.fetch, nbytes)
         if max(request_ms, byte_ms) <= 0:
             return False
-        if self.byte_sensor is not None:
-            self.quotas.fetch.record_no_throttle(self.byte_sensor, -nbytes, self.quotas.clock())
+        if self.byte_manager is not None:
+            now = quotas.clock()
+            quotas.fetch.record_no_throttle(self.account.sensor(quotas.fetch, now), -nbytes, now)
         return True
 
     def mutations(self, version: int, strict_since: int) -> "MutationQuota | None":
         """The controller mutation quota of a topic request (None: unbounded), strict from ``strict_since``."""
-        manager = self.quotas.controller_mutation
+        a = self.account
+        manager = a.quotas.controller_mutation
         if not manager.enabled:
             return None
-        now = self.quotas.clock()
-        self.mutation = MutationQuota(self.quotas, manager.sensor(self.user, self.client_id, now),
-                                      version >= strict_since)
+        self.mutation = MutationQuota(a.quotas, a.sensor(manager, a.quotas.clock()), version >= strict_since)
         return self.mutation
 
     # ------------------------------------------------------------------ the pipeline
     def request_throttle_ms(self) -> int:
         """Take the request quota once: handling time so far, as a percentage of a second."""
         if self.request_ms < 0:
-            manager = self.quotas.request
+            a = self.account
+            manager = a.quotas.request
             if self.exempt or not manager.enabled_levels:
                 self.request_ms = 0
             else:
                 busy = self.busy + (time.perf_counter() - self.step_started if self.step_started else 0.0)
-                now = self.quotas.clock()
-                s = self.request_sensor = manager.sensor(self.user, self.client_id, now)
-                self.request_ms = manager.record(s, busy * 100.0, now)
+                self.request_ms = a.record(manager, busy * 100.0, a.quotas.clock())
         return self.request_ms
 
     def finish(self, resp) -> int:
-        """After the handler: the throttle time (the longest that any quota calls for) goes into the
-        response's ``throttle_time_ms`` and the connection is muted for it (KIP-219)."""
+        """After the handler: a Produce request's size is counted; the throttle time (the longest that any
+        quota calls for) goes into the response's ``throttle_time_ms`` and the connection is muted for it
+        (KIP-219)."""
+        if self.produced:
+            self.bandwidth(self.account.quotas.produce, self.produced)
         request_ms = self.request_ms if self.request_ms >= 0 else self.request_throttle_ms()
+        byte_ms = self.byte_ms
         mutation_ms = self.mutation.throttle_time() if self.mutation is not None else 0
-        ms = self.byte_ms if self.byte_ms > request_ms else request_ms
-        if mutation_ms > ms:
-            ms = mutation_ms
-        if ms <= 0:
+        if byte_ms <= 0 and request_ms <= 0 and mutation_ms <= 0:
             return 0
-        now = self.quotas.clock()
-        if self.byte_ms > request_ms and self.byte_ms >= mutation_ms:
-            ClientQuotaManager.throttled(self.byte_sensor, ms, now)
-        elif mutation_ms > request_ms:
-            ClientQuotaManager.throttled(self.mutation.sensor, ms, now)
-        else:
-            ClientQuotaManager.throttled(self.request_sensor, ms, now)
-        if resp is not None and "throttle_time_ms" in getattr(type(resp), "__slots__", ()):
-            resp.throttle_time_ms = ms
-        self.connection.throttle(ms)
-        return ms
+        a = self.account
+        now = a.quotas.clock()
+        if byte_ms > request_ms and byte_ms >= mutation_ms:
+            return a.throttle(self.byte_manager, byte_ms, now, resp)
+        if mutation_ms > request_ms:
+            return a.throttle(a.quotas.controller_mutation, mutation_ms, now, resp)
+        return a.throttle(a.quotas.request, request_ms, now, resp)
 
     def timed(self, coro):
         """``coro``, with its running time (not its waiting time) added to :attr:`busy` while a request
         quota exists."""
-        return _Timed(coro, self) if self.quotas.request.enabled else coro
+        return _Timed(coro, self) if self.account.quotas.request.enabled else coro
 
 
 class MutationQuota:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from urllib.parse import quote
 
-from broker.quotas.sensors import LONG_MAX, SampledStat, TokenBucket, java_round, throttle_time_ms
+from broker.quotas.sensors import LONG_MAX, AvgStat, SampledStat, TokenBucket, java_round, throttle_time_ms
 
 
 class _Default:
@@ -37,7 +37,10 @@ DEFAULT = _Default()  # the <default> user or client id (a null entity name on t
 CLIENT_ID_LEVEL, USER_LEVEL, USER_CLIENT_ID_LEVEL = 1, 2, 4  # ClientQuotaManager's quota type bits
 SENSOR_EXPIRY_MS = 3600 * 1000
 THROTTLE_SAMPLES, THROTTLE_WINDOW_MS = 2, 30000  # MetricConfig defaults: the throttle-time Avg
-_CACHE_LIMIT = 10_000  # (user, client id) pairs remembered per manager
+
+
+def _nothing() -> None:
+    pass
 
 
 def sanitize(name: str) -> str:
@@ -48,38 +51,53 @@ def sanitize(name: str) -> str:
 class ClientSensor:
     """The statistics of one ``(user, client-id)`` tag pair: the quota's stat and the throttle times."""
 
-    __slots__ = ("tags", "bound", "stat", "bucket", "throttle", "throttle_ms_total", "last_used")
+    __slots__ = ("tags", "bound", "free", "stat", "bucket", "throttle", "throttle_ms_total", "created")
 
     def __init__(self, tags: tuple[str, str], bound: float, samples: int, window_ms: int, now: int,
                  bucket: bool = False):
         self.tags = tags
-        self.bound = bound  # the quota in force for these tags (LONG_MAX: none)
-        self.stat = SampledStat(samples, window_ms)  # Rate: bytes, request-time %, or mutations
+        # Rate: bytes, request-time % (measured after each event), or mutations (the bucket is the quota)
+        self.stat = SampledStat(samples, window_ms, purging=not bucket)
+        self.bound = bound  # the quota in force for these tags (LONG_MAX: none); written by set_bound
+        self.free = 0.0  # a stat total at or under this is under the quota whatever the window; by set_bound
+        self.set_bound(bound)
         self.bucket = TokenBucket(samples, window_ms, now) if bucket else None  # controller mutations
-        self.throttle = SampledStat(THROTTLE_SAMPLES, THROTTLE_WINDOW_MS)  # Avg of throttle times (ms)
+        self.throttle = AvgStat(THROTTLE_SAMPLES, THROTTLE_WINDOW_MS)  # Avg of throttle times (ms)
         self.throttle_ms_total = 0  # ours: a counter for Prometheus' rate()
-        self.last_used = now
+        self.created = now
+
+    def set_bound(self, bound: float) -> None:
+        """The quota in force for these tags."""
+        self.bound = bound
+        self.free = bound * self.stat.min_window_s()  # NaN for a NaN quota: never "free", the rate decides
+
+    @property
+    def last_used(self) -> int:
+        """When a value was last recorded (Kafka's ``Sensor.lastRecordTime``), or the sensor created."""
+        cur = self.stat.cur
+        return self.created if cur is None else max(cur.last, self.created)
 
 
 class ClientQuotaManager:
     """The quotas of one key and the sensors they are enforced with (one per quota type)."""
 
-    def __init__(self, quota_type: str, samples: int, window_s: int, max_throttle_ms: int | None = None):
+    def __init__(self, quota_type: str, samples: int, window_s: int, max_throttle_ms: int | None = None,
+                 index: int = 0):
         self.quota_type = quota_type  # "Produce", "Fetch", "Request", "ControllerMutation" (QuotaType)
         self.samples = samples  # quota.window.num (controller.quota.window.num)
         self.window_ms = window_s * 1000  # quota.window.size.seconds (controller.quota.window.size.seconds)
         self.max_throttle_ms = max_throttle_ms  # the request quota's bound: one window
-        self._min_window_s = max((samples - 1) * window_s, 0.001)  # the shortest window a rate is taken over
         # (user part, client part) -> quota; written by update_quota (the quota store's replay)
         self.overrides: dict[tuple, float] = {}
         self.enabled_levels = 0  # quotaTypesEnabled: bits of the levels that have quotas
         self._level_counts = {CLIENT_ID_LEVEL: 0, USER_LEVEL: 0, USER_CLIENT_ID_LEVEL: 0}
         # tags -> sensor; created by the first request under those tags, dropped after an hour unused
         self.sensors: dict[tuple[str, str], ClientSensor] = {}
-        # (user, client id) -> its sensor: a cache of tags() + sensors, emptied when quotas change or
-        # sensors expire (and when it grows past _CACHE_LIMIT)
-        self._by_client: dict[tuple[str, str], ClientSensor] = {}
         self._next_sweep = 0
+        # Called whenever the sensor of a (user, client id) may be another one (a quota changed, sensors
+        # expired): a sensor kept from sensor() is good until then (broker.quotas.ClientAccount)
+        self.on_change = _nothing
+        self.index = index  # this manager's place in a ClientAccount's sensor cache (given by Quotas)
 
     @property
     def enabled(self) -> bool:
@@ -104,8 +122,8 @@ class ClientQuotaManager:
         else:
             self.overrides[key] = value
         for s in self.sensors.values():  # updateQuotaMetricConfigs: every sensor takes its new bound
-            s.bound = self.limit(s.tags)
-        self._by_client.clear()  # the tags of a client may be others now
+            s.set_bound(self.limit(s.tags))
+        self.on_change()  # the tags of a client may be others now
 
     def tags(self, user: str, client_id: str) -> tuple[str, str]:
         """``DefaultQuotaCallback.quotaMetricTags``: the sensor a request of ``user`` / ``client_id`` counts in."""
@@ -151,42 +169,39 @@ class ClientQuotaManager:
 
     # ------------------------------------------------------------------ sensors
     def sensor(self, user: str, client_id: str, now: int) -> ClientSensor:
-        """The sensor a request of ``user`` / ``client_id`` counts in (created on first use)."""
-        s = self._by_client.get((user, client_id))
+        """The sensor a request of ``user`` / ``client_id`` counts in (created on first use); good until
+        :attr:`on_change` is called."""
+        tags = self.tags(user, client_id)
+        s = self.sensors.get(tags)
         if s is None:
-            tags = self.tags(user, client_id)
-            s = self.sensors.get(tags)
-            if s is None:
-                if now >= self._next_sweep:
-                    self.expire(now)
-                s = self.sensors[tags] = ClientSensor(tags, self.limit(tags), self.samples, self.window_ms, now,
-                                                      bucket=self.quota_type == "ControllerMutation")
-            if len(self._by_client) >= _CACHE_LIMIT:
-                self._by_client.clear()
-            self._by_client[(user, client_id)] = s
-        s.last_used = now
+            if now >= self._next_sweep:
+                self.expire(now)
+            s = self.sensors[tags] = ClientSensor(tags, self.limit(tags), self.samples, self.window_ms, now,
+                                                  bucket=self.quota_type == "ControllerMutation")
         return s
 
     def expire(self, now: int) -> None:
         """Drop the sensors unused for an hour (Kafka's sensor expiry)."""
         self._next_sweep = now + 60_000
-        for tags in [t for t, s in self.sensors.items() if now - s.last_used >= SENSOR_EXPIRY_MS]:
+        dead = [t for t, s in self.sensors.items() if now - s.last_used >= SENSOR_EXPIRY_MS]
+        for tags in dead:
             del self.sensors[tags]
-        self._by_client.clear()
+        if dead:
+            self.on_change()  # a client holding one of them takes a new one
 
     def record(self, s: ClientSensor, value: float, now: int) -> int:
         """``recordAndGetThrottleTimeMs``: count ``value``; the throttle time if the rate is now over the quota."""
-        stat = s.stat
-        stat.record(value, now)
-        if now >= stat.next_purge:
-            stat.purge(now)
-        bound = s.bound
-        if stat.total <= bound * self._min_window_s:
+        if s.stat.record(value, now) <= s.free:
             return 0  # under the quota whatever the window (it is never shorter than samples - 1 windows)
-        observed = stat.rate(now)
+        return self.throttle_ms(s, now)
+
+    def throttle_ms(self, s: ClientSensor, now: int) -> int:
+        """The throttle time the rate of ``s`` calls for (0 when it is within the quota)."""
+        bound = s.bound
+        observed = s.stat.rate(now)
         if observed <= bound or math.isnan(bound):
             return 0
-        ms = throttle_time_ms(observed, bound, stat.window_size(now))
+        ms = throttle_time_ms(observed, bound, s.stat.window_size(now))
         return min(ms, self.max_throttle_ms) if self.max_throttle_ms is not None else ms
 
     def record_no_throttle(self, s: ClientSensor, value: float, now: int) -> None:

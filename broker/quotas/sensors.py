@@ -6,7 +6,8 @@
 - :meth:`SampledStat.rate` is ``Rate`` over a ``WindowedSum``: the sum of the live samples divided
   by the elapsed time since the oldest one, never less than ``samples - 1`` full windows (so a
   client starting fresh may use ``(samples - 1) * window`` worth of its quota at once, as in Kafka).
-- :meth:`SampledStat.average` is ``Avg`` (NaN without events), Kafka's throttle-time metric.
+- :class:`AvgStat` adds ``Avg`` (NaN without events), Kafka's throttle-time metric: it counts the
+  events, which a ``Rate`` does not need.
 - :class:`TokenBucket` is ``stats.TokenBucket``: refilled at the quota, at most
   ``samples * window * quota`` credits; the controller mutation quota is exhausted below zero.
 - :func:`throttle_time_ms` is ``QuotaUtils.throttleTime``: the delay X that brings the observed
@@ -20,50 +21,75 @@ from __future__ import annotations
 import math
 
 LONG_MAX = float((1 << 63) - 1)  # Kafka's bound when no quota applies (ClientQuotaManager.quotaLimit)
+_NEVER, _NEVER_BEFORE = 1 << 62, -(1 << 62)  # times beyond any clock reading
 
 
 class _Sample:
     __slots__ = ("value", "events", "start", "last")
 
     def __init__(self, now: int):
-        self.value = 0.0
-        self.events = 0
+        self.value = 0  # an int while only ints are recorded (bytes): exact, and cheaper to add to
+        self.events = 0  # counted by AvgStat only
         self.start = now
         self.last = now
 
     def reset(self, now: int) -> None:
-        self.value = 0.0
+        self.value = 0
         self.events = 0
         self.start = now
         self.last = now
 
 
 class SampledStat:
-    """Samples of one statistic; :meth:`rate` and :meth:`average` combine them.
+    """Samples of one statistic; :meth:`rate` combines them.
 
     Kept incrementally so that a request costs O(1): ``total`` is the sum of the samples,
     ``oldest`` the earliest start, and nothing can expire before ``next_purge`` (the earliest last
     event plus the expiry age: last events only move forward), when one pass resets what expired and
-    recomputes both exactly.
+    recomputes both exactly.  ``cur`` and ``roll_at`` repeat ``samples[current]`` and the end of its
+    window, so that an event in the current window costs no lookup.
     """
 
-    __slots__ = ("samples", "current", "count", "window_ms", "total", "oldest", "next_purge")
+    __slots__ = ("samples", "current", "count", "window_ms", "total", "oldest", "next_purge", "cur", "roll_at",
+                 "purging", "purge_at")
 
-    def __init__(self, samples: int, window_ms: int):
+    def __init__(self, samples: int, window_ms: int, purging: bool = False):
         self.samples: list[_Sample] = []
         self.current = 0
         self.count = samples  # config.samples(); the list holds at most count + 1
         self.window_ms = window_ms
-        self.total = 0.0
+        self.total = 0
         self.oldest = 0
         self.next_purge = 0
+        self.cur: _Sample | None = None  # samples[current]; written by _advance
+        self.roll_at = _NEVER_BEFORE  # cur.start + window_ms: an event from then on goes to the next sample
+        # a quota's Rate: obsolete samples are reset after each event, as Kafka's checkQuotas measures then;
+        # purge_at is then next_purge, else never
+        self.purging = purging
+        self.purge_at = _NEVER
 
-    def record(self, value: float, now: int) -> None:
+    def record(self, value: float, now: int) -> float:
+        """Count ``value`` at ``now``; the total of the samples."""
+        if now >= self.roll_at:
+            self._advance(now)
+        s = self.cur
+        s.value += value
+        s.last = now
+        total = self.total = self.total + value
+        if now >= self.purge_at:
+            self.purge(now)
+            return self.total
+        return total
+
+    def _advance(self, now: int) -> None:
+        """The current sample's window is over (or there is none yet): move to the next one."""
         if not self.samples:
-            self.samples.append(_Sample(now))
+            s = _Sample(now)
+            self.samples.append(s)
             self.oldest, self.next_purge = now, now + self.count * self.window_ms
-        s = self.samples[self.current]
-        if now - s.start >= self.window_ms:
+            if self.purging:
+                self.purge_at = self.next_purge
+        else:
             self.current = (self.current + 1) % (self.count + 1)
             if self.current >= len(self.samples):
                 s = _Sample(now)
@@ -73,10 +99,8 @@ class SampledStat:
                 self.total -= s.value
                 s.reset(now)
                 self.oldest = min(x.start for x in self.samples)
-        s.value += value
-        self.total += value
-        s.events += 1
-        s.last = now
+        self.cur = s
+        self.roll_at = now + self.window_ms
 
     def purge(self, now: int) -> None:
         """Reset the samples with no event for ``count`` windows (``SampledStat.purgeObsoleteSamples``)."""
@@ -89,6 +113,13 @@ class SampledStat:
         self.total = sum(s.value for s in self.samples)
         self.oldest = min(s.start for s in self.samples)
         self.next_purge = min(s.last for s in self.samples) + expire
+        if self.purging:
+            self.purge_at = self.next_purge
+        self.roll_at = self.cur.start + self.window_ms
+
+    def min_window_s(self) -> float:
+        """The shortest window a rate is taken over (``count - 1`` windows), in seconds."""
+        return max((self.count - 1) * self.window_ms / 1000.0, 0.001)
 
     def window_size(self, now: int) -> int:
         """``Rate.windowSize``: ms since the oldest live sample, at least ``count - 1`` full windows."""
@@ -124,7 +155,19 @@ class SampledStat:
             oldest = min(oldest, now)
         return sum(s.value for s in live) / (self._window(oldest, now) / 1000.0)
 
+
+class AvgStat(SampledStat):
+    """``Avg``: a SampledStat that also counts its events."""
+
+    __slots__ = ()
+
+    def record(self, value: float, now: int) -> float:
+        total = super().record(value, now)
+        self.cur.events += 1
+        return total
+
     def average_value(self, now: int) -> float:
+        """``Avg.measure``: the live samples' value per event (NaN without events), without resetting anything."""
         live = self._live(now)
         events = sum(s.events for s in live)
         return sum(s.value for s in live) / events if events else math.nan

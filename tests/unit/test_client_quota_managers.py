@@ -11,11 +11,12 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from broker.quotas import Quotas, RequestQuota
+from broker.quotas import Quotas
 from broker.quotas.manager import DEFAULT, ClientQuotaManager, sanitize
 from broker.quotas.sensors import LONG_MAX, SampledStat
 from broker.quotas.store import ClientQuotaStore, QuotaRequestError, entity_str
 from protocol.errors import Errors
+from protocol.messages.registry import ApiKey
 
 
 class Clock:
@@ -116,17 +117,22 @@ class KafkaRate:
         return sum(s[0] for s in self.samples) / (max(elapsed, 1) / 1000.0)
 
 
+@pytest.mark.parametrize("purging", [False, True])
 @pytest.mark.parametrize("samples,window", [(11, 1000), (2, 1000), (3, 500)])
-def test_incremental_rate_equals_kafkas_plain_algorithm(samples, window):
+def test_incremental_rate_equals_kafkas_plain_algorithm(samples, window, purging):
+    """``purging``: a quota's Rate, which Kafka measures (so purges) after every record (checkQuotas)."""
     import random
 
     rnd = random.Random(samples * window)
-    ours, oracle, now = SampledStat(samples, window), KafkaRate(samples, window), 1_000_000
+    ours, oracle, now = SampledStat(samples, window, purging), KafkaRate(samples, window), 1_000_000
     for _ in range(5000):
         now += rnd.choice((0, 1, 7, 50, 300, 999, 1000, 2500, 15000))
-        value = rnd.choice((16384.0, 100.0, -16384.0, 0.0))
-        ours.record(value, now)
+        value = rnd.choice((16384, 100, -16384, 0, 12.5))
+        total = ours.record(value, now)
         oracle.record(value, now)
+        if purging:
+            oracle.measure(now)
+            assert total == pytest.approx(sum(x[0] for x in oracle.samples), rel=1e-9, abs=1e-6)
         if rnd.random() < 0.7:
             assert ours.rate(now) == pytest.approx(oracle.measure(now), rel=1e-9, abs=1e-6)
 
@@ -141,7 +147,7 @@ def test_token_bucket_strict_and_permissive():
     assert cm.mutation_exhausted_ms(s, clock()) == 0
     cm.record_mutations(s, 120, clock())  # 110 credits - 120 = -10: one second to refill to zero
     assert cm.mutation_exhausted_ms(s, clock()) == 1000
-    rq = RequestQuota(q, NS(throttle=lambda ms: None), "u", "c", 0)
+    rq = q.start(NS(throttle=lambda ms: None, quota_account=None), ApiKey.PRODUCE, "User:u", "c", 0)
     strict = rq.mutations(version=6, strict_since=6)
     assert strict.record(5) is False and strict.throttle_time() == 1000
     clock.sleep(400)
@@ -366,7 +372,7 @@ async def test_timed_counts_running_steps_not_waiting():
 
     q = Quotas(ClientQuotaStore(None))
     q.request.update_quota(None, DEFAULT, 1000.0)
-    rq = RequestQuota(q, NS(throttle=lambda ms: None), "u", "c", 0)
+    rq = q.start(NS(throttle=lambda ms: None, quota_account=None), ApiKey.PRODUCE, "User:u", "c", 0)
 
     async def handler():
         t = time.perf_counter()
@@ -377,3 +383,92 @@ async def test_timed_counts_running_steps_not_waiting():
 
     assert await rq.timed(handler()) == "done"
     assert 0.02 <= rq.busy < 0.15
+
+
+# ---------------------------------------------------------------------------------------------- connections
+class Conn:
+    """What quotas use of a server connection: its principal, the account kept on it, the mute."""
+
+    def __init__(self, principal: str = "User:alice"):
+        self.principal = principal
+        self.quota_account = None
+        self.muted: list[int] = []
+
+    def throttle(self, ms: int) -> None:
+        self.muted.append(ms)
+
+
+def quotas_with(clock: Clock, **values) -> Quotas:
+    q = Quotas(ClientQuotaStore(None), clock=clock)
+    for key, value in values.items():
+        q._changed([("client-id", None)], key, value)
+    return q
+
+
+def fast(q: Quotas, conn: Conn, clock: Clock, client: str, size: int, busy: float) -> int:
+    """A Produce answered by the fast path, at ``clock``'s time (given as a perf_counter reading)."""
+    return q.finish_fast(conn, ApiKey.PRODUCE, client, size, busy, (clock() + 0.5) / 1000)
+
+
+def general(q: Quotas, conn: Conn, clock: Clock, client: str, size: int, busy: float) -> int:
+    rq = q.start(conn, ApiKey.PRODUCE, conn.principal, client, size)
+    rq.busy = busy
+    return rq.finish(None)
+
+
+def test_fast_path_counts_as_the_general_path():
+    """finish_fast (one call, sensors kept on the connection) throttles, mutes and fills the sensors
+    exactly as start + finish do, over a sequence that crosses both quotas and the window."""
+    results = []
+    for count in (fast, general):
+        clock, conn = Clock(), Conn()
+        q = quotas_with(clock, producer_byte_rate=20_000.0, request_percentage=1.0)
+        answers = []
+        for i in range(60):
+            answers.append(count(q, conn, clock, "app", 16_000 + i, 0.002 if i % 7 else 0.05))
+            clock.sleep(37 if i % 11 else 1_300)
+        sensors = [(m.quota_type, tags, s.stat.total, s.throttle_ms_total, s.last_used)
+                   for m in (q.produce, q.request) for tags, s in m.sensors.items()]
+        results.append((answers, conn.muted, sensors))
+    assert results[0] == results[1]
+    answers, muted, _ = results[0]
+    assert any(answers) and muted == [ms for ms in answers if ms]  # the sequence was throttled
+
+
+def test_a_connection_follows_quota_changes():
+    """The sensors kept on a connection are looked up again once quotas change: the next request counts
+    under the new precedence (here: the user's quota instead of the client id default)."""
+    clock, conn = Clock(), Conn("User:alice")
+    q = quotas_with(clock, producer_byte_rate=1e9)
+    fast(q, conn, clock, "app", 1000, 0.001)
+    assert q.produce.sensors[("", "app")].stat.total == 1000
+    q._changed([("user", "alice")], "producer_byte_rate", 1e9)
+    fast(q, conn, clock, "app", 500, 0.001)
+    assert q.produce.sensors[("alice", "")].stat.total == 500
+    assert q.produce.sensors[("", "app")].stat.total == 1000
+
+
+def test_a_connection_takes_a_new_sensor_once_its_own_expired():
+    """A sensor unused for an hour is dropped (Kafka's sensor expiry, at its last record), even while a
+    connection still holds it: that connection's next request counts in a new sensor."""
+    clock, a, b = Clock(), Conn(), Conn()
+    q = quotas_with(clock, producer_byte_rate=1e9)
+    fast(q, a, clock, "a", 1000, 0.001)
+    old = q.produce.sensors[("", "a")]
+    clock.sleep(1800_000)
+    q.produce.sensor("alice", "a", clock())  # looked up, not recorded: not a use (lastRecordTime)
+    clock.sleep(1800_000)
+    fast(q, b, clock, "b", 10, 0.001)  # a new sensor: the sweep drops the one unused for an hour
+    assert ("", "a") not in q.produce.sensors
+    fast(q, a, clock, "a", 700, 0.001)
+    new = q.produce.sensors[("", "a")]
+    assert new is not old and new.stat.total == 700 and new.last_used == clock()
+
+
+def test_a_connection_counts_each_client_id_it_sends():
+    clock, conn = Clock(), Conn()
+    q = quotas_with(clock, producer_byte_rate=1e9)
+    for client, size in (("a", 100), ("b", 200), ("a", 300), (None, 400)):
+        fast(q, conn, clock, client, size, 0.001)
+    assert {tags: s.stat.total for tags, s in q.produce.sensors.items()} == \
+        {("", "a"): 400, ("", "b"): 200, ("", ""): 400}
