@@ -9,11 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from broker.share.dlq import GROUP_ENABLE
+from broker.share.dlq import GROUP_ENABLE, TOPIC_NAME
 from broker.topics import open_file_limit
 from coordinator.group.share_offsets import share_partition_lag
-
-DLQ_TOPIC = "errors.deadletterqueue.topic.name"  # the group config naming a share group's DLQ topic
 
 
 @dataclass(slots=True)
@@ -81,7 +79,7 @@ def dlq_topics(c) -> list[DlqTopicView]:
     named: dict[str, list[str]] = {}
     for gid, g in list(c.groups.groups.items()):
         if g.GROUP_TYPE == "share":
-            name = c.group_configs.get(gid, DLQ_TOPIC)
+            name = c.group_configs.get(gid, TOPIC_NAME)
             if name:
                 named.setdefault(name, []).append(gid)
     out = []

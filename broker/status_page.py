@@ -20,6 +20,7 @@ from array import array
 from typing import Callable
 
 from broker import observe
+from broker.share.dlq import TOPIC_NAME as DLQ_TOPIC_NAME
 
 SLOTS = 120                     # samples per group: one hour at the default interval
 DEFAULT_SAMPLE_MS = 30_000
@@ -187,7 +188,7 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
     for gid, g in share_groups:
         rows = sorted(share_rows.get(gid, []), key=lambda v: (v.topic, v.partition))
         lag = sum(v.lag for v in rows)
-        dlq = c.group_configs.get(gid, observe.DLQ_TOPIC)
+        dlq = c.group_configs.get(gid, DLQ_TOPIC_NAME)
         out.append(f'<section class="group share-group"><h3>{_e(gid)}</h3><p class="summary">'
                    f'<span>state <span class="state">{_e(g.state_name())}</span></span> '
                    f"<span>members <b>{len(g.members)}</b></span> <span>lag <b>{_n(lag)}</b></span> "

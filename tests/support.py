@@ -1,20 +1,34 @@
 """Small helpers shared by the integration tests."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
 
 def until(cond, timeout: float, what: str = "condition", interval: float = 0.01):
     """Return ``cond()``'s first truthy value; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
+    for value in _checks(cond, timeout, what):
         if value:
             return value
+        time.sleep(interval)
+
+
+async def until_async(cond, timeout: float = 10.0, what: str = "condition", interval: float = 0.005):
+    """``until`` for a test running on the event loop: waits without blocking the loop."""
+    for value in _checks(cond, timeout, what):
+        if value:
+            return value
+        await asyncio.sleep(interval)
+
+
+def _checks(cond, timeout: float, what: str):
+    """``cond()``'s values, one per resumption, until ``timeout`` seconds have passed (then AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        yield cond()
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def unique(prefix: str) -> str:

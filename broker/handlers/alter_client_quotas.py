@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 
 from broker.dispatch import handler
 from broker.quotas.store import IP
@@ -22,6 +23,8 @@ from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
 from protocol.lazy_messages import AlterClientQuotasResponse as Resp
 from protocol.messages.registry import ApiKey
+
+log = logging.getLogger("sharebroker.quotas")
 
 
 def _entry(pairs, code: int, message: str | None):
@@ -60,5 +63,11 @@ async def alter_client_quotas(ctx, req):
     store = ctx.components.quotas.store
     decided = store.alter(req.entries, ip_valid=valid_ips.__contains__)
     if not req.validate_only and decided.records:
-        store.replay(decided.records)
+        try:
+            store.replay(decided.records)
+        except OSError as e:  # not saved, so not applied: the entries that would have changed fail
+            log.error("client quotas not saved: %s", e)
+            return Resp(entries=[_entry(pairs, code or Errors.UNKNOWN_SERVER_ERROR,
+                                        message if code else f"The client quotas could not be saved: {e}")
+                                 for pairs, code, message in decided.results])
     return Resp(entries=[_entry(pairs, code, message) for pairs, code, message in decided.results])

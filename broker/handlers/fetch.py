@@ -162,7 +162,7 @@ def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
         if w.offset < lss or w.offset > log.log_end_offset:
             code = Errors.OFFSET_OUT_OF_RANGE
             errored = True
-        elif w.offset < upper and total < max_bytes:
+        elif w.offset < upper and (total < max_bytes or not total):  # the first batch whatever MaxBytes (KIP-74)
             try:
                 batches = log.read(w.offset, min(w.max_bytes, max_bytes - total), max_offset=upper,
                                    min_one=total == 0, lazy=True)

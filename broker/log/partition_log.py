@@ -31,7 +31,8 @@ unlinked and the directory fsynced in the background. Start-up
 [base, next offset of the swap file) and renames the ``.swap`` files to their
 final names (that segment is then re-scanned). A cleaned segment may end before
 the next segment's base offset (compaction leaves gaps); recovery allows that.
-The producer snapshots of replaced segments become strays, removed at start-up.
+The producer snapshots of replaced segments are deleted with them (as Kafka); one
+a crash left behind is a stray, removed at start-up.
 
 Not implemented: leader epoch cache, tiered storage, Kafka's per-segment transaction
 index (the aborted-transaction list travels in the producer snapshots).
@@ -834,6 +835,8 @@ class PartitionLog:
             if seg in self._pending_flush:  # superseded by ``new``, which the cleaner fsynced
                 self._pending_flush.remove(seg)
             seg.delete(bg)
+        # the replaced segments' producer snapshots go with them (Kafka's UnifiedLog.replaceSegments)
+        self._snapshots.delete([seg.base_offset for seg in old if seg.base_offset != new.base_offset], bg)
         directory = self.dir
         if bg is not None:
             bg.submit(lambda: fsync_dir(directory), self._on_bg_error)

@@ -574,9 +574,9 @@ class Segment:
         self.close()
         paths = [self.path(suffix) for suffix in (".log", ".index", ".timeindex")]
         if background is None:
-            _unlink_all(paths)
+            unlink_all(paths)
         else:
-            background.submit(lambda: _unlink_all(paths))
+            background.submit(lambda: unlink_all(paths))
 
 
 class SpareFiles:
@@ -605,7 +605,7 @@ class SpareFiles:
         for fd in self.fds:
             os.close(fd)
         self.fds = []
-        _unlink_all(self.paths)
+        unlink_all(self.paths)
 
 
 def _read_file(path: str) -> bytes:
@@ -637,7 +637,7 @@ def _fsync_close(fds: list[int]) -> None:
             os.close(fd)
 
 
-def _unlink_all(paths: list[str]) -> None:
+def unlink_all(paths: list[str]) -> None:
     for path in paths:
         try:
             os.unlink(path)

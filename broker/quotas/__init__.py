@@ -132,6 +132,8 @@ class RequestQuota:
         if not fetch.enabled:
             return max_bytes
         cap = fetch.max_value_in_window(self.user, self.client_id)
+        if math.isnan(cap):  # a NaN quota (AlterClientQuotas accepts it, as Kafka): Java's (int) NaN is 0
+            return 0
         return max_bytes if math.isinf(cap) or cap >= max_bytes else max(int(cap), 0)
 
     def fetch_throttled(self, nbytes: int) -> bool:

@@ -192,27 +192,26 @@ class ClientQuotaStore:
         return Errors.NONE, None, records
 
     def replay(self, records, save: bool = True) -> None:
-        """Apply ``(entity, key, value or None)`` records, tell the listeners, persist."""
+        """Apply ``(entity, key, value or None)`` records and tell the listeners; with ``save`` the
+        result is written first, so a failed write (OSError, raised) changes nothing."""
+        if save and records and self._path is not None:
+            after = {entity: dict(values) for entity, values in self.quotas.items()}
+            _apply(after, records)
+            self._write(after)
+        _apply(self.quotas, records)
         for entity, key, value in records:
-            values = self.quotas.setdefault(entity, {})
-            if value is None:
-                values.pop(key, None)
-                if not values:
-                    del self.quotas[entity]
-            else:
-                values[key] = value
             for fn in self._listeners:
                 fn(entity, key, value)
-        if save and records:
-            self.save()
 
     def save(self) -> None:
-        if self._path is None:
-            return
-        from broker.log.manager import atomic_write
+        if self._path is not None:
+            self._write(self.quotas)
+
+    def _write(self, quotas: dict) -> None:
+        from broker.log.files import atomic_write
 
         data = {"version": 1, "entities": [{"entity": [list(p) for p in entity], "quotas": dict(sorted(values.items()))}
-                                           for entity, values in sorted(self.quotas.items(), key=_order)]}
+                                           for entity, values in sorted(quotas.items(), key=_order)]}
         atomic_write(self._path, json.dumps(data, indent=1).encode(), self.background)
 
     # ------------------------------------------------------------------ DescribeClientQuotas
@@ -271,3 +270,14 @@ def _order(item) -> tuple:
     """A stable order of entities for answers and the file: by types, then names (the default first)."""
     entity = item[0]
     return tuple((t, n is not None, n or "") for t, n in entity)
+
+
+def _apply(quotas: dict, records) -> None:
+    for entity, key, value in records:
+        values = quotas.setdefault(entity, {})
+        if value is None:
+            values.pop(key, None)
+            if not values:
+                del quotas[entity]
+        else:
+            values[key] = value

@@ -51,6 +51,7 @@ from protocol.records import HEADER_SIZE, RecordsError, build_batch, iter_record
 log = logging.getLogger("sharebroker.share.dlq")
 
 CAUSE_TEXT = {CAUSE_REJECT: H.REJECTED, CAUSE_DELIVERY_COUNT: H.DELIVERY_COUNT_EXCEEDED}
+TOPIC_NAME = "errors.deadletterqueue.topic.name"  # the group config naming a share group's DLQ topic
 GROUP_ENABLE = "errors.deadletterqueue.group.enable"
 AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"
 PREFIX = "errors.deadletterqueue.topic.name.prefix"

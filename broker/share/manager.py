@@ -38,7 +38,7 @@ from typing import Any, Callable, NamedTuple
 
 from broker.log.errors import LogError
 from broker.share.config import ShareGroupConfig
-from broker.share.dlq import DeadLetterQueue
+from broker.share.dlq import TOPIC_NAME as DLQ_TOPIC_NAME, DeadLetterQueue
 from broker.share.fair import RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
@@ -134,7 +134,7 @@ class SharePartitionManager:
                      auto_offset_reset=gc.get(group_id, "share.auto.offset.reset"),
                      renew_acknowledge_enable=gc.get_bool(group_id, "share.renew.acknowledge.enable"),
                      isolation_level=gc.get(group_id, "share.isolation.level").lower(),
-                     dlq_topic=gc.get(group_id, "errors.deadletterqueue.topic.name").strip(),
+                     dlq_topic=gc.get(group_id, DLQ_TOPIC_NAME).strip(),
                      dlq_copy_record=gc.get_bool(group_id, "errors.deadletterqueue.copy.record.enable"),
                      redelivery_backoff_ms=gc.get_int(group_id, "share.redelivery.backoff.ms"),
                      redelivery_backoff_max_ms=gc.get_int(group_id, "share.redelivery.backoff.max.ms"),
@@ -311,11 +311,15 @@ class SharePartitionManager:
         bytes_left = req.max_bytes
         total = 0
         for part in parts:
-            if records_left <= 0 or bytes_left <= 0:
+            if records_left <= 0 or (bytes_left <= 0 and total):  # the first batch whatever MaxBytes (KIP-74)
                 break
             sp = self.partitions.get((group, part.topic_id, part.partition))
-            if (sp is None or sp.status != "ACTIVE") and self._persister_loading():
-                continue  # it initializes once the share coordinator has loaded; the fetch waits meanwhile
+            if sp is None or sp.status != "ACTIVE":
+                if self._persister_loading():
+                    continue  # it initializes once the share coordinator has loaded; the fetch waits meanwhile
+                if total:  # Kafka answers with the partitions whose state is loaded (maybeAcquireFetchLock):
+                    self._preload(group, part.topic_id, part.partition)  # this one serves a later fetch
+                    continue
             try:
                 sp = await self.partition(group, part.topic_id, part.partition)
             except ShareError as e:
@@ -332,7 +336,7 @@ class SharePartitionManager:
             out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
             part.records = out.records
             step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
-            while records_left > 0 and bytes_left > 0:
+            while records_left > 0 and (bytes_left > 0 or not total):
                 offset = sp.next_fetch_offset()
                 if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
                                                 >= sp.config.partition_max_record_locks):
@@ -364,6 +368,17 @@ class SharePartitionManager:
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break
         return total
+
+    def _preload(self, group: str, topic_id: bytes, partition: int) -> None:
+        """Start loading a share partition's state without waiting for it; its load wakes the fetches
+        waiting on it, and an error meets the next fetch of it."""
+        async def load() -> None:
+            try:
+                await self.partition(group, topic_id, partition)
+            except ShareError:
+                pass
+
+        self.scheduler.create_task(load())
 
     def _persister_loading(self) -> bool:
         """True while the share coordinator loads; the first caller arranges the PERSISTER_LOADED wake-up."""

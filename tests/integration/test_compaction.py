@@ -271,6 +271,32 @@ def test_aborted_records_removed_committed_kept(broker):
     assert read_all(bs, topic, roll, "read_committed") == after
 
 
+def test_a_deleted_key_stays_deleted_after_the_producer_once_aborted(broker):
+    """A transactional producer (Kafka Streams' exactly-once changelogs) aborted once, then deletes a
+    key in a later transaction: the tombstone supersedes the old value as for any producer (the
+    cleaner once mapped that producer's later records as aborted, so the old value stayed and came
+    back when the tombstone's delete horizon passed)."""
+    bs = broker.bootstrap
+    topic = create(bs, delete_retention_ms=0)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": unique("tx"), "linger.ms": 5})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(topic, key=b"a", value=b"aborted", partition=0)
+    p.flush(15)
+    p.abort_transaction(15)
+    w = Writer(bs, topic)
+    w.put(b"other", b"plain")
+    roll = w.roll()
+    _wait_cleaned(broker, topic, roll)  # the abort now lies below the cleaner's checkpoint
+    for value in (b"old", None):  # then a value and its tombstone, each committed
+        p.begin_transaction()
+        p.produce(topic, key=b"k", value=value, partition=0)
+        p.commit_transaction(15)
+    roll = w.roll()
+    _wait_cleaned(broker, topic, roll)
+    assert [v for _, k, v in read_all(bs, topic, roll) if k == b"k"] in ([None], [])
+
+
 # ------------------------------------------------------------------ share groups (issue 20, item 5)
 def test_share_group_consumes_a_topic_while_it_is_cleaned(broker):
     """Offsets compaction removes inside or ahead of the in-flight window are gaps: every live record

@@ -284,6 +284,38 @@ def test_throttled_fetch_is_answered_empty_with_its_throttle_time(broker_factory
         assert second.throttle_time_ms > 0 and second.responses == []
 
 
+def test_a_nan_consumer_byte_rate_is_served_as_kafka(broker_factory):
+    """AlterClientQuotas takes NaN for a rate (Kafka validates nothing more of a double). A Fetch or
+    ShareFetch under it closed the connection with a traceback here (the MaxBytes cap was int(NaN)).
+    Kafka caps MaxBytes at (int) NaN = 0, still returns the first batch (ReplicaManager reads one batch
+    whatever the limits) and never throttles (no rate exceeds NaN)."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce(topic, VALUE)
+    p.flush(30)
+    set_quota(b.bootstrap, [("client-id", "nan-reader")], consumer_byte_rate=math.nan)
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
+                       topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
+                           partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    with WireClient(b.bootstrap, client_id="nan-reader") as w:
+        for _ in range(2):
+            resp = w.request(req, 12)
+            part = resp.responses[0].partitions[0]
+            assert (resp.error_code, resp.throttle_time_ms, part.error_code) == (0, 0, 0)
+            assert len(part.records) > len(VALUE)
+    group = unique("sg")
+    set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
+    set_quota(b.bootstrap, [("client-id", "nan-share")], consumer_byte_rate=math.nan)
+    c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group, "client.id": "nan-share"})
+    c.subscribe([topic])
+    try:
+        got = until(lambda: [m for m in c.poll(0.5) if m.error() is None], 30, "the share consumer's record")
+        assert [m.value() for m in got] == [VALUE]
+    finally:
+        c.close()
+
+
 def test_controller_mutation_rate_refuses_topics_from_create_topics_v6(broker_factory):
     b = broker_factory()
     set_quota(b.bootstrap, [("client-id", None)], controller_mutation_rate=1.0)  # <default>: bursts of 11

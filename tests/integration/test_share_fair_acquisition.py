@@ -39,8 +39,11 @@ MAX_POLL = 50
 # ------------------------------------------------------------------ helpers
 def produce_one_big_batch(bs: str, topic: str, n: int = N, compression: str = "none") -> None:
     """``n`` records that librdkafka puts in one log batch (checked)."""
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 1000, "batch.num.messages": n,
+    # the partition's leader known before the first record, and a linger far longer than the loop takes
+    # even on a loaded machine: the batch goes out when it holds n records (batch.num.messages)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 30_000, "batch.num.messages": n,
                   "batch.size": 1_000_000, "compression.type": compression})
+    p.list_topics(topic, timeout=10)
     for i in range(n):
         p.produce(topic, value=b"v%05d" % i)
     assert p.flush(30) == 0

@@ -28,6 +28,8 @@ def run_broker(tmp_path, *args, timeout=30):
     (["--set", "log.segment.bytes=10"], "for configuration log.segment.bytes: Value must be at least"),
     (["--set", "group.share.delivery.count.limit=11"],
      "Invalid value 11 for configuration group.share.delivery.count.limit: Value must be no more than 10"),
+    (["--set", "log.cleaner.dedupe.buffer.size=1000", "--set", "log.cleaner.threads=4"],
+     "Invalid value 1000 for configuration log.cleaner.dedupe.buffer.size: the offset map is too small"),
     (["--set", "listeners=garbage"], "for configuration listeners"),
     (["--set", "listeners=PLAINTEXT://127.0.0.1:70000"], "for configuration listeners"),
 ])

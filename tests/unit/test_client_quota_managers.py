@@ -258,6 +258,21 @@ def test_alter_applies_removes_and_skips_unchanged():
     assert len(seen) == 3
 
 
+def test_a_change_that_cannot_be_saved_is_not_applied(tmp_path):
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    store, seen = ClientQuotaStore(str(meta)), []
+    store.add_listener(lambda e, k, v: seen.append((e, k, v)))
+    d = store.alter([entry([("user", "u")], [("producer_byte_rate", 1024.0)])])
+    store.replay(d.records)
+    meta.rename(tmp_path / "gone")  # the next write fails (as on a full or read-only disk)
+    d = store.alter([entry([("user", "u")], [("producer_byte_rate", 2048.0)])])
+    with pytest.raises(OSError):
+        store.replay(d.records)
+    assert store.quotas == {(("user", "u"),): {"producer_byte_rate": 1024.0}} and len(seen) == 1
+    assert ClientQuotaStore(str(tmp_path / "gone")).quotas == store.quotas  # what is saved is what applies
+
+
 def test_duplicate_entity_keeps_the_first_change_and_reports_an_error():
     """As ClientQuotaControlManager: the first entry's records stand, its result is overwritten."""
     store = ClientQuotaStore(None)

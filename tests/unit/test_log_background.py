@@ -15,6 +15,7 @@ from broker.log.background import Background, Inline
 from broker.log.producer_state import OUT_OF_ORDER_SEQUENCE_NUMBER
 from protocol import records as R
 from protocol.records import build_batch, validate_records
+from tests.support import until_async as until
 
 T0 = 1_700_000_000_000
 
@@ -41,13 +42,6 @@ def append(plog, data, now=None):
 
 def checkpoint(path):
     return (path / "checkpoint").read_text().split()
-
-
-async def until(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.001)
 
 
 class GatedFsync:

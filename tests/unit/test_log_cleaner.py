@@ -4,6 +4,7 @@ The cleaner runs in this process here (``LogCleaner.clean_now``: the job, swap a
 real pass, without the worker process); records are read back with kafka-python's own batch
 decoder, so what the cleaner writes is checked by an independent implementation."""
 
+import asyncio
 import os
 
 import pytest
@@ -17,6 +18,7 @@ from protocol import compression
 from protocol import records as R
 from protocol.records import validate_records
 
+from tests.support import until_async
 from tests.unit.test_log import T0, Clock
 
 DAY = 86_400_000
@@ -366,6 +368,33 @@ def test_aborted_transaction_of_a_live_producer_keeps_its_marker(tmp_path):
     assert plog.aborted_transactions(0, plog.log_end_offset) == [(7, 0)]
 
 
+def test_an_old_abort_does_not_keep_the_producers_later_records_out_of_the_map(tmp_path):
+    """A transactional producer that aborted before the dirty section: its committed records in the
+    dirty section still supersede older values (Kafka maps with the aborted transactions of the dirty
+    section only). Mapping them as aborted kept the old value beside the tombstone, and once the
+    tombstone's horizon passed the deleted key came back."""
+    logs, plog, cleaner, clock = make(tmp_path, {"delete.retention.ms": "1000"})
+
+    def filler():
+        for i in range(40):
+            put(plog, 100 + i % 2, i)
+    put(plog, 1, 1, pid=7, epoch=0, seq=0, txn=True)
+    plog.append_control(7, 0, commit=False)
+    filler()
+    cleaner.clean_now(plog)  # the abort is below the checkpoint now
+    put(plog, 5, 5, pid=7, epoch=0, seq=1, txn=True)
+    plog.append_control(7, 0, commit=True)
+    put(plog, 5, None, pid=7, epoch=0, seq=2, txn=True)  # the key is deleted
+    plog.append_control(7, 0, commit=True)
+    filler()
+    cleaner.clean_now(plog)
+    assert [v for _o, k, v in read_all(plog) if k == b"k5"] == [None]  # the tombstone superseded v5
+    clock.now += 1001
+    filler()
+    cleaner.clean_now(plog)
+    assert [v for _o, k, v in read_all(plog) if k == b"k5"] == []  # past its horizon: the key is gone
+
+
 def test_map_full_cleans_in_several_passes(tmp_path):
     logs, plog, cleaner, clock = make(tmp_path, cleaner={"log.cleaner.dedupe.buffer.size": str(128 * 8),
                                                          "log.cleaner.io.buffer.load.factor": "0.5"})
@@ -447,3 +476,108 @@ def test_interrupted_swap_recovered(tmp_path, phase):
     assert (reopened.segments[0].base_offset == group.base and len(after) < len(before)) == committed \
         or not committed and after == before
     assert reopened.log_end_offset == 120
+
+
+def test_replaced_segments_take_their_producer_snapshots_with_them(tmp_path):
+    """As Kafka's ``UnifiedLog.replaceSegments``: a segment the cleaner merged away leaves no producer
+    snapshot behind (they were kept until the next restart, one file per merged segment)."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(200):
+        put(plog, i % 10, i)
+    cleaner.clean_now(plog)
+    segments = plog.segment_count
+    for i in range(100):
+        put(plog, i % 10, 1000 + i)
+    cleaner.clean_now(plog)  # regroups the small cleaned segments
+
+    def snapshots():
+        return sorted(int(n.split(".")[0]) for n in os.listdir(plog.dir) if n.endswith(".snapshot"))
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) < segments  # the cleaning merged segments
+    assert set(snapshots()) <= set(bases)
+
+
+# ---------------------------------------------------------- worker processes
+async def test_a_worker_that_cannot_start_leaves_the_log_to_the_next_tick(tmp_path, monkeypatch, caplog):
+    """Starting the worker failed (out of file descriptors, processes) after the log was marked in
+    progress: it stayed marked, never to be cleaned again, and the failure was logged as a traceback."""
+    from broker.log.cleaner import manager
+
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(60):
+        put(plog, i % 3, i)
+
+    def refuse(*_a, **_k):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(manager, "WorkerProcess", refuse)
+    cleaner._loop = asyncio.get_running_loop()
+    cleaner._tick()
+    cleaner.close()
+    assert cleaner.in_progress == {} and cleaner.grab_filthiest() is not None
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_worker_that_died_is_reaped(tmp_path):
+    """A worker process that exits is waited for and its pipes closed (it stayed a zombie, with two
+    descriptors open, until garbage collection)."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(60):
+        put(plog, i % 3, i)
+    cleaner.start(asyncio.get_running_loop())
+    try:
+        await until_async(lambda: cleaner.checkpoints.get(("t", 0), 0) > 0, 30, "a pass done")
+        worker = cleaner._slots[0].worker
+        worker.proc.kill()
+        await until_async(lambda: cleaner._slots[0].worker is None, 30, "the worker's exit noticed")
+        assert worker.proc.returncode is not None and worker.proc.stdout.closed and worker.proc.stdin.closed
+        assert cleaner.metrics()["dead_thread_count"] == 1
+    finally:
+        cleaner.close()
+        logs.close()
+
+
+
+def test_a_corrupt_segment_fails_the_pass_and_loses_nothing(tmp_path):
+    """A batch whose length runs past its sealed segment (a damaged disk block): the pass fails and
+    the partition is marked uncleanable, as Kafka's "Log segment may be corrupt"; the cleaned copy
+    ended at the damage instead, and the swap dropped every record after it."""
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(120):
+        put(plog, i % 5, i)
+    seg = plog.segments[1]
+    with open(seg.log_path, "r+b") as f:
+        first = R.read_header(f.read(R.HEADER_SIZE)).size
+        f.seek(first + 8)
+        f.write((1 << 20).to_bytes(4, "big"))  # the second batch now claims 1 MiB
+    files = {n: open(os.path.join(plog.dir, n), "rb").read() for n in os.listdir(plog.dir) if n.endswith(".log")}
+    with pytest.raises(R.RecordsError):
+        cleaner.clean_now(plog)
+    assert ("t", 0) in cleaner.uncleanable and cleaner.grab_filthiest() is None
+    assert {n: open(os.path.join(plog.dir, n), "rb").read() for n in os.listdir(plog.dir)
+            if n.endswith(".log")} == files
+
+
+def test_segments_deleted_during_a_pass_abort_it_without_marking_the_partition(tmp_path, monkeypatch):
+    """Retention (``compact,delete``) or DeleteRecords removed segments of the job while the worker
+    mapped the dirty section: opening them failed and the partition was marked uncleanable until the
+    next restart. Kafka aborts such a pass (its deletions never race the cleaner); here the next pass
+    cleans what is left."""
+    from broker.log.cleaner.cleaner import Cleaner
+
+    logs, plog, cleaner, clock = make(tmp_path)
+    for i in range(200):
+        put(plog, i % 10, i)
+    mapped = Cleaner.build_offset_map
+
+    def retention_runs_meanwhile(self, job, stats):
+        mapped(self, job, stats)
+        plog.delete_records(plog.segments[2].base_offset)
+    monkeypatch.setattr(Cleaner, "build_offset_map", retention_runs_meanwhile)
+    with pytest.raises(FileNotFoundError):
+        cleaner.clean_now(plog)
+    monkeypatch.undo()
+    assert cleaner.uncleanable == set() and cleaner.in_progress == {}
+    assert cleaner.grab_filthiest() is not None
+    before = read_all(plog)
+    assert cleaner.clean_now(plog) == plog.segments[-1].base_offset
+    assert latest(read_all(plog)) == latest(before)

@@ -34,10 +34,10 @@ import sys
 import time
 
 from protocol import compression
-from protocol.records import (CONTROL_MASK, DELETE_HORIZON_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchInfo,
-                              RecordsError, batch_body, empty_batch, filter_batch, scan_records)
+from protocol.records import (CONTROL_MASK, CORRUPT_MESSAGE, DELETE_HORIZON_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD,
+                              BatchInfo, RecordsError, batch_body, empty_batch, filter_batch, scan_records)
 
-from ..segment import CLEANED_SUFFIX, Segment
+from ..segment import CLEANED_SUFFIX, Segment, segment_name
 from .offset_map import OffsetMap
 from .transactions import CONTROL_ABORT, CONTROL_COMMIT, CleanedTransactionMetadata
 
@@ -50,8 +50,8 @@ class CleanJob:
     """What the worker needs to clean one log (picklable; made on the loop by the cleaner manager).
 
     ``segments``: (base offset, size) of the log's inactive segments from the first one up to
-    (excluding) the first uncleanable segment. ``aborted``: (producer id, first offset) of the aborted
-    transactions in that range. ``last_records``: producer id -> (last data offset or -1, epoch)
+    (excluding) the first uncleanable segment. ``aborted``: (first offset, marker offset, producer id) of
+    the aborted transactions in that range. ``last_records``: producer id -> (last data offset or -1, epoch)
     (Kafka's ``lastRecordsOfActiveProducers``)."""
 
     __slots__ = ("job_id", "topic", "partition", "dir", "segments", "first_dirty", "first_uncleanable",
@@ -130,9 +130,13 @@ class Throttler:
 
 
 def iter_batches(fd: int, start: int, end: int, throttler: Throttler | None = None):
-    """(position, whole batch as a memoryview) for the batches of a segment file between positions."""
+    """(position, whole batch as a memoryview) for the batches of a segment file between positions.
+
+    The range is a sealed segment's (recovery truncated any torn tail): a batch that does not fit
+    in it raises ``RecordsError`` (Kafka's "Log segment may be corrupt"), so the pass fails and the
+    partition is marked uncleanable rather than its cleaned copy ending early."""
     pos = start
-    while pos + LOG_OVERHEAD <= end:
+    while pos < end:
         buf = memoryview(os.pread(fd, min(IO_BUFFER, end - pos), pos))
         if throttler is not None:
             throttler.maybe_throttle(len(buf))
@@ -140,18 +144,17 @@ def iter_batches(fd: int, start: int, end: int, throttler: Throttler | None = No
         while off + HEADER_SIZE <= len(buf):
             size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
             if size < HEADER_SIZE:
-                raise RecordsError(2, f"corrupt batch at position {pos + off} (size {size})")
+                raise RecordsError(CORRUPT_MESSAGE, f"corrupt batch at position {pos + off} (size {size})")
             if off + size > len(buf):
                 break
             yield pos + off, buf[off:off + size]
             off += size
         if off == 0:  # one batch larger than the buffer
-            size = int.from_bytes(buf[8:12], "big", signed=True) + LOG_OVERHEAD
-            if size < HEADER_SIZE or pos + size > end:
-                return  # a torn tail (recovery truncates it): nothing more to read
-            whole = memoryview(os.pread(fd, size, pos))
-            if len(whole) < size:
-                return
+            size = int.from_bytes(buf[8:12], "big", signed=True) + LOG_OVERHEAD if len(buf) >= 12 else -1
+            whole = memoryview(os.pread(fd, size, pos)) if HEADER_SIZE <= size <= end - pos else b""
+            if len(whole) != size:
+                raise RecordsError(CORRUPT_MESSAGE, f"log segment may be corrupt: a batch of {size} bytes at "
+                                                    f"position {pos}, {end - pos} bytes left")
             yield pos, whole
             off = size
         pos += off
@@ -215,13 +218,12 @@ class Cleaner:
         self.build_offset_map(job, stats)
         end_offset = self.map.latest_offset + 1
         stats.map_done = time.monotonic()
-        txn = CleanedTransactionMetadata([(first, pid) for pid, first in job.aborted])
+        txn = CleanedTransactionMetadata([(first, pid) for first, _marker, pid in job.aborted])
         to_clean = [s for s in segments if s[0] < end_offset]
         groups = group_segments_by_size(to_clean, job.segment_bytes, job.max_index_entries, job.index_interval,
                                         job.first_uncleanable)
         for group in groups:
-            nexts = [s[0] for s in segments[segments.index(group[0]) + 1:]]
-            yield self.clean_segments(job, group, nexts, txn, stats)
+            yield self.clean_segments(job, group, txn, stats)
         stats.buffer_utilization = self.map.utilization
         stats.end = time.monotonic()
         return end_offset, stats
@@ -232,7 +234,9 @@ class Cleaner:
         m = self.map
         m.clear()
         start, end = job.first_dirty, job.first_uncleanable
-        txn = CleanedTransactionMetadata([(first, pid) for pid, first in job.aborted])
+        # only the aborted transactions that reach into the dirty section (Kafka's collectAbortedTransactions(
+        # start, end)): one that ended before it would make the producer's later transactions look aborted
+        txn = CleanedTransactionMetadata([(first, pid) for first, marker, pid in job.aborted if marker >= start])
         dirty = [(i, s) for i, s in enumerate(job.segments)
                  if s[0] < end and (i + 1 == len(job.segments) or job.segments[i + 1][0] > start)]
         for i, (base, size) in dirty:
@@ -243,7 +247,7 @@ class Cleaner:
 
     def _map_segment(self, job: CleanJob, base: int, size: int, start: int, txn, stats) -> bool:
         m = self.map
-        fd = os.open(_segment_path(job.dir, base, ".log"), os.O_RDONLY)
+        fd = os.open(_log_path(job.dir, base), os.O_RDONLY)
         try:
             for _pos, batch in iter_batches(fd, 0, size, self.throttler):
                 info = BatchInfo(0, HEADER.unpack_from(batch, 0))
@@ -280,8 +284,8 @@ class Cleaner:
         return batch_body(batch, info)
 
     # ------------------------------------------------------------- rewriting
-    def clean_segments(self, job: CleanJob, group: list[tuple[int, int]], next_bases: list[int],
-                       txn: CleanedTransactionMetadata, stats: CleanerStats) -> GroupResult:
+    def clean_segments(self, job: CleanJob, group: list[tuple[int, int]], txn: CleanedTransactionMetadata,
+                       stats: CleanerStats) -> GroupResult:
         """Kafka's ``cleanSegments``: clean the group into one new segment under ``.cleaned`` names,
         fsynced, with the last source segment's modification time."""
         base = group[0][0]
@@ -289,15 +293,15 @@ class Cleaner:
                              suffix=CLEANED_SUFFIX)
         removed: list[int] = []
         try:
-            for k, (seg_base, size) in enumerate(group):
-                fd = os.open(_segment_path(job.dir, seg_base, ".log"), os.O_RDONLY)
+            for seg_base, size in group:
+                fd = os.open(_log_path(job.dir, seg_base), os.O_RDONLY)
                 try:
                     self._clean_into(job, fd, size, out, txn, stats, removed)
                 finally:
                     os.close(fd)
             out.seal()
             out.flush()
-            mtime = os.stat(_segment_path(job.dir, group[-1][0], ".log")).st_mtime_ns
+            mtime = os.stat(_log_path(job.dir, group[-1][0])).st_mtime_ns
             os.utime(out.log_path, ns=(mtime, mtime))
         except BaseException:
             out.delete()
@@ -408,8 +412,8 @@ def _max_timestamp(batch) -> int:
     return int.from_bytes(bytes(batch[35:43]), "big", signed=True)
 
 
-def _segment_path(dir_path: str, base: int, suffix: str) -> str:
-    return os.path.join(dir_path, f"{base:020d}{suffix}")
+def _log_path(dir_path: str, base: int) -> str:
+    return os.path.join(dir_path, segment_name(base, ".log"))
 
 
 __all__ = ["CleanJob", "Cleaner", "CleanerStats", "GroupResult", "CONTROL_ABORT", "CONTROL_COMMIT", "CONTROL_MASK",

@@ -19,7 +19,8 @@ lines), picks the log to clean and applies what the worker process (``worker.py`
   forgotten; at the end the checkpoint moves to the pass's end offset.  After a pass the next
   log is looked at at once, otherwise every ``log.cleaner.backoff.ms``.
 - A pass that fails marks its partition uncleanable (Kafka's ``markPartitionUncleanable``) until
-  the broker restarts or the topic is deleted; a worker that dies is replaced at the next pass.
+  the broker restarts or the topic is deleted, unless segments of it left the log meanwhile
+  (retention, DeleteRecords: the next pass starts again); a worker that dies is replaced at the next pass.
 - Settings (Kafka's names): ``log.cleaner.enable``, ``log.cleaner.threads`` (worker processes),
   ``log.cleaner.dedupe.buffer.size`` (shared by the workers), ``log.cleaner.io.buffer.load.factor``,
   ``log.cleaner.io.max.bytes.per.second``, ``log.cleaner.backoff.ms``; per topic (dynamic, as every
@@ -41,7 +42,7 @@ import time
 from protocol import compression
 
 from ..files import atomic_write
-from ..segment import CLEANED_SUFFIX, Segment
+from ..segment import CLEANED_SUFFIX, SEGMENT_SUFFIXES, Segment, segment_name, unlink_all
 from .cleaner import Cleaner, CleanJob, CleanerStats
 from .worker import WorkerProcess
 
@@ -294,12 +295,11 @@ class LogCleaner:
         plog = ltc.log
         cfg = plog.config
         now = self.clock() if now is None else now
-        aborted = plog.producer_state.aborted_ranges(plog.log_start_offset, ltc.first_uncleanable)
         self._job_ids += 1
         return CleanJob(job_id=self._job_ids, topic=plog.topic, partition=plog.partition, dir=plog.dir,
                         segments=[(s.base_offset, s.size) for s in ltc.segments], first_dirty=ltc.first_dirty,
                         first_uncleanable=ltc.first_uncleanable,
-                        aborted=[(pid, first) for first, _last, pid in aborted],
+                        aborted=plog.producer_state.aborted_ranges(plog.log_start_offset, ltc.first_uncleanable),
                         last_records=plog.producer_state.last_records(), high_watermark=plog.high_watermark,
                         now_ms=now, delete_retention_ms=cfg.delete_retention_ms, segment_bytes=cfg.segment_bytes,
                         max_index_entries=max(cfg.segment_index_bytes // 8, 1),
@@ -323,13 +323,16 @@ class LogCleaner:
         ltc = self.grab_filthiest()
         if ltc is None:
             return False
-        slot.last_delay_ms = ltc.compaction_delay_ms
-        p = self._begin(ltc)
         if slot.worker is None or not slot.worker.alive:
+            try:
+                slot.worker = WorkerProcess(self._loop, lambda kind, job_id, payload, s=slot: self._message(
+                    s, kind, job_id, payload), lambda s=slot: self._worker_exited(s))
+            except OSError as e:  # e.g. out of file descriptors or processes: the next tick tries again
+                log.warning("log cleaner: cannot start a worker process: %s", e)
+                return False
             slot.dead = False
-            slot.worker = WorkerProcess(self._loop, lambda kind, job_id, payload, s=slot: self._message(
-                s, kind, job_id, payload), lambda s=slot: self._worker_exited(s))
-        slot.current = p
+        slot.last_delay_ms = ltc.compaction_delay_ms
+        p = slot.current = self._begin(ltc)
         try:
             slot.worker.send(p.job, self.config.worker_settings())
         except OSError as e:
@@ -358,9 +361,10 @@ class LogCleaner:
 
     def _worker_exited(self, slot: _Slot) -> None:
         slot.dead = not self._closed
+        worker, slot.worker = slot.worker, None
+        worker.stop()  # reaped, its pipes closed (its output ended: it is exiting)
         if slot.current is not None and not self._closed:
-            self._fail(slot, f"the cleaner worker exited (code {slot.worker.proc.poll()})", mark=True)
-        slot.worker = None
+            self._fail(slot, f"the cleaner worker exited (code {worker.proc.returncode})", mark=True)
 
     def _fail(self, slot: _Slot, message: str, mark: bool) -> None:
         p = slot.current
@@ -369,9 +373,12 @@ class LogCleaner:
             return
         key = (p.job.topic, p.job.partition)
         self.in_progress.pop(key, None)
-        if mark and not p.aborted:
+        if mark and not p.aborted and not _left_the_log(p):
             self.uncleanable.add(key)
             log.warning("cleaning %s-%d failed; the partition is marked uncleanable: %s", key[0], key[1], message)
+        elif mark:
+            log.info("cleaning %s-%d stopped: its log changed meanwhile (retention, DeleteRecords, deletion); "
+                     "the next pass starts again", key[0], key[1])
         self._schedule(self.config.backoff_ms / 1000.0)
 
     # ------------------------------------------------------- applying results
@@ -488,9 +495,13 @@ class LogCleaner:
         }
 
 
+def _left_the_log(p: _Pass) -> bool:
+    """Did a segment of the pass leave its log (retention, DeleteRecords, deletion)? Then a failure
+    (the worker could not open it) is the log changing under the pass, not a log that cannot be cleaned
+    (Kafka's deletions never race its cleaner: retention of compacted logs runs in the cleaner thread)."""
+    live = {id(seg) for seg in p.log.segments}
+    return p.log.closed or any(id(seg) not in live for seg in p.segments.values())
+
+
 def _remove_cleaned(dir_path: str, base: int) -> None:
-    for suffix in (".log", ".index", ".timeindex"):
-        try:
-            os.unlink(os.path.join(dir_path, f"{base:020d}{suffix}{CLEANED_SUFFIX}"))
-        except FileNotFoundError:
-            pass
+    unlink_all([os.path.join(dir_path, segment_name(base, suffix) + CLEANED_SUFFIX) for suffix in SEGMENT_SUFFIXES])
