@@ -13,7 +13,11 @@ the port accepts a TCP connection, then the broker's RSS once it is idle:
 project's modules are compiled at every start, as on a fresh checkout or in an
 environment that sets that variable; the standard library uses its installed
 bytecode; a root containing ``__pycache__`` directories is reported); "cached"
-first warms a private ``PYTHONPYCACHEPREFIX`` and then starts with it. Runs are interleaved across
+first warms a private ``PYTHONPYCACHEPREFIX`` and then starts with it; "installed"
+is what ``pip install`` gives a user: the root is installed once with
+``pip install --no-deps --target DIR ROOT`` (a wheel built from it; pip compiles the
+bytecode at install time) and the broker starts from DIR, with
+``PYTHONDONTWRITEBYTECODE=1``, which then changes nothing.  Runs are interleaved across
 roots; the table gives medians.
 
     python bench/startup.py --root before=/tmp/baseline --root after=. --repeat 5
@@ -52,8 +56,26 @@ def _env(root: str, pycache: str | None) -> dict:
     return env
 
 
+def install(root: str) -> str:
+    """``pip install`` ``root`` (no dependencies: they are this interpreter's) into a new directory."""
+    target = tempfile.mkdtemp(prefix="sb-installed-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                    "--target", target, os.path.abspath(root)], check=True, env=env, cwd=target,
+                   stdout=subprocess.DEVNULL, timeout=600)
+    return target
+
+
+def _installed_env(target: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = target
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    return env
+
+
 def start(root: str, data_dir: str, env: dict, timeout: float = 60.0) -> tuple[subprocess.Popen, float, int]:
-    """Spawn the broker; return (process, seconds until the port accepts, port)."""
+    """Spawn the broker in ``root`` (the working directory); return (process, seconds until the port accepts, port)."""
     port = peers.free_port()
     argv = [sys.executable, "-m", "broker", "--listen", f"127.0.0.1:{port}", "--data-dir", data_dir]
     t0 = time.perf_counter()
@@ -110,7 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--root", action="append", default=[], metavar="[NAME=]DIR")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--topics", type=int, default=1000)
-    ap.add_argument("--modes", default="nocache,cached")
+    ap.add_argument("--modes", default="nocache,cached,installed")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
@@ -128,6 +150,7 @@ def main(argv=None) -> int:
             p, _, _ = start(root, d, _env(root, caches[name]))
             stop(p)
             shutil.rmtree(d, ignore_errors=True)
+    installed = {name: install(root) for name, root in roots} if "installed" in modes else {}
     topic_dirs = {}
     if args.topics:
         for name, root in roots:
@@ -138,13 +161,15 @@ def main(argv=None) -> int:
         for mode in modes:
             for state in ["empty"] + (["topics"] if args.topics else []):
                 for name, root in roots:
-                    env = _env(root, caches.get(name) if mode == "cached" else None)
+                    if mode == "installed":  # from the installed copy, in its own directory (not the checkout)
+                        cwd, env = installed[name], _installed_env(installed[name])
+                    else:
+                        cwd, env = root, _env(root, caches.get(name) if mode == "cached" else None)
                     data = tempfile.mkdtemp(prefix="sb-startup-") if state == "empty" else topic_dirs[name]
-                    p, secs, _ = start(root, data, env)
+                    p, secs, _ = start(cwd, data, env)
                     key = (name, mode, state)
                     samples.setdefault(key, []).append(secs)
-                    if mode == "nocache" or rep == 0:
-                        rss.setdefault(key, []).append(idle_rss(p.pid))
+                    rss.setdefault(key, []).append(idle_rss(p.pid))
                     stop(p)
                     if state == "empty":
                         shutil.rmtree(data, ignore_errors=True)
@@ -158,7 +183,7 @@ def main(argv=None) -> int:
     print("\n# time from spawn to accepting TCP connections (median), and idle RSS")
     C.table(rows, ["root", "bytecode", "data dir", "n", "median_ms", "min_ms", "max_ms", "idle_rss_MiB"])
     C.write_json(args.json, {"bench": "startup", "rows": rows})
-    for d in topic_dirs.values():
+    for d in [*topic_dirs.values(), *installed.values()]:
         shutil.rmtree(d, ignore_errors=True)
     return 0
 

@@ -52,8 +52,10 @@ class Acl(NamedTuple):
 
 
 class Handler:
-    __slots__ = ("api_key", "min_version", "max_version", "fn", "request_cls", "response_cls",
-                 "advertised_min", "acl", "fast")
+    """One registered API.  Its message classes are looked up on first use (``request_cls``), so an
+    API's codec module is imported when the API is first served, not at start-up."""
+
+    __slots__ = ("api_key", "min_version", "max_version", "fn", "_request_cls", "advertised_min", "acl", "fast")
 
     def __init__(self, api_key: int, versions: tuple[int, int], fn: HandlerFn, advertised_min: int,
                  acl: tuple[Acl, ...] = (), fast: FastFn | None = None):
@@ -61,10 +63,23 @@ class Handler:
         self.api_key = api_key
         self.min_version, self.max_version = versions
         self.fn = fn
-        self.request_cls = REQUESTS[api_key]
-        self.response_cls = RESPONSES[api_key]
+        self._request_cls = None  # REQUESTS[api_key], once looked up
         self.advertised_min = advertised_min
         self.acl = acl
+
+    @property
+    def request_cls(self) -> type:
+        cls = self._request_cls
+        if cls is None:
+            cls = self._request_cls = REQUESTS[self.api_key]
+            if self.min_version < cls.MIN_VERSION or self.max_version > cls.MAX_VERSION:
+                raise ValueError(f"{cls.__name__}: versions {self.min_version}-{self.max_version} "
+                                 "outside the schema's range")
+        return cls
+
+    @property
+    def response_cls(self) -> type:
+        return RESPONSES[self.api_key]
 
 
 HANDLERS: list[Handler | None] = [None] * 128
@@ -73,10 +88,9 @@ HANDLERS: list[Handler | None] = [None] * 128
 def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | None = None,
             acl: tuple[Acl, ...] = (), fast: FastFn | None = None):
     def register(fn: HandlerFn) -> HandlerFn:
-        cls = REQUESTS[api_key]
         lo, hi = versions
-        if lo < cls.MIN_VERSION or hi > cls.MAX_VERSION:
-            raise ValueError(f"{cls.__name__}: versions {versions} outside the schema's range")
+        if api_key not in REQUESTS:
+            raise ValueError(f"no message schema for API key {api_key}")
         if HANDLERS[api_key] is not None:
             raise ValueError(f"two handlers for {ApiKey(api_key).name}")
         if fast is not None and acl:

@@ -36,7 +36,7 @@ from broker.dispatch import HANDLERS, RequestContext, api_version_ranges
 from broker.pipeline import ANONYMOUS
 from broker.request_memory import SMALL_FRAME_BYTES, FrameBuffers, RequestMemory, trim_heap
 from protocol.errors import Errors
-from protocol.messages.api_versions import ApiVersionsResponse
+from protocol.lazy_messages import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
 from protocol.messages.request_header import RequestHeader
 from protocol.primitives import DecodeError, FileChunk, frame_parts

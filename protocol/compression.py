@@ -24,10 +24,10 @@ from __future__ import annotations
 import struct
 import zlib
 
-try:  # the optional extra
-    import cramjam as _cramjam
-except ImportError:  # pragma: no cover - depends on the installation
-    _cramjam = None
+_UNLOADED = object()
+# The optional extra's module, None without it; imported on first use (_codecs), as a broker that never
+# meets a snappy, lz4 or zstd batch need not map it (~1.7 MiB resident).
+_cramjam = _UNLOADED
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 NAMES = {0: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -51,9 +51,32 @@ class CodecError(ValueError):
     """Compressed data that does not decode."""
 
 
+def _codecs():
+    """The cramjam module, or None when the extra is not installed."""
+    global _cramjam
+    if _cramjam is _UNLOADED:
+        try:
+            import cramjam
+        except ImportError:  # pragma: no cover - depends on the installation
+            cramjam = None
+        _cramjam = cramjam
+    return _cramjam
+
+
 def available(codec: int) -> bool:
     """True if :func:`decompress` and :func:`compress` handle ``codec``."""
-    return codec == GZIP or (codec in (SNAPPY, LZ4, ZSTD) and _cramjam is not None)
+    return codec == GZIP or (codec in (SNAPPY, LZ4, ZSTD) and _codecs() is not None)
+
+
+def _package_for(codec: int):
+    """The codec package for snappy, lz4 or zstd; CodecError for an unknown codec, CodecUnavailable
+    without the ``compression`` extra."""
+    if codec not in (SNAPPY, LZ4, ZSTD):
+        raise CodecError(f"unknown compression codec {codec}")
+    cj = _codecs()
+    if cj is None:
+        raise CodecUnavailable(codec)
+    return cj
 
 
 def decompress(codec: int, data) -> bytes:
@@ -61,15 +84,12 @@ def decompress(codec: int, data) -> bytes:
     try:
         if codec == GZIP:
             return _gunzip(data)
-        if codec not in (SNAPPY, LZ4, ZSTD):
-            raise CodecError(f"unknown compression codec {codec}")
-        if _cramjam is None:
-            raise CodecUnavailable(codec)
+        cj = _package_for(codec)
         if codec == SNAPPY:
-            return _snappy_decompress(data)
+            return _snappy_decompress(cj, data)
         if codec == LZ4:
-            return bytes(_cramjam.lz4.decompress(bytes(data)))
-        return bytes(_cramjam.zstd.decompress(bytes(data)))
+            return bytes(cj.lz4.decompress(bytes(data)))
+        return bytes(cj.zstd.decompress(bytes(data)))
     except (CodecUnavailable, CodecError):
         raise
     except Exception as e:  # zlib.error, cramjam's DecompressionError, struct.error
@@ -81,23 +101,20 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
     if codec == GZIP:
         c = zlib.compressobj(-1 if level is None or level < 0 else level, zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
-    if codec not in (SNAPPY, LZ4, ZSTD):
-        raise CodecError(f"unknown compression codec {codec}")
-    if _cramjam is None:
-        raise CodecUnavailable(codec)
+    cj = _package_for(codec)
     if codec == SNAPPY:
         mv = memoryview(data)
         out = bytearray(_XERIAL_HEADER)
         for pos in range(0, len(mv), _XERIAL_BLOCK):
-            block = bytes(_cramjam.snappy.compress_raw(bytes(mv[pos:pos + _XERIAL_BLOCK])))
+            block = bytes(cj.snappy.compress_raw(bytes(mv[pos:pos + _XERIAL_BLOCK])))
             out += _I32.pack(len(block))
             out += block
         return bytes(out)
     if codec == LZ4:
-        c = _cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+        c = cj.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         c.compress(bytes(data))
         return bytes(c.finish())
-    return bytes(_cramjam.zstd.compress(bytes(data), level=level))
+    return bytes(cj.zstd.compress(bytes(data), level=level))
 
 
 def _gunzip(data) -> bytes:
@@ -112,10 +129,10 @@ def _gunzip(data) -> bytes:
     return b"".join(out)
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_decompress(cj, data) -> bytes:
     buf = bytes(data)
     if not buf.startswith(_XERIAL_MAGIC):
-        return bytes(_cramjam.snappy.decompress_raw(buf))
+        return bytes(cj.snappy.decompress_raw(buf))
     pos, out = len(_XERIAL_HEADER), []
     while pos < len(buf):
         if pos + 4 > len(buf):
@@ -124,6 +141,6 @@ def _snappy_decompress(data) -> bytes:
         pos += 4
         if n < 0 or pos + n > len(buf):
             raise CodecError("snappy block is truncated")
-        out.append(bytes(_cramjam.snappy.decompress_raw(buf[pos:pos + n])))
+        out.append(bytes(cj.snappy.decompress_raw(buf[pos:pos + n])))
         pos += n
     return b"".join(out)

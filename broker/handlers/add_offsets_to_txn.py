@@ -10,7 +10,7 @@ from broker.dispatch import handler
 from broker.security.authorize import allowed
 from broker.topics import CONSUMER_OFFSETS
 from protocol.errors import Errors
-from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnResponse
+from protocol.lazy_messages import AddOffsetsToTxnResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnResponse
+from protocol.lazy_messages import AddPartitionsToTxnResponse
 from protocol.messages.registry import ApiKey
 
 _R = AddPartitionsToTxnResponse

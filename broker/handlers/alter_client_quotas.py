@@ -21,7 +21,7 @@ from broker.dispatch import handler
 from broker.quotas.store import IP
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.alter_client_quotas import AlterClientQuotasResponse as Resp
+from protocol.lazy_messages import AlterClientQuotasResponse as Resp
 from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.quotas")

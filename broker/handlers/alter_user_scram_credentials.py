@@ -16,7 +16,7 @@ from broker.dispatch import handler
 from broker.security.authorize import allowed_cluster
 from broker.security.scram import BY_TYPE, MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from protocol.errors import Errors
-from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsResponse as Resp
+from protocol.lazy_messages import AlterUserScramCredentialsResponse as Resp
 from protocol.messages.registry import ApiKey
 
 _R = Resp.AlterUserScramCredentialsResult

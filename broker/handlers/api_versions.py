@@ -14,7 +14,7 @@ import re
 from broker.dispatch import handler
 from broker.server import api_version_entries
 from protocol.errors import Errors
-from protocol.messages.api_versions import ApiVersionsResponse
+from protocol.lazy_messages import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
 
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")

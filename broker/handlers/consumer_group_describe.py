@@ -11,7 +11,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import describe_groups
 from protocol.errors import Errors
-from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from protocol.lazy_messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 from protocol.messages.registry import ApiKey
 
 _G = ConsumerGroupDescribeResponse.DescribedGroup

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.security.authorize import enabled, subscription_error
-from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
+from protocol.lazy_messages import ConsumerGroupHeartbeatResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -13,7 +13,7 @@ from broker.dispatch import handler
 from broker.security.acls import AclBinding, validate_binding
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.create_acls import CreateAclsResponse
+from protocol.lazy_messages import CreateAclsResponse
 from protocol.messages.registry import ApiKey
 
 _R = CreateAclsResponse.AclCreationResult

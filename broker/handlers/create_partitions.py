@@ -17,7 +17,7 @@ from broker.dispatch import handler
 from broker.log.errors import LogError
 from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.create_partitions import CreatePartitionsResponse
+from protocol.lazy_messages import CreatePartitionsResponse
 from protocol.messages.registry import ApiKey
 
 _R = CreatePartitionsResponse.CreatePartitionsTopicResult

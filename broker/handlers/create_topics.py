@@ -26,7 +26,7 @@ from broker.log.errors import LogError
 from broker.log.manager import validate_topic_name
 from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.create_topics import CreateTopicsResponse
+from protocol.lazy_messages import CreateTopicsResponse
 from protocol.messages.registry import ApiKey
 
 _R = CreateTopicsResponse.CreatableTopicResult

@@ -11,7 +11,7 @@ from broker.handlers.describe_acls import filter_problem
 from broker.security.acls import AclFilter
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.delete_acls import DeleteAclsResponse
+from protocol.lazy_messages import DeleteAclsResponse
 from protocol.messages.registry import ApiKey
 
 _R = DeleteAclsResponse.DeleteAclsFilterResult

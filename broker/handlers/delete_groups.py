@@ -8,7 +8,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import enabled, filter_allowed
 from protocol.errors import Errors
-from protocol.messages.delete_groups import DeleteGroupsResponse
+from protocol.lazy_messages import DeleteGroupsResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -10,7 +10,7 @@ from broker.dispatch import handler
 from broker.security.authorize import allowed
 from broker.log.errors import LogError
 from protocol.errors import Errors
-from protocol.messages.delete_records import DeleteRecordsResponse
+from protocol.lazy_messages import DeleteRecordsResponse
 from protocol.messages.registry import ApiKey
 
 _T = DeleteRecordsResponse.DeleteRecordsTopicResult

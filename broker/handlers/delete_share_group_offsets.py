@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import TOPIC_AUTHORIZATION_MESSAGE, allowed, enabled, split_allowed
 from protocol.errors import Errors
-from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse as Resp
+from protocol.lazy_messages import DeleteShareGroupOffsetsResponse as Resp
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
 

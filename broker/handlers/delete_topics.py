@@ -15,7 +15,7 @@ from broker.dispatch import handler
 from broker.log.errors import LogError
 from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.delete_topics import DeleteTopicsResponse
+from protocol.lazy_messages import DeleteTopicsResponse
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
 

@@ -11,7 +11,7 @@ from broker.dispatch import handler
 from broker.security.acls import AclFilter
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.describe_acls import DescribeAclsResponse
+from protocol.lazy_messages import DescribeAclsResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -14,7 +14,7 @@ from broker.dispatch import handler
 from broker.quotas.store import QuotaRequestError
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.describe_client_quotas import DescribeClientQuotasResponse as Resp
+from protocol.lazy_messages import DescribeClientQuotasResponse as Resp
 from protocol.messages.registry import ApiKey
 
 

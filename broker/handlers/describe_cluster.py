@@ -10,7 +10,7 @@ from broker.dispatch import handler
 from broker.handlers.metadata import cluster_operations
 from broker.security.authorize import UNSET
 from protocol.errors import Errors
-from protocol.messages.describe_cluster import DescribeClusterResponse
+from protocol.lazy_messages import DescribeClusterResponse
 from protocol.messages.registry import ApiKey
 
 

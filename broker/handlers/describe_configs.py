@@ -12,7 +12,7 @@ from broker.log.config import ConfigError
 from broker.log.errors import LogError
 from broker.security.authorize import config_resource_error
 from protocol.errors import Errors, KafkaError
-from protocol.messages.describe_configs import DescribeConfigsResponse
+from protocol.lazy_messages import DescribeConfigsResponse
 from protocol.messages.registry import ApiKey
 
 _R = DescribeConfigsResponse.DescribeConfigsResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security import authorize
 from protocol.errors import Errors
-from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from protocol.lazy_messages import DescribeGroupsRequest, DescribeGroupsResponse
 from protocol.messages.registry import ApiKey
 
 _G = DescribeGroupsResponse.DescribedGroup

@@ -9,7 +9,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed
 from protocol.errors import Errors
-from protocol.messages.describe_producers import DescribeProducersResponse
+from protocol.lazy_messages import DescribeProducersResponse
 from protocol.messages.registry import ApiKey
 
 _R = DescribeProducersResponse

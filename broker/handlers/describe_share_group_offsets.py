@@ -12,8 +12,8 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import TOPIC_AUTHORIZATION_MESSAGE, enabled, filter_allowed, split_allowed
 from protocol.errors import Errors
-from protocol.messages.describe_share_group_offsets import (DescribeShareGroupOffsetsRequest as Req,
-                                                            DescribeShareGroupOffsetsResponse as Resp)
+from protocol.lazy_messages import (DescribeShareGroupOffsetsRequest as Req,
+                                    DescribeShareGroupOffsetsResponse as Resp)
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed
 from protocol.errors import Errors
-from protocol.messages.describe_transactions import DescribeTransactionsResponse
+from protocol.lazy_messages import DescribeTransactionsResponse
 from protocol.messages.registry import ApiKey
 
 _S = DescribeTransactionsResponse.TransactionState

@@ -12,7 +12,7 @@ from broker.dispatch import handler
 from broker.security.authorize import allowed_cluster
 from broker.security.scram import MECHANISMS
 from protocol.errors import Errors
-from protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsResponse as Resp
+from protocol.lazy_messages import DescribeUserScramCredentialsResponse as Resp
 from protocol.messages.registry import ApiKey
 
 

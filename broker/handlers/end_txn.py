@@ -12,7 +12,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed
 from protocol.errors import Errors
-from protocol.messages.end_txn import EndTxnResponse
+from protocol.lazy_messages import EndTxnResponse
 from protocol.messages.registry import ApiKey
 
 

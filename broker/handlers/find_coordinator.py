@@ -12,7 +12,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.find_coordinator import FindCoordinatorResponse
+from protocol.lazy_messages import FindCoordinatorResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled
 from protocol.errors import Errors
-from protocol.messages.heartbeat import HeartbeatResponse
+from protocol.lazy_messages import HeartbeatResponse
 from protocol.messages.registry import ApiKey
 
 

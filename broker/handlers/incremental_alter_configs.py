@@ -14,7 +14,7 @@ from broker.log.config import ConfigError
 from broker.log.errors import LogError
 from broker.security.authorize import config_resource_error
 from protocol.errors import Errors, KafkaError
-from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsResponse
+from protocol.lazy_messages import IncrementalAlterConfigsResponse
 from protocol.messages.registry import ApiKey
 
 _R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse

@@ -16,7 +16,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, allowed_any, allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.init_producer_id import InitProducerIdResponse
+from protocol.lazy_messages import InitProducerIdResponse
 from protocol.messages.registry import ApiKey
 
 

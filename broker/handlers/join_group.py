@@ -11,7 +11,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled
 from protocol.errors import Errors
-from protocol.messages.join_group import JoinGroupResponse
+from protocol.lazy_messages import JoinGroupResponse
 from protocol.messages.registry import ApiKey
 
 

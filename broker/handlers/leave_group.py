@@ -9,7 +9,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled
 from protocol.errors import Errors
-from protocol.messages.leave_group import LeaveGroupResponse
+from protocol.lazy_messages import LeaveGroupResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
-from protocol.messages.list_config_resources import ListConfigResourcesResponse
+from protocol.lazy_messages import ListConfigResourcesResponse
 from protocol.messages.registry import ApiKey
 
 CLIENT_METRICS = 16

@@ -11,7 +11,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed
 from protocol.errors import Errors
-from protocol.messages.list_offsets import ListOffsetsResponse
+from protocol.lazy_messages import ListOffsetsResponse
 from protocol.messages.registry import ApiKey
 
 _T = ListOffsetsResponse.ListOffsetsTopicResponse

@@ -15,7 +15,7 @@ from broker.dispatch import handler
 from broker.security.authorize import allowed
 from coordinator.transaction import STATE_NAMES
 from protocol.errors import Errors
-from protocol.messages.list_transactions import ListTransactionsResponse
+from protocol.lazy_messages import ListTransactionsResponse
 from protocol.messages.registry import ApiKey
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, split_allowed, topic_name
 from protocol.errors import Errors
-from protocol.messages.offset_commit import OffsetCommitResponse as Resp
+from protocol.lazy_messages import OffsetCommitResponse as Resp
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
 

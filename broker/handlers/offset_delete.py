@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, split_allowed
 from protocol.errors import Errors
-from protocol.messages.offset_delete import OffsetDeleteResponse as Resp
+from protocol.lazy_messages import OffsetDeleteResponse as Resp
 from protocol.messages.registry import ApiKey
 
 

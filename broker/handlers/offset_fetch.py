@@ -14,8 +14,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled, filter_allowed, split_allowed, topic_name
 from protocol.errors import Errors
-from protocol.messages.offset_fetch import OffsetFetchRequest as Req
-from protocol.messages.offset_fetch import OffsetFetchResponse as Resp
+from protocol.lazy_messages import (OffsetFetchRequest as Req, OffsetFetchResponse as Resp)
 from protocol.messages.registry import ApiKey
 
 

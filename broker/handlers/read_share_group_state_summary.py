@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.security.authorize import share_state_denied
-from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryResponse as Resp
+from protocol.lazy_messages import ReadShareGroupStateSummaryResponse as Resp
 from protocol.messages.registry import ApiKey
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
-from protocol.messages.sasl_authenticate import SaslAuthenticateResponse
+from protocol.lazy_messages import SaslAuthenticateResponse
 
 
 @handler(ApiKey.SASL_AUTHENTICATE, versions=(0, 2))

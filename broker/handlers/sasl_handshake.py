@@ -12,7 +12,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
-from protocol.messages.sasl_handshake import SaslHandshakeResponse
+from protocol.lazy_messages import SaslHandshakeResponse
 
 
 @handler(ApiKey.SASL_HANDSHAKE, versions=(0, 1))

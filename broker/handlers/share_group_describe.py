@@ -11,7 +11,7 @@ from broker.dispatch import handler
 from broker.security.authorize import describe_groups
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
-from protocol.messages.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from protocol.lazy_messages import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 
 _G = ShareGroupDescribeResponse.DescribedGroup
 

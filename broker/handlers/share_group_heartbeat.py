@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import enabled, subscription_error
 from protocol.messages.registry import ApiKey
-from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
+from protocol.lazy_messages import ShareGroupHeartbeatResponse
 
 
 @handler(ApiKey.SHARE_GROUP_HEARTBEAT, versions=(1, 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from broker.dispatch import handler
 from broker.security.authorize import allowed, enabled
 from protocol.errors import Errors
-from protocol.messages.sync_group import SyncGroupResponse
+from protocol.lazy_messages import SyncGroupResponse
 from protocol.messages.registry import ApiKey
 
 

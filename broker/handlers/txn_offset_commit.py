@@ -20,7 +20,7 @@ from broker.topics import CONSUMER_OFFSETS
 from broker.transactions import txn_offset_commit_operation, verify_partition
 from protocol.errors import Errors
 from protocol.messages.registry import ApiKey
-from protocol.messages.txn_offset_commit import TxnOffsetCommitResponse
+from protocol.lazy_messages import TxnOffsetCommitResponse
 
 _T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _P = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition

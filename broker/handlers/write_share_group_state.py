@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.security.authorize import share_state_denied
-from protocol.messages.write_share_group_state import WriteShareGroupStateResponse as Resp
+from protocol.lazy_messages import WriteShareGroupStateResponse as Resp
 from protocol.messages.registry import ApiKey
 
 

@@ -41,9 +41,9 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from typing import NamedTuple
 
-from crc32c import crc32c
 
-from protocol.records import CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coordinator_epoch, control_record_type
+from protocol.records import (CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coordinator_epoch, control_record_type,
+                              crc32c)
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,8 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 
-from crc32c import crc32c
 
-from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD
+from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, crc32c
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from protocol.errors import Errors
-from protocol.messages.write_share_group_state import WriteShareGroupStateRequest
+from protocol.lazy_messages import WriteShareGroupStateRequest
 
 from broker.share.acks import ACK_MAX_VERSION, ACK_REJECT, ACK_RENEW, validate_ack_batches
 from broker.share.cache import InFlightCache

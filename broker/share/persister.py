@@ -16,8 +16,7 @@ import logging
 from typing import Any
 
 from protocol.errors import Errors
-from protocol.messages.read_share_group_state import ReadShareGroupStateRequest
-from protocol.messages.write_share_group_state import WriteShareGroupStateRequest
+from protocol.lazy_messages import (ReadShareGroupStateRequest, WriteShareGroupStateRequest)
 
 from broker.share.errors import ShareError
 

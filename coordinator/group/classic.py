@@ -39,12 +39,8 @@ import uuid
 from collections import Counter
 
 from protocol.errors import Errors, KafkaError
-from protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-from protocol.messages.describe_groups import DescribeGroupsResponse
-from protocol.messages.heartbeat import HeartbeatResponse
-from protocol.messages.join_group import JoinGroupResponse
-from protocol.messages.leave_group import LeaveGroupResponse
-from protocol.messages.sync_group import SyncGroupResponse
+from protocol.lazy_messages import (ConsumerProtocolSubscription, DescribeGroupsResponse, HeartbeatResponse,
+                                    JoinGroupResponse, LeaveGroupResponse, SyncGroupResponse)
 
 from . import records as R
 from .base import Group, OffsetAndMetadata, Write

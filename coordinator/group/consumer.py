@@ -50,8 +50,7 @@ import re
 from coordinator.assignors import get_assignor
 from coordinator.assignors.base import PartitionAssignorError, TopicSpec
 from protocol.errors import Errors, KafkaError
-from protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
-from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
+from protocol.lazy_messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse)
 
 from . import records as R
 from .classic import new_uuid_string

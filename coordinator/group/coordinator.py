@@ -46,21 +46,12 @@ from typing import Awaitable, Callable
 from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, decode_record, unavailable_message
 from protocol.coordinator_records.registry import GROUP_COORDINATOR_RECORDS
 from protocol.errors import Errors, KafkaError
-from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse
-from protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
-from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
-from protocol.messages.delete_groups import DeleteGroupsResponse
-from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse
-from protocol.messages.describe_groups import DescribeGroupsResponse
-from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsResponse
-from protocol.messages.heartbeat import HeartbeatResponse
-from protocol.messages.join_group import JoinGroupResponse
-from protocol.messages.leave_group import LeaveGroupResponse
-from protocol.messages.list_groups import ListGroupsResponse
-from protocol.messages.offset_delete import OffsetDeleteResponse
-from protocol.messages.share_group_describe import ShareGroupDescribeResponse
-from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse
-from protocol.messages.sync_group import SyncGroupResponse
+from protocol.lazy_messages import (AlterShareGroupOffsetsResponse, ConsumerGroupDescribeResponse,
+                                    ConsumerGroupHeartbeatResponse, DeleteGroupsResponse,
+                                    DeleteShareGroupOffsetsResponse, DescribeGroupsResponse,
+                                    DescribeShareGroupOffsetsResponse, HeartbeatResponse, JoinGroupResponse,
+                                    LeaveGroupResponse, ListGroupsResponse, OffsetDeleteResponse,
+                                    ShareGroupDescribeResponse, ShareGroupHeartbeatResponse, SyncGroupResponse)
 
 from .base import Group, Write
 from .classic import DEAD, ClassicGroup, ClassicGroupManager, append_error_code

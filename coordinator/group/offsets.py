@@ -33,10 +33,8 @@ for them is in its handler's header (broker/handlers/offset_fetch.py).
 from __future__ import annotations
 
 from protocol.errors import Errors, KafkaError
-from protocol.messages.offset_commit import OffsetCommitResponse
-from protocol.messages.offset_delete import OffsetDeleteResponse
-from protocol.messages.offset_fetch import OffsetFetchResponse
-from protocol.messages.txn_offset_commit import TxnOffsetCommitResponse
+from protocol.lazy_messages import (OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse,
+                                    TxnOffsetCommitResponse)
 from protocol.primitives import ZERO_UUID
 
 from . import records as R

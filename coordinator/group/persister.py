@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest as DeleteReq
-from protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as InitReq
-from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as SummaryReq
+from protocol.lazy_messages import (DeleteShareGroupStateRequest as DeleteReq,
+                                    InitializeShareGroupStateRequest as InitReq,
+                                    ReadShareGroupStateSummaryRequest as SummaryReq)
 
 UNINITIALIZED = -1  # start offset / DeliveryCompleteCount / lag of a share partition with no known state
 

@@ -47,8 +47,7 @@ import logging
 
 from coordinator.assignors import get_share_assignor
 from protocol.errors import Errors, KafkaError
-from protocol.messages.share_group_describe import ShareGroupDescribeResponse as DescResp
-from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse as HbResp
+from protocol.lazy_messages import (ShareGroupDescribeResponse as DescResp, ShareGroupHeartbeatResponse as HbResp)
 
 from . import records as R
 from .classic import append_error_code

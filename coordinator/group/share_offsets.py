@@ -46,9 +46,9 @@ import logging
 from typing import Any, Awaitable, Callable, NamedTuple
 
 from protocol.errors import Errors, KafkaError
-from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsResponse as AlterResp
-from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsResponse as DeleteResp
-from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsResponse as DescResp
+from protocol.lazy_messages import (AlterShareGroupOffsetsResponse as AlterResp,
+                                    DeleteShareGroupOffsetsResponse as DeleteResp,
+                                    DescribeShareGroupOffsetsResponse as DescResp)
 
 from . import records as R
 from .classic import append_error_code

@@ -53,11 +53,9 @@ from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
 from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
 from protocol.coordinator_records.share_update import ShareUpdateKey, ShareUpdateValue
 from protocol.errors import Errors, KafkaError
-from protocol.messages.delete_share_group_state import DeleteShareGroupStateResponse
-from protocol.messages.initialize_share_group_state import InitializeShareGroupStateResponse
-from protocol.messages.read_share_group_state import ReadShareGroupStateResponse
-from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryResponse
-from protocol.messages.write_share_group_state import WriteShareGroupStateResponse
+from protocol.lazy_messages import (DeleteShareGroupStateResponse, InitializeShareGroupStateResponse,
+                                    ReadShareGroupStateResponse, ReadShareGroupStateSummaryResponse,
+                                    WriteShareGroupStateResponse)
 
 logger = logging.getLogger(__name__)
 
