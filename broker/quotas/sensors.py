@@ -47,11 +47,12 @@ class SampledStat:
     ``oldest`` the earliest start, and nothing can expire before ``next_purge`` (the earliest last
     event plus the expiry age: last events only move forward), when one pass resets what expired and
     recomputes both exactly.  ``cur`` and ``roll_at`` repeat ``samples[current]`` and the end of its
-    window, so that an event in the current window costs no lookup.
+    window, and ``due_at`` is the first time a record has more to do than add, so that an event in
+    the current window costs no lookup and one test.
     """
 
     __slots__ = ("samples", "current", "count", "window_ms", "total", "oldest", "next_purge", "cur", "roll_at",
-                 "purging", "purge_at")
+                 "purging", "purge_at", "due_at")
 
     def __init__(self, samples: int, window_ms: int, purging: bool = False):
         self.samples: list[_Sample] = []
@@ -63,22 +64,23 @@ class SampledStat:
         self.next_purge = 0
         self.cur: _Sample | None = None  # samples[current]; written by _advance
         self.roll_at = _NEVER_BEFORE  # cur.start + window_ms: an event from then on goes to the next sample
-        # a quota's Rate: obsolete samples are reset after each event, as Kafka's checkQuotas measures then;
-        # purge_at is then next_purge, else never
+        # a quota's Rate: obsolete samples are reset with each event, as Kafka's checkQuotas measures
+        # after each record; purge_at is then next_purge, else never
         self.purging = purging
         self.purge_at = _NEVER
+        self.due_at = _NEVER_BEFORE  # min(roll_at, purge_at); written by _reschedule
 
     def record(self, value: float, now: int) -> float:
         """Count ``value`` at ``now``; the total of the samples."""
-        if now >= self.roll_at:
-            self._advance(now)
+        if now >= self.due_at:
+            if now >= self.roll_at:
+                self._advance(now)
+            if now >= self.purge_at:  # before the value is added: the same, as the current sample is live
+                self.purge(now)
         s = self.cur
         s.value += value
         s.last = now
         total = self.total = self.total + value
-        if now >= self.purge_at:
-            self.purge(now)
-            return self.total
         return total
 
     def _advance(self, now: int) -> None:
@@ -101,6 +103,10 @@ class SampledStat:
                 self.oldest = min(x.start for x in self.samples)
         self.cur = s
         self.roll_at = now + self.window_ms
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        self.due_at = self.roll_at if self.roll_at < self.purge_at else self.purge_at
 
     def purge(self, now: int) -> None:
         """Reset the samples with no event for ``count`` windows (``SampledStat.purgeObsoleteSamples``)."""
@@ -116,6 +122,7 @@ class SampledStat:
         if self.purging:
             self.purge_at = self.next_purge
         self.roll_at = self.cur.start + self.window_ms
+        self._reschedule()
 
     def min_window_s(self) -> float:
         """The shortest window a rate is taken over (``count - 1`` windows), in seconds."""
