@@ -16,22 +16,39 @@ root B on and off, ...), so a before/after comparison shares the machine's load:
 
     python bench/quotas.py --repeat 5 --records 200000
     python bench/quotas.py --root before=/tmp/main --root after=. --repeat 4 --phases produce,produce16k,consume
+
+``--callgrind N`` counts instead of timing, for a figure the machine's load does not move: each
+root's broker runs under valgrind's callgrind (Debian's ``valgrind``), off and on, and the
+instructions it executes while a producer sends N records in ~16 KiB requests are divided by the
+Produce requests it served (read from its ``--metrics`` listener):
+
+    python bench/quotas.py --root before=/tmp/main --root after=. --callgrind 20000
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import os
+import re
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 
 try:
     from . import _common as C  # type: ignore[import-not-found]
     from . import cpu_per_mb as CPU  # type: ignore[import-not-found]
     from . import peers  # type: ignore[import-not-found]
+    from . import throughput as T  # type: ignore[import-not-found]
 except ImportError:  # run as a script
     import _common as C  # type: ignore[no-redef]
     import cpu_per_mb as CPU  # type: ignore[no-redef]
     import peers  # type: ignore[no-redef]
+    import throughput as T  # type: ignore[no-redef]
 
 NEVER = 1e15  # a quota nobody reaches: everything is counted, nothing throttled
 
@@ -50,6 +67,66 @@ def quotas_on(bootstrap: str, keys=("producer_byte_rate", "consumer_byte_rate", 
         raise SystemExit(f"AlterClientQuotas failed: {resp}")
 
 
+def instructions_per_produce(root: str, mode: str, records: int, keys: list[str]) -> tuple[float, int]:
+    """(instructions per Produce request, requests) of ``root``'s broker under callgrind, counted only
+    while ``records`` 1 KiB records go out in ~16 KiB requests."""
+    port, mport = peers.free_port(), peers.free_port()
+    work = tempfile.mkdtemp(prefix=f"sharebroker-quotas-cg-{mode}-")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/callgrind.out",
+            sys.executable, "-m", "broker", "--listen", f"{peers.LOOPBACK}:{port}", "--data-dir", f"{work}/data",
+            "--metrics", f"{peers.LOOPBACK}:{mport}"]
+    with open(f"{work}/broker.log", "w") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+    try:
+        deadline = time.monotonic() + 300  # about 50 times slower under valgrind
+        while True:
+            try:
+                socket.create_connection((peers.LOOPBACK, port), 1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the broker under callgrind did not start: see {work}/broker.log")
+                time.sleep(0.5)
+        bootstrap = f"{peers.LOOPBACK}:{port}"
+        if mode == "on":
+            quotas_on(bootstrap, keys)
+        topic = C.unique("bench-quotas-cg")
+        C.create_topic(bootstrap, topic, 1)
+        T.produce(bootstrap, topic, 2000, 1024, CPU.JAVA_BATCH, 300.0)  # warm up
+
+        def produce_requests() -> int:
+            text = urllib.request.urlopen(f"http://{peers.LOOPBACK}:{mport}/metrics", timeout=60).read().decode()
+            return int(float(re.search(r'requests_total\{request="Produce"\} (\S+)', text).group(1)))
+
+        before = produce_requests()
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        T.produce(bootstrap, topic, records, 1024, CPU.JAVA_BATCH, 600.0)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        requests = produce_requests() - before
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        proc.terminate()
+        proc.wait(120)
+    total = 0
+    for path in glob.glob(f"{work}/callgrind.out*"):
+        with open(path) as f:
+            total += sum(int(line.split()[1]) for line in f if line.startswith("totals:"))
+    return total / max(requests, 1), requests
+
+
+def callgrind(roots, records: int, keys: list[str], json_path) -> int:
+    rows = []
+    for name, path in roots:
+        got = {mode: instructions_per_produce(path, mode, records, keys) for mode in ("off", "on")}
+        rows.append({"root": name, "requests": got["on"][1], "off": round(got["off"][0]), "on": round(got["on"][0]),
+                     "on-off": round(got["on"][0] - got["off"][0]), "on/off": C.ratio(got["on"][0], got["off"][0])})
+    print("\n# broker instructions (callgrind, user space) per ~16 KiB Produce request, quotas off vs on")
+    C.table(rows, ["root", "requests", "off", "on", "on-off", "on/off"])
+    C.write_json(json_path, {"bench": "quotas-callgrind", "rows": rows})
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", action="append", default=[], metavar="[NAME=]DIR",
@@ -59,9 +136,13 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", default="produce16k,consume")
     ap.add_argument("--keys", default="producer_byte_rate,consumer_byte_rate,request_percentage",
                     help="the quota keys set for 'on'")
+    ap.add_argument("--callgrind", type=int, default=0, metavar="N",
+                    help="count instructions per Produce request under callgrind (N records) instead of timing")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
+    if args.callgrind:
+        return callgrind(roots, args.callgrind, [k for k in args.keys.split(",") if k], args.json)
     phases = [p for p in args.phases.split(",") if p]
     results: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
     turn = 0

@@ -301,7 +301,7 @@ class RequestQuota:
     def timed(self, coro):
         """``coro``, with its running time (not its waiting time) added to :attr:`busy` while a request
         quota exists."""
-        return _Timed(coro, self) if self.account.quotas.request.enabled else coro
+        return _Timed(coro, self) if self.account.quotas.request.enabled_levels else coro
 
 
 class MutationQuota:
