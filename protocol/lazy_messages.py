@@ -12,9 +12,13 @@ its module.
 The module is named by the class (``CamelCase`` to ``snake_case``, ``Request``/``Response``
 dropped), and a name whose module does not exist fails at the import, as a plain import would.
 A ``LazyClass`` is a factory, not a type: ``isinstance`` and ``type(x) is`` need the real class
-(``LazyClass.resolve()``).  Each call costs ~0.3 µs more than calling the class, so the per-request
-hot paths (the Produce, Fetch, ShareFetch, ShareAcknowledge and Metadata handlers; the request
-header) import their classes directly.
+(``LazyClass.resolve()``).  Each call costs ~0.3 µs more than calling the class, so a handler module
+does not keep them: the first time its API is served, ``broker.dispatch.Handler`` passes the module's
+globals to :func:`resolve_names`, which puts the real classes in place of the stand-ins (module-level
+aliases of nested classes included), and from then on the handler calls the classes themselves.  The
+per-request hot paths (Produce, Fetch, ShareFetch, ShareAcknowledge, Metadata) name their classes here
+too, so a started broker that has served none of them has not compiled their codecs (the biggest); the
+request header, which every request decodes, is imported directly.
 """
 from __future__ import annotations
 
@@ -56,6 +60,13 @@ class LazyClass:
     def __repr__(self) -> str:
         state = "loaded" if self._cls is not None else "not loaded"
         return f"<lazy {self._module}.{self._path} ({state})>"
+
+
+def resolve_names(namespace: dict) -> None:
+    """Replace every :class:`LazyClass` among ``namespace``'s values (a module's globals) by its class."""
+    for name, value in list(namespace.items()):
+        if type(value) is LazyClass:
+            namespace[name] = value.resolve()
 
 
 def module_of(class_name: str) -> str:
