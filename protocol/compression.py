@@ -68,16 +68,23 @@ def available(codec: int) -> bool:
     return codec == GZIP or (codec in (SNAPPY, LZ4, ZSTD) and _codecs() is not None)
 
 
+def _package_for(codec: int):
+    """The codec package for snappy, lz4 or zstd; CodecError for an unknown codec, CodecUnavailable
+    without the ``compression`` extra."""
+    if codec not in (SNAPPY, LZ4, ZSTD):
+        raise CodecError(f"unknown compression codec {codec}")
+    cj = _codecs()
+    if cj is None:
+        raise CodecUnavailable(codec)
+    return cj
+
+
 def decompress(codec: int, data) -> bytes:
     """The records section of a batch compressed with ``codec``, inflated."""
     try:
         if codec == GZIP:
             return _gunzip(data)
-        if codec not in (SNAPPY, LZ4, ZSTD):
-            raise CodecError(f"unknown compression codec {codec}")
-        cj = _codecs()
-        if cj is None:
-            raise CodecUnavailable(codec)
+        cj = _package_for(codec)
         if codec == SNAPPY:
             return _snappy_decompress(cj, data)
         if codec == LZ4:
@@ -94,11 +101,7 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
     if codec == GZIP:
         c = zlib.compressobj(-1 if level is None or level < 0 else level, zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
-    if codec not in (SNAPPY, LZ4, ZSTD):
-        raise CodecError(f"unknown compression codec {codec}")
-    cj = _codecs()
-    if cj is None:
-        raise CodecUnavailable(codec)
+    cj = _package_for(codec)
     if codec == SNAPPY:
         mv = memoryview(data)
         out = bytearray(_XERIAL_HEADER)

@@ -1,9 +1,10 @@
 """Durable log of one topic partition: segments, offsets, retention, recovery.
 
 Single node, so the high watermark is the log end offset after every append;
-the last stable offset is held back by open transactions. Appends copy the
-validated batches once into a bytearray, rewrite baseOffset / leader epoch
-(and LogAppendTime), and ``os.write`` them to the active segment: when
+the last stable offset is held back by open transactions. Appends rewrite
+baseOffset / leader epoch (and LogAppendTime) of the validated batches in place
+in the request frame (one copy into a bytearray when the bytes are read-only),
+and ``os.write`` them to the active segment: when
 ``append`` returns the bytes are in the page cache (they survive kill -9).
 fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments in the
 maintenance pass, and at close. Reads return whole batches byte-for-byte as

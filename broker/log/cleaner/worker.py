@@ -2,7 +2,7 @@
 
 Cleaning is CPU work (decoding record framing, hashing keys, re-encoding batches); one
 Python process has one GIL, so it runs in a child process (``python -m
-broker.log.cleaner.worker``) started by the broker when there is a log to clean.  The
+broker.log.cleaner``) started by the broker when there is a log to clean.  The
 child gets :class:`CleanJob` s on its stdin and answers on its stdout, frames of a 4-byte
 length and a pickle: ``("group", job_id, GroupResult)`` for every rewritten group (the
 broker swaps it in at once), then ``("done", job_id, (end_offset, stats, codecs))`` or
