@@ -61,6 +61,7 @@ DEFERRED = {
     "coordinator.assignors.simple", "coordinator.assignors.uniform", "fractions", "decimal",        # assignment
     "broker.share.partition", "broker.share.inflight", "broker.share.cache", "broker.share.dlq",  # share partition
     "broker.security.sasl",  # a SASL or TLS listener
+    "hashlib", "hmac", "secrets",  # a SCRAM credential, a cleaner pass, a consumer group's metadata hash
     "broker.status_page", "html",  # a metrics listener
     "encodings.idna", "stringprep", "unicodedata",  # a listener on a host name (uvloop's lookup)
     "cramjam", "crc32c", "importlib.metadata", "email", "pickle", "ctypes",
