@@ -693,7 +693,7 @@ def render_registry(apis) -> str:
              "REQUESTS / RESPONSES import a message module on first lookup of its API key.",
              '"""',
              "# fmt: off", "# ruff: noqa", "from enum import IntEnum", "from importlib import import_module",
-             "from typing import Iterator, Mapping", ""]
+             "from typing import Mapping", "", "from protocol.lazy_messages import LazyMapping", ""]
     lines += ["", "class ApiKey(IntEnum):"]
     for key, base, _mod, _ in apis:
         lines.append(f"    {snake(base).upper()} = {key}")
@@ -701,40 +701,15 @@ def render_registry(apis) -> str:
     for key, base, mod, _ in apis:
         lines.append(f"    {key}: (\"protocol.messages.{mod}\", \"{base}Request\", \"{base}Response\"),")
     lines += ["}", "", "",
-              "class _LazyClasses(Mapping):",
-              '    """api key -> message class; the module is imported on first lookup."""',
-              "",
-              "    __slots__ = (\"_index\", \"_cache\")",
-              "",
-              "    def __init__(self, index: int):",
-              "        self._index = index",
-              "        self._cache: dict = {}",
-              "",
-              "    def __getitem__(self, key):",
-              "        try:",
-              "            return self._cache[key]",
-              "        except KeyError:",
-              "            pass",
-              "        entry = MODULES[key]  # KeyError for an unknown api key, as a dict",
-              "        cls = getattr(import_module(entry[0]), entry[self._index])",
-              "        self._cache[key] = cls",
-              "        return cls",
-              "",
-              "    def __contains__(self, key) -> bool:",
-              "        return key in MODULES",
-              "",
-              "    def __iter__(self) -> Iterator[int]:",
-              "        return iter(MODULES)",
-              "",
-              "    def __len__(self) -> int:",
-              "        return len(MODULES)",
-              "",
-              "    def __repr__(self) -> str:",
-              "        return f\"<lazy message classes for {len(MODULES)} api keys>\"",
+              "def _class(index: int):",
+              "    def make(key):",
+              "        entry = MODULES[key]",
+              "        return getattr(import_module(entry[0]), entry[index])",
+              "    return make",
               "",
               "",
-              "REQUESTS: Mapping = _LazyClasses(1)",
-              "RESPONSES: Mapping = _LazyClasses(2)"]
+              "REQUESTS: Mapping = LazyMapping(MODULES, _class(1))",
+              "RESPONSES: Mapping = LazyMapping(MODULES, _class(2))"]
     return "\n".join(lines) + "\n"
 
 
@@ -758,8 +733,8 @@ def render_record_registry(records) -> str:
              "protocol.lazy_messages.LazyClass that imports its module on first use.",
              '"""',
              "# fmt: off", "# ruff: noqa", "from importlib import import_module",
-             "from typing import Iterator, Mapping", "",
-             "from protocol.lazy_messages import LazyClass", "",
+             "from typing import Mapping", "",
+             "from protocol.lazy_messages import LazyClass, LazyMapping", "",
              "# record name -> module", "MODULES = {"]
     for _key, base, mod, _ in records:
         lines.append(f"    \"{base}\": \"protocol.coordinator_records.{mod}\",")
@@ -767,49 +742,19 @@ def render_record_registry(records) -> str:
     for key, base, _mod, _ in records:
         lines.append(f"    \"{base}\": {key},")
     lines += ["}", "", "",
-              "class _LazyPairs(Mapping):",
-              '    """record type -> (KeyClass, ValueClass); the module is imported on first lookup."""',
-              "",
-              "    __slots__ = (\"_names\", \"_cache\")",
-              "",
-              "    def __init__(self, names: dict):",
-              "        self._names = names  # record type -> record name",
-              "        self._cache: dict = {}",
-              "",
-              "    def __getitem__(self, key):",
-              "        try:",
-              "            return self._cache[key]",
-              "        except KeyError:",
-              "            pass",
-              "        name = self._names[key]  # KeyError for an unknown record type, as a dict",
+              "def _pair(names: dict):",
+              "    def make(record_type):",
+              "        name = names[record_type]",
               "        module = import_module(MODULES[name])",
-              "        pair = self._cache[key] = (getattr(module, name + \"Key\"), getattr(module, name + \"Value\"))",
-              "        return pair",
-              "",
-              "    def get(self, key, default=None):",
-              "        pair = self._cache.get(key)",
-              "        if pair is None and key in self._names:",
-              "            pair = self[key]",
-              "        return default if pair is None else pair",
-              "",
-              "    def __contains__(self, key) -> bool:",
-              "        return key in self._names",
-              "",
-              "    def __iter__(self) -> Iterator[int]:",
-              "        return iter(self._names)",
-              "",
-              "    def __len__(self) -> int:",
-              "        return len(self._names)",
-              "",
-              "    def __repr__(self) -> str:",
-              "        return f\"<lazy coordinator record classes for {len(self._names)} record types>\"",
+              "        return getattr(module, name + \"Key\"), getattr(module, name + \"Value\")",
+              "    return make",
               ""]
     for title, names in (*owners, ("GROUP_COORDINATOR_RECORDS", None)):
-        lines += ["", f"{title}: Mapping = _LazyPairs({{"]
+        lines += ["", f"_{title} = {{"]
         for key, base, _mod, _ in records:
             if (base in names) if names is not None else base not in others:
                 lines.append(f"    {key}: \"{base}\",")
-        lines.append("})")
+        lines += ["}", f"{title}: Mapping = LazyMapping(_{title}, _pair(_{title}))"]
     lines += ["", "",
               "def __getattr__(name: str) -> LazyClass:",
               "    base = name[:-3] if name.endswith(\"Key\") else name[:-5] if name.endswith(\"Value\") else None",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from importlib import import_module
 from importlib.util import find_spec
+from typing import Any, Callable, Iterator, Mapping
 
 _SUFFIX = re.compile(r"(Request|Response)$")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -60,6 +61,46 @@ class LazyClass:
     def __repr__(self) -> str:
         state = "loaded" if self._cls is not None else "not loaded"
         return f"<lazy {self._module}.{self._path} ({state})>"
+
+
+class LazyMapping(Mapping):
+    """A read-only mapping over ``keys`` whose value for a key is ``make(key)``, made on its first lookup
+    and kept (the message and record registries: a class, its module imported then; the assignors)."""
+
+    __slots__ = ("_keys", "_make", "_made")
+
+    def __init__(self, keys, make: Callable[[Any], Any]):
+        self._keys = keys  # a dict or set: what ``in`` and iteration see
+        self._make = make
+        self._made: dict = {}
+
+    def __getitem__(self, key):
+        try:
+            return self._made[key]
+        except KeyError:
+            pass
+        if key not in self._keys:
+            raise KeyError(key)
+        value = self._made[key] = self._make(key)
+        return value
+
+    def get(self, key, default=None):
+        try:
+            return self._made[key]
+        except KeyError:
+            return self[key] if key in self._keys else default
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"<lazy mapping of {len(self._keys)} keys, {len(self._made)} made>"
 
 
 def resolve_names(namespace: dict) -> None:

@@ -10,7 +10,9 @@ An assignor's module is imported when it is first looked up (a group's first ass
 not at start-up: the names below are all the broker needs to check its settings.
 """
 from importlib import import_module
-from typing import Iterator, Mapping
+from typing import Mapping
+
+from protocol.lazy_messages import LazyMapping
 
 from .base import (
     Assignment,
@@ -24,34 +26,12 @@ from .base import (
 _CLASSES = {"LagAssignor": "lag", "RangeAssignor": "range", "ShareLagAssignor": "share_lag",
             "SimpleAssignor": "simple", "UniformAssignor": "uniform"}
 
-
-class _Assignors(Mapping):
-    """name -> assignor instance, made (its module imported) on first lookup."""
-
-    __slots__ = ("_classes", "_made")
-
-    def __init__(self, classes: dict[str, str]):
-        self._classes = classes  # assignor name -> class name
-        self._made: dict[str, Assignor] = {}
-
-    def __getitem__(self, name: str) -> Assignor:
-        a = self._made.get(name)
-        if a is None:
-            cls = self._classes[name]  # KeyError for an unknown name, as a dict
-            a = self._made[name] = _class(cls)()
-        return a
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._classes)
-
-    def __len__(self) -> int:
-        return len(self._classes)
-
-
 # Consumer-group assignors by name; share groups have their own namespace (both have a "lag").
-ASSIGNORS: Mapping[str, Assignor] = _Assignors({"simple": "SimpleAssignor", "uniform": "UniformAssignor",
-                                                "range": "RangeAssignor", "lag": "LagAssignor"})
-SHARE_ASSIGNORS: Mapping[str, Assignor] = _Assignors({"simple": "SimpleAssignor", "lag": "ShareLagAssignor"})
+# Each an instance made (its module imported) on first lookup.
+_CONSUMER = {"simple": "SimpleAssignor", "uniform": "UniformAssignor", "range": "RangeAssignor", "lag": "LagAssignor"}
+_SHARE = {"simple": "SimpleAssignor", "lag": "ShareLagAssignor"}
+ASSIGNORS: Mapping[str, Assignor] = LazyMapping(_CONSUMER, lambda name: _class(_CONSUMER[name])())
+SHARE_ASSIGNORS: Mapping[str, Assignor] = LazyMapping(_SHARE, lambda name: _class(_SHARE[name])())
 SHARE_GROUP_ASSIGNORS = ("simple", "lag")  # first is the default
 CONSUMER_GROUP_ASSIGNORS = ("uniform", "range", "lag")  # first is the default
 

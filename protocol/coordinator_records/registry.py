@@ -7,9 +7,9 @@ protocol.lazy_messages.LazyClass that imports its module on first use.
 # fmt: off
 # ruff: noqa
 from importlib import import_module
-from typing import Iterator, Mapping
+from typing import Mapping
 
-from protocol.lazy_messages import LazyClass
+from protocol.lazy_messages import LazyClass, LazyMapping
 
 # record name -> module
 MODULES = {
@@ -58,54 +58,26 @@ RECORD_TYPES = {
 }
 
 
-class _LazyPairs(Mapping):
-    """record type -> (KeyClass, ValueClass); the module is imported on first lookup."""
-
-    __slots__ = ("_names", "_cache")
-
-    def __init__(self, names: dict):
-        self._names = names  # record type -> record name
-        self._cache: dict = {}
-
-    def __getitem__(self, key):
-        try:
-            return self._cache[key]
-        except KeyError:
-            pass
-        name = self._names[key]  # KeyError for an unknown record type, as a dict
+def _pair(names: dict):
+    def make(record_type):
+        name = names[record_type]
         module = import_module(MODULES[name])
-        pair = self._cache[key] = (getattr(module, name + "Key"), getattr(module, name + "Value"))
-        return pair
-
-    def get(self, key, default=None):
-        pair = self._cache.get(key)
-        if pair is None and key in self._names:
-            pair = self[key]
-        return default if pair is None else pair
-
-    def __contains__(self, key) -> bool:
-        return key in self._names
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return f"<lazy coordinator record classes for {len(self._names)} record types>"
+        return getattr(module, name + "Key"), getattr(module, name + "Value")
+    return make
 
 
-SHARE_COORDINATOR_RECORDS: Mapping = _LazyPairs({
+_SHARE_COORDINATOR_RECORDS = {
     0: "ShareSnapshot",
     1: "ShareUpdate",
-})
+}
+SHARE_COORDINATOR_RECORDS: Mapping = LazyMapping(_SHARE_COORDINATOR_RECORDS, _pair(_SHARE_COORDINATOR_RECORDS))
 
-TRANSACTION_COORDINATOR_RECORDS: Mapping = _LazyPairs({
+_TRANSACTION_COORDINATOR_RECORDS = {
     0: "TransactionLog",
-})
+}
+TRANSACTION_COORDINATOR_RECORDS: Mapping = LazyMapping(_TRANSACTION_COORDINATOR_RECORDS, _pair(_TRANSACTION_COORDINATOR_RECORDS))
 
-GROUP_COORDINATOR_RECORDS: Mapping = _LazyPairs({
+_GROUP_COORDINATOR_RECORDS = {
     0: "LegacyOffsetCommit",
     1: "OffsetCommit",
     2: "GroupMetadata",
@@ -122,7 +94,8 @@ GROUP_COORDINATOR_RECORDS: Mapping = _LazyPairs({
     14: "ShareGroupCurrentMemberAssignment",
     15: "ShareGroupStatePartitionMetadata",
     16: "ConsumerGroupRegularExpression",
-})
+}
+GROUP_COORDINATOR_RECORDS: Mapping = LazyMapping(_GROUP_COORDINATOR_RECORDS, _pair(_GROUP_COORDINATOR_RECORDS))
 
 
 def __getattr__(name: str) -> LazyClass:
