@@ -1,5 +1,5 @@
 """What loads on first use: protocol.lazy_messages, the handler table, the record registry, and what a
-started broker has imported (README \"Start-up and memory\")."""
+started broker has imported (broker/README.md, "Start-up and idle memory")."""
 from __future__ import annotations
 
 import json
