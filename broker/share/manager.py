@@ -356,6 +356,9 @@ class SharePartitionManager:
                 if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
                                                 >= sp.config.partition_max_record_locks):
                     break  # nothing new, or no room for it and nothing to redeliver (Kafka's canAcquireRecords)
+                if req.max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses to share out no bytes: the
+                    part.error = Errors.UNKNOWN_SERVER_ERROR  # partition fails, nothing is acquired (a client's
+                    break  # fetch.max.bytes=0, or a NaN consumer_byte_rate capping it at (int) NaN = 0)
                 try:  # MaxBytes is soft for the first batch of the response only (Kafka)
                     batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
                                         max_offset=upper, min_one=total == 0 or step < bytes_left)
