@@ -23,6 +23,11 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as a listener setting writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_set(value: str) -> tuple[str, str]:
     key, sep, val = value.partition("=")
     if not sep or not key.strip():
@@ -60,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir:
         config.set("log.dirs", args.data_dir)
     if args.listen:
-        config.set("listeners", f"PLAINTEXT://{args.listen[0]}:{args.listen[1]}")
+        config.set("listeners", f"PLAINTEXT://{host_port(*args.listen)}")
     if args.metrics:
-        config.set("sharebroker.metrics.listener", f"{args.metrics[0]}:{args.metrics[1]}")
+        config.set("sharebroker.metrics.listener", host_port(*args.metrics))
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a runtime dependency, but stay usable without it

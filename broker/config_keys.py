@@ -291,12 +291,12 @@ def _cleaner_check(config) -> None:
     """A dedupe buffer whose share per cleaner thread holds no key: Kafka's ``Cleaner`` asserts it when
     its threads start; here start-up refuses it, rather than each cleaner worker dying on its first log."""
     from broker.log.cleaner.manager import CleanerConfig
-    from broker.log.cleaner.offset_map import OffsetMap
+    from broker.log.cleaner.offset_map import capacity
 
     c = CleanerConfig(config)
     if c.enable:
         try:
-            OffsetMap(c.dedupe_buffer_size // c.threads, c.load_factor)
+            capacity(c.dedupe_buffer_size // c.threads, c.load_factor)  # what each worker's OffsetMap takes
         except ValueError as e:
             raise ConfigError(f"Invalid value {c.dedupe_buffer_size} for configuration "
                               f"log.cleaner.dedupe.buffer.size: {e}") from None

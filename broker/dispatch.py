@@ -28,6 +28,7 @@ import importlib
 import pkgutil
 from typing import Awaitable, Callable, NamedTuple
 
+from protocol.lazy_messages import resolve_names
 from protocol.messages.registry import REQUESTS, RESPONSES, ApiKey
 
 HandlerFn = Callable[..., Awaitable[object]]
@@ -53,7 +54,9 @@ class Acl(NamedTuple):
 
 class Handler:
     """One registered API.  Its message classes are looked up on first use (``request_cls``), so an
-    API's codec module is imported when the API is first served, not at start-up."""
+    API's codec module is imported when the API is first served, not at start-up; then the message
+    classes the handler's module names through ``protocol.lazy_messages`` are put in place of their
+    stand-ins (``resolve_names``), so the handler calls the real classes from its first request on."""
 
     __slots__ = ("api_key", "min_version", "max_version", "fn", "_request_cls", "advertised_min", "acl", "fast")
 
@@ -75,6 +78,9 @@ class Handler:
             if self.min_version < cls.MIN_VERSION or self.max_version > cls.MAX_VERSION:
                 raise ValueError(f"{cls.__name__}: versions {self.min_version}-{self.max_version} "
                                  "outside the schema's range")
+            for fn in (self.fn, self.fast):
+                if fn is not None:
+                    resolve_names(fn.__globals__)
         return cls
 
     @property

@@ -48,7 +48,7 @@ import asyncio
 import logging
 import time
 
-from broker import observe, status_page
+from broker import observe
 from broker.pipeline import LATENCY_BUCKETS
 from protocol.messages.registry import ApiKey
 
@@ -355,6 +355,8 @@ class MetricsServer:
         self._listener: asyncio.base_events.Server | None = None
         # written by _serve: its connections (a browser keeps idle ones open); each leaves when it ends
         self._clients: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        from broker import status_page  # the page (html with it) loads only with a metrics listener
+
         interval_ms = components.config.get_int("sharebroker.status.lag.sample.ms", status_page.DEFAULT_SAMPLE_MS)
         self.lag_history = status_page.LagHistory(lambda: observe.group_lags(components), interval_ms / 1000.0)
 
@@ -378,6 +380,8 @@ class MetricsServer:
                 status, ctype = "200 OK", CONTENT_TYPE
                 body = render(self.components, len(self.server.connections), self.server.memory)
             elif path.split("?")[0] == "/":
+                from broker import status_page
+
                 status, ctype, extra = "200 OK", status_page.CONTENT_TYPE, status_page.HEADERS
                 body = status_page.render_page(self.components, self.lag_history, len(self.server.connections))
             else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from broker.share.dlq import GROUP_ENABLE, TOPIC_NAME
+from broker.share.config import DLQ_GROUP_ENABLE as GROUP_ENABLE, DLQ_TOPIC_NAME as TOPIC_NAME
 from broker.topics import open_file_limit
 from coordinator.group.share_offsets import share_partition_lag
 

@@ -29,6 +29,7 @@ import asyncio
 import collections
 import logging
 import os
+import socket
 import struct
 import time
 
@@ -748,8 +749,10 @@ class Server:
         loop = asyncio.get_running_loop()
         for lst in self.listeners:
             try:
-                srv = await loop.create_server(lambda lst=lst: Connection(self, lst), lst.host, lst.port,
-                                               reuse_address=True, backlog=1024, ssl=lst.ssl_context)
+                sock = literal_address_socket(lst.host, lst.port)
+                where = dict(sock=sock) if sock is not None else dict(host=lst.host, port=lst.port, reuse_address=True)
+                srv = await loop.create_server(lambda lst=lst: Connection(self, lst), **where, backlog=1024,
+                                               ssl=lst.ssl_context)
             except OSError as e:
                 await self.close()
                 raise OSError(e.errno, f"listener {lst.name} {lst.host}:{lst.port}: {e.strerror or e}") from None
@@ -768,6 +771,30 @@ class Server:
         for srv in self._servers:
             await srv.wait_closed()
         self._servers = []
+
+
+def literal_address_socket(host: str, port: int) -> socket.socket | None:
+    """A socket bound to ``host``:``port`` when ``host`` is an IP address, set up as ``create_server`` sets
+    one up (SO_REUSEADDR; an IPv6 one only IPv6), so binding it looks no name up: the event loop's name
+    lookup would load the ``idna`` codec and start uvloop's resolver threads in every broker.  None for a
+    host name, which ``create_server`` resolves as before."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((host, port))
+        except OSError as e:
+            sock.close()
+            raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: "
+                                   f"{(e.strerror or str(e)).lower()}") from None
+        return sock
+    return None
 
 
 def parse_per_ip_overrides(value: str | None) -> dict[str, int]:

@@ -20,7 +20,7 @@ from array import array
 from typing import Callable
 
 from broker import observe
-from broker.share.dlq import TOPIC_NAME as DLQ_TOPIC_NAME
+from broker.share.config import DLQ_TOPIC_NAME
 
 SLOTS = 120                     # samples per group: one hour at the default interval
 DEFAULT_SAMPLE_MS = 30_000

@@ -12,15 +12,20 @@ its module.
 The module is named by the class (``CamelCase`` to ``snake_case``, ``Request``/``Response``
 dropped), and a name whose module does not exist fails at the import, as a plain import would.
 A ``LazyClass`` is a factory, not a type: ``isinstance`` and ``type(x) is`` need the real class
-(``LazyClass.resolve()``).  Each call costs ~0.3 µs more than calling the class, so the per-request
-hot paths (the Produce, Fetch, ShareFetch, ShareAcknowledge and Metadata handlers; the request
-header) import their classes directly.
+(``LazyClass.resolve()``).  Each call costs ~0.3 µs more than calling the class, so a handler module
+does not keep them: the first time its API is served, ``broker.dispatch.Handler`` passes the module's
+globals to :func:`resolve_names`, which puts the real classes in place of the stand-ins (module-level
+aliases of nested classes included), and from then on the handler calls the classes themselves.  The
+per-request hot paths (Produce, Fetch, ShareFetch, ShareAcknowledge, Metadata) name their classes here
+too, so a started broker that has served none of them has not compiled their codecs (the biggest); the
+request header, which every request decodes, is imported directly.
 """
 from __future__ import annotations
 
 import re
 from importlib import import_module
 from importlib.util import find_spec
+from typing import Any, Callable, Iterator, Mapping
 
 _SUFFIX = re.compile(r"(Request|Response)$")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -56,6 +61,53 @@ class LazyClass:
     def __repr__(self) -> str:
         state = "loaded" if self._cls is not None else "not loaded"
         return f"<lazy {self._module}.{self._path} ({state})>"
+
+
+class LazyMapping(Mapping):
+    """A read-only mapping over ``keys`` whose value for a key is ``make(key)``, made on its first lookup
+    and kept (the message and record registries: a class, its module imported then; the assignors)."""
+
+    __slots__ = ("_keys", "_make", "_made")
+
+    def __init__(self, keys, make: Callable[[Any], Any]):
+        self._keys = keys  # a dict or set: what ``in`` and iteration see
+        self._make = make
+        self._made: dict = {}
+
+    def __getitem__(self, key):
+        try:
+            return self._made[key]
+        except KeyError:
+            pass
+        if key not in self._keys:
+            raise KeyError(key)
+        value = self._made[key] = self._make(key)
+        return value
+
+    def get(self, key, default=None):
+        try:
+            return self._made[key]
+        except KeyError:
+            return self[key] if key in self._keys else default
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"<lazy mapping of {len(self._keys)} keys, {len(self._made)} made>"
+
+
+def resolve_names(namespace: dict) -> None:
+    """Replace every :class:`LazyClass` among ``namespace``'s values (a module's globals) by its class."""
+    for name, value in list(namespace.items()):
+        if type(value) is LazyClass:
+            namespace[name] = value.resolve()
 
 
 def module_of(class_name: str) -> str:

@@ -27,7 +27,7 @@ from broker.fetch_sessions import SessionPartition
 from broker.log.errors import LogError
 from broker.log.partition_log import file_spans
 from protocol.errors import Errors
-from protocol.messages.fetch import FetchResponse
+from protocol.lazy_messages import FetchResponse  # the real class once Fetch is first served (dispatch.Handler)
 from protocol.messages.registry import ApiKey
 from protocol.primitives import FileChunk
 

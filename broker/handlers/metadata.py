@@ -19,7 +19,7 @@ from broker.dispatch import handler
 from broker.log.errors import LogError
 from broker.security.authorize import ALL_OPERATIONS, UNSET, allowed, allowed_cluster, operations
 from protocol.errors import Errors
-from protocol.messages.metadata import MetadataResponse
+from protocol.lazy_messages import MetadataResponse  # the real class once Metadata is first served
 from protocol.messages.registry import ApiKey
 from protocol.primitives import ZERO_UUID
 

@@ -42,7 +42,7 @@ from broker.dispatch import handler
 from broker.log.errors import LogError
 from broker.transactions import ADD_PARTITION, produce_operation, verify_partition
 from protocol.errors import Errors
-from protocol.messages.produce import ProduceResponse
+from protocol.lazy_messages import ProduceResponse  # the real class once Produce is first served
 from protocol.messages.registry import ApiKey
 from protocol.primitives import read_uvarint, write_uvarint
 from protocol.records import HEADER_SIZE, RecordsError, TRANSACTIONAL_MASK, read_header, validate_records

@@ -24,8 +24,8 @@ from broker.security.authorize import allowed, enabled
 from broker.share.errors import ShareError
 from broker.share.acks import validate_ack_batches
 from protocol.errors import Errors
+from protocol.lazy_messages import ShareAcknowledgeResponse  # the real class once ShareAcknowledge is first served
 from protocol.messages.registry import ApiKey
-from protocol.messages.share_acknowledge import ShareAcknowledgeResponse
 
 log = logging.getLogger("sharebroker.share")
 _T = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse

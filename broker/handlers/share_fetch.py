@@ -44,8 +44,9 @@ from broker.security.authorize import allowed, enabled, topic_name
 from broker.share.acks import validate_ack_batches
 from broker.share.errors import ShareError
 from protocol.errors import Errors
+from protocol.lazy_messages import (ShareFetchRequest,  # the real classes once ShareFetch is first served
+                                    ShareFetchResponse)
 from protocol.messages.registry import ApiKey
-from protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
 
 log = logging.getLogger("sharebroker.share")
 _T = ShareFetchResponse.ShareFetchableTopicResponse

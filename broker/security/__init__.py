@@ -7,7 +7,7 @@ Design note: ``broker/security/README.md``.  Start-up uses three functions:
 - :func:`build` (with the data directory): the SCRAM store and the authorizer
   (``authorizer.class.name``, ``super.users``, ``allow.everyone.if.no.acl.found``);
 - :func:`attach_authenticators`: each listener's authenticator (SASL ones read the
-  SCRAM store).
+  SCRAM store; ``sasl.py`` is imported only when a listener uses SASL or TLS).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from broker.log.config import ConfigError
 from broker.pipeline import AllowAll, Authorizer
 from broker.security.acls import AclStore, StandardAuthorizer, parse_super_users
 from broker.security.listeners import Listener, parse_listeners, server_ssl_context
-from broker.security.sasl import build_authenticator
 from broker.security.scram import ScramStore
 
 log = logging.getLogger("sharebroker.security")
@@ -67,4 +66,7 @@ def build(config, meta_dir: str | None, background=None) -> Security:
 
 def attach_authenticators(config, listeners: list[Listener], scram: ScramStore) -> None:
     for lst in listeners:
-        lst.authenticator = build_authenticator(config, lst, scram)
+        if lst.sasl or lst.tls:  # plaintext listeners keep theirs: SASL's code loads only when a listener uses it
+            from broker.security.sasl import build_authenticator
+
+            lst.authenticator = build_authenticator(config, lst, scram)

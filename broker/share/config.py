@@ -34,6 +34,10 @@ EARLIEST = "earliest"
 BY_DURATION = "by_duration"
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
+# KIP-1191 dead-letter queues (broker/share/dlq.py writes them): the group config naming a share group's
+# DLQ topic, and the topic config a topic needs to be one.
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_GROUP_ENABLE = "errors.deadletterqueue.group.enable"
 
 # Java's Duration.parse grammar: [-+]P[nD][T[nH][nM][n[.f]S]]
 _ISO_DURATION = re.compile(

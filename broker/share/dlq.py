@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from broker.log.errors import LogError
+from broker.share.config import DLQ_GROUP_ENABLE, DLQ_TOPIC_NAME
 from broker.share.inflight import CAUSE_DELIVERY_COUNT, CAUSE_REJECT
 from broker.topics import Topics
 from protocol import dlq_headers as H
@@ -51,8 +52,7 @@ from protocol.records import HEADER_SIZE, RecordsError, build_batch, iter_record
 log = logging.getLogger("sharebroker.share.dlq")
 
 CAUSE_TEXT = {CAUSE_REJECT: H.REJECTED, CAUSE_DELIVERY_COUNT: H.DELIVERY_COUNT_EXCEEDED}
-TOPIC_NAME = "errors.deadletterqueue.topic.name"  # the group config naming a share group's DLQ topic
-GROUP_ENABLE = "errors.deadletterqueue.group.enable"
+TOPIC_NAME, GROUP_ENABLE = DLQ_TOPIC_NAME, DLQ_GROUP_ENABLE  # the config names, from broker/share/config.py
 AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"
 PREFIX = "errors.deadletterqueue.topic.name.prefix"
 MAX_ATTEMPTS = 5          # Kafka's ShareGroupDLQStateManager.MAX_REQUEST_ATTEMPTS

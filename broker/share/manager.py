@@ -34,17 +34,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from broker.log.errors import LogError
-from broker.share.config import ShareGroupConfig
-from broker.share.dlq import TOPIC_NAME as DLQ_TOPIC_NAME, DeadLetterQueue
+from broker.share.config import DLQ_TOPIC_NAME, ShareGroupConfig
 from broker.share.fair import RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
-from broker.share.partition import SharePartition
 from broker.share.session import FINAL_EPOCH, ShareSession, ShareSessionCache
 from protocol.errors import Errors
+
+if TYPE_CHECKING:  # both load with the first share partition (partition()), not at start-up
+    from broker.share.dlq import DeadLetterQueue
+    from broker.share.partition import SharePartition
 
 log = logging.getLogger("sharebroker.share")
 
@@ -98,7 +100,9 @@ class SharePartitionManager:
         self.logs = logs
         # KIP-1191 dead-letter writer: appends through the broker's own logs (``topics`` for creation
         # rules and wake-ups; a private Topics view on the same logs and watchers when not given).
-        self.dlq = DeadLetterQueue(config, logs=logs, watchers=watchers, topics=topics)
+        # Made with the first share partition (``dead_letters``); its settings were checked at start-up.
+        self._dlq: DeadLetterQueue | None = None
+        self._config, self._topics = config, topics
         self.metrics = metrics  # broker.metrics.ShareMetrics: acknowledgement counters (optional)
         self.watchers = watchers
         self.persister = persister
@@ -165,10 +169,13 @@ class SharePartitionManager:
             name, plog = self.topic_log(topic_id, partition)
             if plog is None:
                 raise ShareError(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            from broker.share.partition import SharePartition
+
             watchers = self.watchers
             sp = SharePartition(group_id, topic_id, partition, log=plog, persister=self.persister,
                                 config=self.group_config(group_id), scheduler=self.scheduler, now_ms=self.now_ms,
-                                on_state_change=lambda: watchers.notify(("share",) + key), dlq=self.dlq.write)
+                                on_state_change=lambda: watchers.notify(("share",) + key),
+                                dlq=self.dead_letters().write)
             self.partitions[key] = sp
         if sp.status != "ACTIVE":
             try:
@@ -179,6 +186,14 @@ class SharePartitionManager:
                     sp.close()
                 raise
         return sp
+
+    def dead_letters(self) -> DeadLetterQueue:
+        """The broker's dead-letter writer, made on first use."""
+        if self._dlq is None:
+            from broker.share.dlq import DeadLetterQueue
+
+            self._dlq = DeadLetterQueue(self._config, logs=self.logs, watchers=self.watchers, topics=self._topics)
+        return self._dlq
 
     async def release(self, group_id: str, member_id: str, keys) -> None:
         for tid, p in keys:
@@ -341,6 +356,9 @@ class SharePartitionManager:
                 if offset >= sp.end_offset and (offset >= upper or sp.in_flight_count
                                                 >= sp.config.partition_max_record_locks):
                     break  # nothing new, or no room for it and nothing to redeliver (Kafka's canAcquireRecords)
+                if req.max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses to share out no bytes: the
+                    part.error = Errors.UNKNOWN_SERVER_ERROR  # partition fails, nothing is acquired (a client's
+                    break  # fetch.max.bytes=0, or a NaN consumer_byte_rate capping it at (int) NaN = 0)
                 try:  # MaxBytes is soft for the first batch of the response only (Kafka)
                     batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
                                         max_offset=upper, min_one=total == 0 or step < bytes_left)

@@ -15,7 +15,6 @@ committed group once they are durable.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Callable, Iterable
 
 from coordinator.assignors.base import MemberSpec, TopicSpec
@@ -78,6 +77,8 @@ class ModernGroup(Group):
 
 def metadata_hash(cluster, names: set[str]) -> int:
     """Hash of the subscribed topics' metadata (name, id, partition count); missing topics do not count."""
+    import hashlib  # here: hashlib's set-up (OpenSSL digests) stays out of a broker without consumer groups
+
     h = hashlib.blake2b(digest_size=8)
     for name in sorted(names):
         tid = cluster.topic_id(name)

@@ -2,9 +2,9 @@
 
 A record here is a :class:`coordinator.runtime.Record` built by
 :func:`coordinator.runtime.record` from generated key/value structs
-(``protocol.coordinator_records``); ``None`` value is a tombstone; ``None`` version
-means the value schema's highest version.  The coordinator's runtime frames them
-with :func:`coordinator.runtime.encode_record`.
+(``protocol.coordinator_records``, each imported on first use through its registry); ``None``
+value is a tombstone; ``None`` version means the value schema's highest version.  The
+coordinator's runtime frames them with :func:`coordinator.runtime.encode_record`.
 
 Value versions follow Kafka: OffsetCommitValue v1 only when the commit carried an
 explicit retention time (it is the version with ``expireTimestamp``), v3 otherwise
@@ -16,29 +16,16 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from coordinator.runtime import Record, record
-from protocol.coordinator_records.consumer_group_current_member_assignment import (
-    ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue)
-from protocol.coordinator_records.consumer_group_member_metadata import (
-    ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue)
-from protocol.coordinator_records.consumer_group_metadata import (
-    ConsumerGroupMetadataKey, ConsumerGroupMetadataValue)
-from protocol.coordinator_records.consumer_group_partition_metadata import ConsumerGroupPartitionMetadataKey
-from protocol.coordinator_records.consumer_group_target_assignment_member import (
-    ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue)
-from protocol.coordinator_records.consumer_group_target_assignment_metadata import (
-    ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue)
-from protocol.coordinator_records.group_metadata import GroupMetadataKey, GroupMetadataValue
-from protocol.coordinator_records.offset_commit import OffsetCommitKey, OffsetCommitValue
-from protocol.coordinator_records.share_group_current_member_assignment import (
-    ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue)
-from protocol.coordinator_records.share_group_member_metadata import (
-    ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue)
-from protocol.coordinator_records.share_group_metadata import ShareGroupMetadataKey, ShareGroupMetadataValue
-from protocol.coordinator_records.share_group_state_partition_metadata import (
-    ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue)
-from protocol.coordinator_records.share_group_target_assignment_member import (
-    ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue)
-from protocol.coordinator_records.share_group_target_assignment_metadata import (
+from protocol.coordinator_records.registry import (  # classes that import their module on first use
+    ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue, ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue, ConsumerGroupPartitionMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue, ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey,
+    OffsetCommitValue, ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue,
+    ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue, ShareGroupMetadataKey,
+    ShareGroupMetadataValue, ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue,
+    ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue,
     ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue)
 from protocol.primitives import ZERO_UUID
 

@@ -49,9 +49,8 @@ from typing import Awaitable, Callable, Iterable
 
 from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, unavailable_message
 from coordinator.share_state.batches import StateBatch, combine_state_batches
-from protocol.coordinator_records.registry import SHARE_COORDINATOR_RECORDS
-from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
-from protocol.coordinator_records.share_update import ShareUpdateKey, ShareUpdateValue
+from protocol.coordinator_records.registry import (RECORD_TYPES, SHARE_COORDINATOR_RECORDS, ShareSnapshotKey,
+                                                   ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue)
 from protocol.errors import Errors, KafkaError
 from protocol.lazy_messages import (DeleteShareGroupStateResponse, InitializeShareGroupStateResponse,
                                     ReadShareGroupStateResponse, ReadShareGroupStateSummaryResponse,
@@ -59,8 +58,8 @@ from protocol.lazy_messages import (DeleteShareGroupStateResponse, InitializeSha
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT = ShareSnapshotKey.API_KEY
-UPDATE = ShareUpdateKey.API_KEY
+SNAPSHOT = RECORD_TYPES["ShareSnapshot"]
+UPDATE = RECORD_TYPES["ShareUpdate"]
 
 UPDATES_PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
 COLD_SNAPSHOT_INTERVAL_MS = "share.coordinator.cold.partition.snapshot.interval.ms"

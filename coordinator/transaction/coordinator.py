@@ -56,8 +56,8 @@ import re
 from typing import Awaitable, Callable, Iterable
 
 from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, record
-from protocol.coordinator_records.registry import TRANSACTION_COORDINATOR_RECORDS
-from protocol.coordinator_records.transaction_log import TransactionLogKey, TransactionLogValue
+from protocol.coordinator_records.registry import (TRANSACTION_COORDINATOR_RECORDS, TransactionLogKey,
+                                                   TransactionLogValue)
 from protocol.errors import Errors
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,9 @@ REQUESTS / RESPONSES import a message module on first lookup of its API key.
 # ruff: noqa
 from enum import IntEnum
 from importlib import import_module
-from typing import Iterator, Mapping
+from typing import Mapping
+
+from protocol.lazy_messages import LazyMapping
 
 
 class ApiKey(IntEnum):
@@ -127,37 +129,12 @@ MODULES = {
 }
 
 
-class _LazyClasses(Mapping):
-    """api key -> message class; the module is imported on first lookup."""
-
-    __slots__ = ("_index", "_cache")
-
-    def __init__(self, index: int):
-        self._index = index
-        self._cache: dict = {}
-
-    def __getitem__(self, key):
-        try:
-            return self._cache[key]
-        except KeyError:
-            pass
-        entry = MODULES[key]  # KeyError for an unknown api key, as a dict
-        cls = getattr(import_module(entry[0]), entry[self._index])
-        self._cache[key] = cls
-        return cls
-
-    def __contains__(self, key) -> bool:
-        return key in MODULES
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(MODULES)
-
-    def __len__(self) -> int:
-        return len(MODULES)
-
-    def __repr__(self) -> str:
-        return f"<lazy message classes for {len(MODULES)} api keys>"
+def _class(index: int):
+    def make(key):
+        entry = MODULES[key]
+        return getattr(import_module(entry[0]), entry[index])
+    return make
 
 
-REQUESTS: Mapping = _LazyClasses(1)
-RESPONSES: Mapping = _LazyClasses(2)
+REQUESTS: Mapping = LazyMapping(MODULES, _class(1))
+RESPONSES: Mapping = LazyMapping(MODULES, _class(2))

@@ -31,7 +31,10 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest as Describe
 from protocol.messages.fetch import FetchRequest
+from protocol.messages.metadata import MetadataRequest
 from protocol.messages.produce import ProduceRequest
+from protocol.messages.share_fetch import ShareFetchRequest as SF
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
 from protocol.records import build_batch
 from tests.support import create_topic, set_group_configs, unique, until
 from tests.wire import WireClient
@@ -287,8 +290,10 @@ def test_throttled_fetch_is_answered_empty_with_its_throttle_time(broker_factory
 def test_a_nan_consumer_byte_rate_is_served_as_kafka(broker_factory):
     """AlterClientQuotas takes NaN for a rate (Kafka validates nothing more of a double). A Fetch or
     ShareFetch under it closed the connection with a traceback here (the MaxBytes cap was int(NaN)).
-    Kafka caps MaxBytes at (int) NaN = 0, still returns the first batch (ReplicaManager reads one batch
-    whatever the limits) and never throttles (no rate exceeds NaN)."""
+    Kafka caps MaxBytes at (int) NaN = 0, still returns the first batch of a Fetch (ReplicaManager reads
+    one batch whatever the limits) and never throttles (no rate exceeds NaN); a ShareFetch capped at 0
+    fails its partitions with UNKNOWN_SERVER_ERROR (PartitionMaxBytesStrategy refuses 0 bytes) and
+    acquires nothing, which a ShareConsumer logs and retries."""
     b = broker_factory()
     topic = create_topic(b.bootstrap)
     p = Producer({"bootstrap.servers": b.bootstrap})
@@ -307,13 +312,24 @@ def test_a_nan_consumer_byte_rate_is_served_as_kafka(broker_factory):
     group = unique("sg")
     set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
     set_quota(b.bootstrap, [("client-id", "nan-share")], consumer_byte_rate=math.nan)
-    c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group, "client.id": "nan-share"})
-    c.subscribe([topic])
-    try:
-        got = until(lambda: [m for m in c.poll(0.5) if m.error() is None], 30, "the share consumer's record")
-        assert [m.value() for m in got] == [VALUE]
-    finally:
-        c.close()
+    with WireClient(b.bootstrap, client_id="nan-share") as w:
+        md = w.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+        hb = w.request(HbReq(group_id=group, member_id="m1", member_epoch=0, subscribed_topic_names=[topic]), 1)
+        assert hb.error_code == 0
+
+        def share_fetch(epoch: int):
+            return w.request(SF(group_id=group, member_id="m1", share_session_epoch=epoch, max_wait_ms=200,
+                                min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
+                                topics=[SF.FetchTopic(topic_id=md.topics[0].topic_id,
+                                                      partitions=[SF.FetchPartition(partition_index=0)])]), 1)
+
+        resp = share_fetch(0)
+        part = resp.responses[0].partitions[0]
+        assert (resp.error_code, resp.throttle_time_ms, part.error_code) == (0, 0, Errors.UNKNOWN_SERVER_ERROR)
+        assert part.acquired_records == []
+        alter(b.bootstrap, [("client-id", "nan-share")], [("consumer_byte_rate", None)])  # the quota removed
+        part = share_fetch(1).responses[0].partitions[0]
+        assert (part.error_code, [(a.first_offset, a.last_offset) for a in part.acquired_records]) == (0, [(0, 0)])
 
 
 def test_controller_mutation_rate_refuses_topics_from_create_topics_v6(broker_factory):

@@ -88,7 +88,8 @@ class Setup:
         assert r.error_code == 0, r
 
     def fetch(self, member: str, epoch: int, *, version: int = 2, max_records: int = 500, batch_size: int = 500,
-              mode: int = 0, max_wait_ms: int = 0, acks=None, renew: bool = False, topic_twice: bool = False):
+              mode: int = 0, max_wait_ms: int = 0, acks=None, renew: bool = False, topic_twice: bool = False,
+              max_bytes: int = 1 << 20):
         batches = [FetchReq.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t)
                    for f, last, t in (acks or [])]
         topic = FetchReq.FetchTopic(topic_id=self.topic_id, partitions=[
@@ -96,7 +97,7 @@ class Setup:
         topics = [topic, FetchReq.FetchTopic(topic_id=self.topic_id, partitions=[
             FetchReq.FetchPartition(partition_index=0)])] if topic_twice else [topic]
         req = FetchReq(group_id=self.group, member_id=member, share_session_epoch=epoch, max_wait_ms=max_wait_ms,
-                       min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=batch_size,
+                       min_bytes=1, max_bytes=max_bytes, max_records=max_records, batch_size=batch_size,
                        share_acquire_mode=mode, is_renew_ack=renew, topics=topics)
         return self.conn(member).request(req, version)
 
@@ -163,6 +164,18 @@ def test_batch_optimized_mode_takes_whole_batches(setup):
     r = s.fetch("m1", 0, max_records=10, mode=0)
     assert offsets(r) == set(range(10))
     assert read_header(bytes(part(r).records)).records_count == 10
+
+
+def test_max_bytes_zero_acquires_nothing_and_fails_the_partition(setup):
+    """Kafka 4.4's DelayedShareFetch shares MaxBytes out with PartitionMaxBytesStrategy, which refuses 0
+    (IllegalArgumentException): the partition is answered UNKNOWN_SERVER_ERROR and nothing is acquired
+    (librdkafka's 0180 test_fetch_max_bytes_zero_returns_no_records expects no records); the records
+    stay available to the next fetch."""
+    s = setup()
+    r = s.fetch("init", 0, max_bytes=0, max_wait_ms=200)
+    p = part(r)
+    assert (r.error_code, p.error_code, acquired(r)) == (0, -1, [])
+    assert offsets(s.fetch("init", 1)) == set(range(10))
 
 
 def test_records_field_is_never_null(setup):

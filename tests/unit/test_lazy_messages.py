@@ -1,4 +1,5 @@
-"""Codec modules load on first use: protocol.lazy_messages, the handler table, and what start-up imports."""
+"""What loads on first use: protocol.lazy_messages, the handler table, the record registry, and what a
+started broker has imported (broker/README.md, "Start-up and idle memory")."""
 from __future__ import annotations
 
 import json
@@ -10,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from broker.dispatch import load_handlers
-from protocol.lazy_messages import LazyClass, module_of
+from protocol.lazy_messages import LazyClass, module_of, resolve_names
 from protocol.messages.join_group import JoinGroupResponse as RealJoinGroupResponse
 
 ROOT = Path(__file__).resolve().parents[2]
-# The codecs of the per-request hot paths, imported directly (protocol/lazy_messages.py says why).
-EAGER = {"fetch", "metadata", "produce", "registry", "request_header", "share_acknowledge", "share_fetch"}
 
 
 def test_a_lazy_class_builds_the_real_class_and_keeps_nested_classes_lazy():
@@ -51,13 +50,37 @@ def test_every_handler_serves_versions_inside_its_schema():
         assert h.response_cls.API_KEY == h.api_key
 
 
-def test_a_started_broker_has_imported_only_the_hot_codecs(tmp_path):
-    """Start-up imports the codecs of the hot paths only, not the compression extra, nor the CRC
-    package or importlib.metadata (which read distribution metadata): each is loaded on first use."""
+# What a started broker that has served nothing must not have imported: each loads on first use.
+DEFERRED_PACKAGES = {
+    "protocol.messages": {"protocol.messages.registry", "protocol.messages.request_header"},  # every codec
+    "protocol.coordinator_records": {"protocol.coordinator_records.registry"},  # every record codec
+}
+DEFERRED = {
+    "broker.log.cleaner.cleaner", "broker.log.cleaner.worker", "broker.log.cleaner.transactions",  # first pass
+    "coordinator.assignors.lag", "coordinator.assignors.range", "coordinator.assignors.share_lag",  # first
+    "coordinator.assignors.simple", "coordinator.assignors.uniform", "fractions", "decimal",        # assignment
+    "broker.share.partition", "broker.share.inflight", "broker.share.cache", "broker.share.dlq",  # share partition
+    "broker.security.sasl",  # a SASL or TLS listener
+    "hashlib", "hmac", "secrets",  # a SCRAM credential, a cleaner pass, a consumer group's metadata hash
+    "broker.status_page", "html",  # a metrics listener
+    "encodings.idna", "stringprep", "unicodedata",  # a listener on a host name (uvloop's lookup)
+    "cramjam", "crc32c", "importlib.metadata", "email", "pickle", "ctypes",
+}
+
+
+def test_a_started_broker_has_imported_nothing_it_has_not_used(tmp_path):
+    """Start-up (uvloop, as ``python -m broker``) imports no message or record codec, none of the
+    cleaner's pass code, no assignor, no share-partition code, no SASL, no status page, no idna codec
+    and no CRC/compression package, and starts no name-lookup thread.  Then one Metadata request over a
+    socket loads its codec, and the handler's module calls the real classes, not the stand-ins."""
     script = textwrap.dedent(f"""
-        import asyncio, json, sys
+        import asyncio, json, os, socket, struct, sys
+        import uvloop
         from broker.app import Broker
         from broker.config import BrokerConfig
+
+        def threads():
+            return sorted(open(f"/proc/self/task/{{t}}/comm").read().strip() for t in os.listdir("/proc/self/task"))
 
         async def main():
             config = BrokerConfig.load(None, {{}})
@@ -66,16 +89,59 @@ def test_a_started_broker_has_imported_only_the_hot_codecs(tmp_path):
             broker = Broker(config)
             await broker.start()
             await broker.components.wait_loaded()
-            mods = sorted(sys.modules)
+            started = sorted(sys.modules)
+            started_threads = threads()
+            from protocol.lazy_messages import LazyClass
+            from protocol.messages.request_header import RequestHeader
+            import broker.handlers.metadata as h
+            lazy_before = type(h.MetadataResponse) is LazyClass and type(h._T) is LazyClass
+            r, w = await asyncio.open_connection("127.0.0.1", broker.port)
+            body = RequestHeader(request_api_key=3, request_api_version=4, correlation_id=7,
+                                 client_id="t").encode(1) + bytes([0xff, 0xff, 0xff, 0xff, 0])  # all topics
+            w.write(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", await r.readexactly(4))[0]
+            corr = struct.unpack(">i", (await r.readexactly(size))[:4])[0]
+            w.close()
+            from protocol.messages.metadata import MetadataResponse
+            bound = h.MetadataResponse is MetadataResponse and h._T is MetadataResponse.MetadataResponseTopic
             await broker.stop()
-            return mods
+            return dict(modules=started, threads=started_threads, lazy_before=lazy_before, corr=corr,
+                        bound=bound)
 
-        print(json.dumps(asyncio.run(main())))
+        print(json.dumps(uvloop.run(main())))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
-    mods = set(json.loads(out.stdout.strip().splitlines()[-1]))
-    codecs = {m.rpartition(".")[2] for m in mods if m.startswith("protocol.messages.")}
-    assert codecs <= EAGER, sorted(codecs - EAGER)
-    assert not {"cramjam", "crc32c", "importlib.metadata", "email"} & mods
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    mods = set(result["modules"])
+    for package, allowed in DEFERRED_PACKAGES.items():
+        assert not {m for m in mods if m.startswith(package + ".")} - allowed
+    assert not DEFERRED & mods, sorted(DEFERRED & mods)
+    assert "libuv-worker" not in result["threads"], result["threads"]
+    assert result["lazy_before"] and result["corr"] == 7 and result["bound"]
+
+
+def test_resolve_names_puts_the_real_classes_in_place_of_the_stand_ins():
+    namespace = {"Resp": LazyClass("protocol.messages.join_group", "JoinGroupResponse"), "other": 1}
+    namespace["Member"] = namespace["Resp"].JoinGroupResponseMember  # a module-level alias of a nested class
+    resolve_names(namespace)
+    assert namespace == {"Resp": RealJoinGroupResponse, "other": 1,
+                         "Member": RealJoinGroupResponse.JoinGroupResponseMember}
+
+
+def test_record_classes_load_on_first_lookup_of_their_type():
+    script = textwrap.dedent("""
+        import sys
+        from protocol.coordinator_records import registry
+        from protocol.coordinator_records.registry import GROUP_COORDINATOR_RECORDS, OffsetCommitKey
+        before = "protocol.coordinator_records.offset_commit" in sys.modules
+        key_cls, value_cls = GROUP_COORDINATOR_RECORDS[1]
+        assert GROUP_COORDINATOR_RECORDS.get(1) == (key_cls, value_cls) and GROUP_COORDINATOR_RECORDS.get(9) is None
+        assert OffsetCommitKey.resolve() is key_cls and key_cls.API_KEY == registry.RECORD_TYPES["OffsetCommit"] == 1
+        print(before, "protocol.coordinator_records.group_metadata" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

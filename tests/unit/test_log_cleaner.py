@@ -501,7 +501,7 @@ def test_replaced_segments_take_their_producer_snapshots_with_them(tmp_path):
 async def test_a_worker_that_cannot_start_leaves_the_log_to_the_next_tick(tmp_path, monkeypatch, caplog):
     """Starting the worker failed (out of file descriptors, processes) after the log was marked in
     progress: it stayed marked, never to be cleaned again, and the failure was logged as a traceback."""
-    from broker.log.cleaner import manager
+    from broker.log.cleaner import worker
 
     logs, plog, cleaner, clock = make(tmp_path)
     for i in range(60):
@@ -509,7 +509,7 @@ async def test_a_worker_that_cannot_start_leaves_the_log_to_the_next_tick(tmp_pa
 
     def refuse(*_a, **_k):
         raise OSError(24, "Too many open files")
-    monkeypatch.setattr(manager, "WorkerProcess", refuse)
+    monkeypatch.setattr(worker, "WorkerProcess", refuse)  # the manager imports it when it first starts one
     cleaner._loop = asyncio.get_running_loop()
     cleaner._tick()
     cleaner.close()

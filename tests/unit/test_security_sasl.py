@@ -21,7 +21,9 @@ def test_scram_sha256_rfc7677_vector(monkeypatch):
     salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
     store.put("user", "SCRAM-SHA-256", scram.credential_from_salted(
         "SCRAM-SHA-256", scram.salted_password("SCRAM-SHA-256", "pencil", salt, 4096), salt, 4096))
-    monkeypatch.setattr(scram.secrets, "token_urlsafe", lambda n: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    import secrets  # scram imports it where a nonce is made
+
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
     server = scram.ScramServer("SCRAM-SHA-256", store)
     first = server.evaluate(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
     assert first == b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"

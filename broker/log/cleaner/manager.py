@@ -38,13 +38,16 @@ import logging
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from protocol import compression
 
 from ..files import atomic_write
 from ..segment import CLEANED_SUFFIX, SEGMENT_SUFFIXES, Segment, segment_name, unlink_all
-from .cleaner import Cleaner, CleanJob, CleanerStats
-from .worker import WorkerProcess
+
+if TYPE_CHECKING:  # the cleaning code and the worker's handle load with the first pass, not at start-up
+    from .cleaner import CleanJob, CleanerStats
+    from .worker import WorkerProcess
 
 log = logging.getLogger("sharebroker.cleaner")
 
@@ -205,8 +208,7 @@ class _Slot:
         self.dead = False  # its worker exited unexpectedly and was not started again yet
         self.worker: WorkerProcess | None = None
         self.current: _Pass | None = None
-        self.last_stats = CleanerStats()
-        self.last_stats.end = self.last_stats.start  # no pass yet: 0 seconds
+        self.last_stats: CleanerStats | None = None  # of its last pass; None before the first
         self.last_delay_ms = 0
 
 
@@ -292,6 +294,8 @@ class LogCleaner:
         return max(cleanable, key=lambda d: d.cleanable_ratio)
 
     def make_job(self, ltc: LogToClean, now: int | None = None) -> CleanJob:
+        from .cleaner import CleanJob
+
         plog = ltc.log
         cfg = plog.config
         now = self.clock() if now is None else now
@@ -324,6 +328,8 @@ class LogCleaner:
         if ltc is None:
             return False
         if slot.worker is None or not slot.worker.alive:
+            from .worker import WorkerProcess
+
             try:
                 slot.worker = WorkerProcess(self._loop, lambda kind, job_id, payload, s=slot: self._message(
                     s, kind, job_id, payload), lambda s=slot: self._worker_exited(s))
@@ -422,6 +428,8 @@ class LogCleaner:
         if slot.current is p:
             slot.current = None
         self.in_progress.pop(key, None)
+        from .cleaner import CleanerStats
+
         s = CleanerStats()
         for k, v in stats.items():
             setattr(s, k, v)
@@ -462,6 +470,8 @@ class LogCleaner:
         slot = _Slot(-1)
         p = self._begin(ltc)
         slot.current = p
+        from .cleaner import Cleaner
+
         cleaner = Cleaner(*self.config.worker_settings())
         passes = cleaner.clean(p.job)
         try:
@@ -480,13 +490,13 @@ class LogCleaner:
     # ------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, float]:
         """Kafka's LogCleaner / LogCleanerManager gauges."""
-        stats = [s.last_stats for s in self._slots]
+        stats = [s.last_stats for s in self._slots if s.last_stats is not None]
         read = sum(s.bytes_read for s in stats)
         written = sum(s.bytes_written for s in stats)
         return {
-            "max_buffer_utilization_percent": int(100 * max(s.buffer_utilization for s in stats)),
+            "max_buffer_utilization_percent": int(100 * max((s.buffer_utilization for s in stats), default=0)),
             "cleaner_recopy_percent": int(100 * written / max(read, 1)),
-            "max_clean_time_secs": int(max(s.elapsed_secs if s.end > s.start else 0 for s in stats)),
+            "max_clean_time_secs": int(max((s.elapsed_secs if s.end > s.start else 0 for s in stats), default=0)),
             "max_compaction_delay_secs": int(max(s.last_delay_ms for s in self._slots) / 1000),
             "dead_thread_count": sum(1 for s in self._slots if s.dead),
             "max_dirty_percent": int(100 * self.max_dirty_ratio),

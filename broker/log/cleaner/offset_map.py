@@ -12,14 +12,25 @@ dirty section is cleaned in several passes, as Kafka does when its map fills.
 """
 from __future__ import annotations
 
-import hashlib
-
 ENTRY_BYTES = 128  # dict slot (~40 with the index), key bytes object (~49), offset int (~32), rounded up
 MAX_RAW_KEY = 15
 
 
+_md5 = None  # hashlib.md5, bound by the first map made: a broker that never cleans never sets up hashlib
+
+
 def _digest(key) -> bytes:
-    return bytes(key) if len(key) <= MAX_RAW_KEY else hashlib.md5(key).digest()
+    return bytes(key) if len(key) <= MAX_RAW_KEY else _md5(key).digest()
+
+
+def capacity(memory_bytes: int, load_factor: float = 0.9) -> tuple[int, int]:
+    """(slots, keys the map takes) for ``memory_bytes``; ValueError when it cannot take one key."""
+    slots = max(int(memory_bytes) // ENTRY_BYTES, 1)
+    keys = int(slots * load_factor)  # Kafka's maxDesiredMapSize
+    if keys < 1:
+        raise ValueError("the offset map is too small to hold even one key: raise "
+                         "log.cleaner.dedupe.buffer.size or lower log.cleaner.threads")
+    return slots, keys
 
 
 class OffsetMap:
@@ -29,11 +40,10 @@ class OffsetMap:
     __slots__ = ("slots", "capacity", "latest_offset", "_map", "lookups", "probes")
 
     def __init__(self, memory_bytes: int, load_factor: float = 0.9):
-        self.slots = max(int(memory_bytes) // ENTRY_BYTES, 1)
-        self.capacity = int(self.slots * load_factor)  # Kafka's maxDesiredMapSize
-        if self.capacity < 1:
-            raise ValueError("the offset map is too small to hold even one key: raise "
-                             "log.cleaner.dedupe.buffer.size or lower log.cleaner.threads")
+        global _md5
+        self.slots, self.capacity = capacity(memory_bytes, load_factor)
+        if _md5 is None:
+            from hashlib import md5 as _md5
         self.latest_offset = -1
         self._map: dict[bytes, int] = {}
 
