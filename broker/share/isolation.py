@@ -1,4 +1,5 @@
-"""What a share group must never receive: control batches, and under ``share.isolation.level=read_committed``
+"""What a share group must never receive: control batches, batches the log cleaner emptied (kept, as
+Kafka keeps them, for their producer state: offsets without records), and under ``share.isolation.level=read_committed``
 the data batches of aborted transactions (KIP-932; Kafka's
 ``SharePartition.maybeFilterAbortedTransactionalAcquiredRecords``).
 
@@ -26,7 +27,10 @@ def unreadable_ranges(plog, batches: Sequence[Any], read_committed: bool) -> lis
             aborted.setdefault(pid, []).append((first, marker))
     out: list[tuple[int, int]] = []
     for b in batches:
-        drop = getattr(b, "is_control", False)  # (test doubles of log refs may lack the header flags)
+        # a control batch, or one the log cleaner emptied (kept for its producer state, as Kafka's
+        # cleaner does): offsets without a record are a gap, never acquired (test doubles of log refs
+        # may lack the header fields)
+        drop = getattr(b, "is_control", False) or getattr(b, "records_count", 1) == 0
         if not drop and aborted and b.is_transactional:
             spans = aborted.get(b.producer_id)
             drop = spans is not None and any(first <= b.base_offset <= marker for first, marker in spans)

@@ -353,6 +353,55 @@ def test_share_group_consumes_a_topic_while_it_is_cleaned(broker):
     assert len(delivered) < len(w.acked)  # some superseded records were compacted away before delivery
 
 
+def _batch_counts(broker, topic: str) -> dict[int, int]:
+    """base offset -> record count of every batch in the topic's segment files."""
+    from protocol.records import HEADER, HEADER_SIZE
+    out = {}
+    d = os.path.join(str(broker.data_dir), f"{topic}-0")
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".log"):
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos + HEADER_SIZE <= len(data):
+                h = HEADER.unpack_from(data, pos)
+                out[h[0]] = h[-1]
+                pos += h[1] + 12
+    return out
+
+
+def test_a_batch_the_cleaner_emptied_is_a_gap_for_a_share_group(broker):
+    """The cleaner keeps the last batch of each producer id even when none of its records is left
+    (its producer state), as Kafka does. Its offsets hold no record: a share group treats them as a
+    gap (archived, never acquired). Acquired alone (MaxRecords 1) and sent, the range held no record,
+    librdkafka never acknowledged it and the lag stayed at 1 until the acquisition lock expired
+    (60 s here)."""
+    from tests.integration.test_share_consumers import consumer, new_group
+    from tests.integration.test_share_offsets_admin import lags
+
+    bs = broker.bootstrap
+    topic = create(bs)
+    old = Writer(bs, topic, **{"enable.idempotence": True})
+    old.put(b"k", b"old")
+    old.flush()
+    w = Writer(bs, topic)
+    w.put(b"k", b"new")
+    end = w.roll()
+    _wait_cleaned(broker, topic, end)
+    assert _batch_counts(broker, topic).get(0) == 0, "the idempotent producer's batch is kept, emptied"
+    group = new_group(bs, share_record_lock_duration_ms="60000")
+    c = consumer(bs, group, topic, max_poll_records=1)
+    got: list[tuple] = []
+    try:
+        def settled():
+            got.extend((m.offset(), m.value()) for m in c.poll(0.3) or [] if m.error() is None)
+            return len(got) >= 2 and lags(bs, group).get((topic, 0), (0, -1))[1] == 0
+        until(settled, 30, "every record delivered and acknowledged, lag 0")
+    finally:
+        c.close()
+    assert sorted(got) == [(1, b"new"), (end, w.acked[end][1])]
+
+
 # ------------------------------------------------------------------ internal topics (item 2)
 def _commit(bs: str, group: str, topic: str, offset: int) -> None:
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})

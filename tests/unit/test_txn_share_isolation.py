@@ -7,9 +7,9 @@ from broker.log.producer_state import ProducerStateManager
 from broker.share.isolation import unreadable_ranges
 
 
-def ref(base, last, pid=-1, txn=False, control=False):
+def ref(base, last, pid=-1, txn=False, control=False, count=None):
     return SimpleNamespace(base_offset=base, last_offset=last, producer_id=pid, is_transactional=txn,
-                           is_control=control)
+                           is_control=control, records_count=last - base + 1 if count is None else count)
 
 
 def plog_with(aborted):
@@ -37,3 +37,8 @@ def test_a_later_transaction_of_the_same_producer_is_not_aborted():
 def test_nothing_to_skip():
     assert unreadable_ranges(plog_with([]), [], True) == []
     assert unreadable_ranges(plog_with([(0, 3, 9)]), [ref(0, 5)], True) == []
+
+
+def test_a_batch_the_cleaner_emptied_is_unreadable():
+    batches = [ref(0, 3, 7, count=0), ref(4, 6, count=1), ref(7, 7, 9, count=0), ref(8, 8, control=True)]
+    assert unreadable_ranges(plog_with([]), batches, False) == [(0, 3), (7, 8)]
