@@ -114,6 +114,8 @@ class Broker:
         self._every("producer.id.expiration.check.interval.ms", 600000, c.logs.remove_expired_producers)
         self._every("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000,
                     transactions.abort_timed_out_job(c.transactions))
+        self._every("transaction.remove.expired.transaction.cleanup.interval.ms",
+                    transactions.DEFAULT_REMOVE_EXPIRED_INTERVAL_MS, transactions.remove_expired_job(c.transactions))
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
                  version(), node_id, node.cluster_id, self.host, self.port)
         self._loaded_task = asyncio.get_running_loop().create_task(self._log_loaded(c))

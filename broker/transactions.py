@@ -11,6 +11,8 @@ TxnOffsetCommits in the group coordinator.
 
 Settings (Kafka's names and defaults): ``transaction.max.timeout.ms`` (900000),
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10000),
+``transactional.id.expiration.ms`` (604800000: ids idle that long are removed, checked every
+``transaction.remove.expired.transaction.cleanup.interval.ms``, 3600000),
 ``transaction.partition.verification.enable`` (true: a transactional Produce v3-11
 must target a partition added to the transaction, else INVALID_TXN_STATE).
 """
@@ -22,12 +24,14 @@ from broker.internal_topics import PartitionRecordLog
 from broker.log.errors import LogError
 from broker.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from coordinator.transaction import TransactionCoordinator
+from coordinator.transaction.coordinator import DEFAULT_EXPIRATION_MS
 from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.transactions")
 
 DEFAULT_MAX_TIMEOUT_MS = 900000
 DEFAULT_ABORT_INTERVAL_MS = 10000
+DEFAULT_REMOVE_EXPIRED_INTERVAL_MS = 3600000
 
 # AddPartitionsToTxnManager.TransactionSupportedOperation: what a request version can be answered
 DEFAULT_ERROR, GENERIC_ERROR_SUPPORTED, ADD_PARTITION = range(3)
@@ -100,7 +104,8 @@ def build(config, logs, topics, groups, producer_ids, now_ms, hold=None) -> Tran
         PartitionRecordLog(logs.get_log(TRANSACTION_STATE, 0)), new_producer_id=producer_ids.next_id,
         write_markers=marker_writer(logs, topics, groups), now_ms=now_ms,
         max_timeout_ms=config.get_int("transaction.max.timeout.ms", DEFAULT_MAX_TIMEOUT_MS),
-        partition_exists=partition_exists)
+        partition_exists=partition_exists,
+        expiration_ms=config.get_int("transactional.id.expiration.ms", DEFAULT_EXPIRATION_MS))
     txns.start_loading(hold)
     return txns
 
@@ -108,3 +113,8 @@ def build(config, logs, topics, groups, producer_ids, now_ms, hold=None) -> Tran
 def abort_timed_out_job(txns: TransactionCoordinator):
     """A periodic job (``broker.app``): abort expired transactions in the coordinator's background."""
     return lambda: txns.runtime.spawn(txns.abort_timed_out(), "aborting timed-out transactions")
+
+
+def remove_expired_job(txns: TransactionCoordinator):
+    """A periodic job (``broker.app``): remove expired transactional ids in the coordinator's background."""
+    return lambda: txns.runtime.spawn(txns.remove_expired(), "removing expired transactional ids")

@@ -32,7 +32,17 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   timeout with an epoch bump (the producer is fenced), as Kafka's
   ``abortTimedOutTransactions``: the fence bump and transaction.version 2's abort
   bump, so the fenced epoch + 1 is not the current one (no EndTxn "retry" matches).
-* DescribeTransactions, ListTransactions from the same state.
+* Expiration: :meth:`remove_expired` (every
+  ``transaction.remove.expired.transaction.cleanup.interval.ms``) removes each transactional
+  id in Empty / CompleteCommit / CompleteAbort whose last update is
+  ``transactional.id.expiration.ms`` or more in the past (:func:`should_expire`), as Kafka's
+  ``removeExpiredTransactionalIds``: a tombstone for its key is logged and replayed, which
+  drops it (a restart agrees); an id in a transition is skipped, an id whose state changed
+  before the tombstone's turn is kept, and a request for an id while its tombstone is
+  appended answers CONCURRENT_TRANSACTIONS. Afterwards the id is unknown: InitProducerId
+  starts it afresh (a new producer id, epoch 0).
+* DescribeTransactions, ListTransactions from the same state (an id being expired is hidden,
+  as Kafka hides Dead).
 * Loading: :meth:`start_loading` replays ``__transaction_state`` in the background (the
   latest value of each transactional id, see :mod:`coordinator.runtime`), then completes
   the Prepare* transactions it found; until then every API answers
@@ -45,8 +55,7 @@ producer id -> INVALID_PRODUCER_ID_MAPPING; another epoch -> PRODUCER_FENCED;
 Prepare* -> CONCURRENT_TRANSACTIONS (for the same outcome) or INVALID_TXN_STATE;
 EndTxn on an Empty transaction (v0-4) -> INVALID_TXN_STATE.
 
-Not implemented: ``transactional.id.expiration.ms`` (ids are never removed), several
-``__transaction_state`` partitions, coordinator epochs (one node: always 0).
+Not implemented: several ``__transaction_state`` partitions, coordinator epochs (one node: always 0).
 """
 from __future__ import annotations
 
@@ -65,12 +74,22 @@ logger = logging.getLogger(__name__)
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
 STATE_NAMES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
                "PrepareEpochFence"]
+# TransactionState.isExpirationAllowed: no transaction open or being completed (Dead and PrepareEpochFence
+# are never logged here: an expiry is a tombstone, a fence goes straight to PrepareAbort)
+EXPIRABLE_STATES = frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT})
+DEFAULT_EXPIRATION_MS = 604800000  # transactional.id.expiration.ms (7 days)
+EXPIRE_CHUNK = 1000  # ids looked at, and tombstones written in one batch, per turn of the event loop
 MAX_EPOCH = 32767
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 
 TopicPartition = tuple[str, int]
 MarkerWriter = Callable[[int, int, bool, list[TopicPartition]], Awaitable[None]]
+
+
+def should_expire(m: "TxnMetadata", now: int, expiration_ms: int) -> bool:
+    """Kafka's ``shouldExpire``: an expirable state, last updated ``expiration_ms`` or more before ``now``."""
+    return m.state in EXPIRABLE_STATES and m.update_ms <= now - expiration_ms
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -147,7 +166,8 @@ def _not_available(_response, _exc):
 class TransactionCoordinator:
     def __init__(self, log: RecordLog, *, new_producer_id: Callable[[], int], write_markers: MarkerWriter,
                  now_ms: Callable[[], int], max_timeout_ms: int = 900000,
-                 partition_exists: Callable[[str, int], bool] = lambda t, p: True):
+                 partition_exists: Callable[[str, int], bool] = lambda t, p: True,
+                 expiration_ms: int = DEFAULT_EXPIRATION_MS):
         self.txns: dict[str, TxnMetadata] = {}
         self.runtime = CoordinatorRuntime(log, TRANSACTION_COORDINATOR_RECORDS, self._replay,
                                           name="transaction coordinator")
@@ -156,7 +176,12 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.max_timeout_ms = max_timeout_ms
         self.partition_exists = partition_exists
+        self.expiration_ms = expiration_ms
         self._busy: set[str] = set()  # ids in a multi-step transition (Kafka's pendingState)
+        # written by _expire while the tombstones of these ids are appended (Kafka's pendingState Dead: described
+        # and listed as gone); not replayed; emptied when the append ends
+        self._dying: set[str] = set()
+        self._expiring = False  # written by remove_expired while a run goes on (runs never overlap)
 
     # ------------------------------------------------------------------ state
     def _replay(self, _offset: int, rec: Record) -> None:
@@ -466,9 +491,53 @@ class TransactionCoordinator:
             await self._end(m.transit(), commit=False, mode=_FENCE, now=now)
         return len(expired)
 
+    # --------------------------------------------------------------- expiration
+    async def remove_expired(self, now: int | None = None) -> int:
+        """Kafka's ``removeExpiredTransactionalIds``: write a tombstone for every transactional id that
+        :func:`should_expire` and no transition holds; replaying it removes the id (at start-up too).
+        Looks at :data:`EXPIRE_CHUNK` ids per turn of the event loop; returns how many ids were removed."""
+        if self.unavailable_code() or self._expiring:
+            return 0
+        self._expiring = True
+        try:
+            now = self.now_ms() if now is None else now
+            ids = list(self.txns)
+            removed = 0
+            for i in range(0, len(ids), EXPIRE_CHUNK):
+                chunk = [m for tid in ids[i:i + EXPIRE_CHUNK] if (m := self.txns.get(tid)) is not None
+                         and tid not in self._busy and should_expire(m, now, self.expiration_ms)]
+                if chunk:
+                    removed += await self._expire(chunk)
+                await asyncio.sleep(0)  # the append need not yield: give the loop its turn
+            if removed:
+                logger.info("removed %d transactional ids not updated for %d ms", removed, self.expiration_ms)
+            return removed
+        finally:
+            self._expiring = False
+
+    async def _expire(self, chunk: list[TxnMetadata]) -> int:
+        """Tombstones for ``chunk`` (one batch); how many were written. Meanwhile the ids are busy (a request
+        for one answers CONCURRENT_TRANSACTIONS, as Kafka's pending Dead transition) and described as gone."""
+        tids = [m.transactional_id for m in chunk]
+        self._busy.update(tids)
+        self._dying.update(tids)
+
+        def op():
+            # writeTombstonesForExpiredTransactionalIds removes an id only if its metadata did not change: a
+            # write queued before this one (the lock is FIFO) replays a new object and keeps the id alive
+            gone = [m.transactional_id for m in chunk if self.txns.get(m.transactional_id) is m]
+            return len(gone), [record(TransactionLogKey(transactional_id=tid), None) for tid in gone]
+
+        try:  # a failed append is logged by the runtime; the ids stay and the next run tries again
+            return await self.runtime.write(op, on_error=lambda _r, _e: 0)
+        finally:
+            self._busy.difference_update(tids)
+            self._dying.difference_update(tids)
+
     # ------------------------------------------------------------------ admin
     def describe(self, tid: str) -> TxnMetadata | None:
-        return self.txns.get(tid)
+        """The id's state; None if unknown or being expired (Kafka hides the Dead state)."""
+        return None if tid in self._dying else self.txns.get(tid)
 
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (), min_duration_ms: int = -1,
              pattern: str | None = None) -> list[TxnMetadata]:
@@ -478,6 +547,8 @@ class TransactionCoordinator:
         rx = re.compile(pattern) if pattern else None
         out = []
         for m in self.txns.values():
+            if m.transactional_id in self._dying:  # being expired: Kafka filters the Dead state
+                continue
             if states and m.state_name not in states:
                 continue
             if pids and m.producer_id not in pids:
@@ -501,4 +572,4 @@ class TransactionCoordinator:
         await self.runtime.drain()
 
 
-__all__ = ["TransactionCoordinator", "TxnMetadata", "STATE_NAMES"]
+__all__ = ["TransactionCoordinator", "TxnMetadata", "STATE_NAMES", "should_expire"]

@@ -30,6 +30,11 @@ def run_broker(tmp_path, *args, timeout=30):
      "Invalid value 11 for configuration group.share.delivery.count.limit: Value must be no more than 10"),
     (["--set", "log.cleaner.dedupe.buffer.size=1000", "--set", "log.cleaner.threads=4"],
      "Invalid value 1000 for configuration log.cleaner.dedupe.buffer.size: the offset map is too small"),
+    (["--set", "transactional.id.expiration.ms=0"],
+     "Invalid value 0 for configuration transactional.id.expiration.ms: Value must be at least 1"),
+    (["--set", "transaction.remove.expired.transaction.cleanup.interval.ms=9999999999"],
+     "Invalid value 9999999999 for configuration transaction.remove.expired.transaction.cleanup.interval.ms: "
+     "Not a number of type INT"),
     (["--set", "listeners=garbage"], "for configuration listeners"),
     (["--set", "listeners=PLAINTEXT://127.0.0.1:70000"], "for configuration listeners"),
 ])
