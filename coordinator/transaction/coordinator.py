@@ -553,8 +553,8 @@ class TransactionCoordinator:
                 continue
             if pids and m.producer_id not in pids:
                 continue
-            if min_duration_ms >= 0 and (m.state != ONGOING or now - m.start_ms < min_duration_ms):
-                continue
+            if min_duration_ms >= 0 and now - m.start_ms <= min_duration_ms:  # Kafka's test, whatever the
+                continue  # state: an id with no transaction started (-1) passes
             if rx is not None and not rx.fullmatch(m.transactional_id):
                 continue
             out.append(m)
