@@ -328,14 +328,24 @@ def test_the_limit_gauges_the_alerts_use_tell_the_truth(broker_factory):
             return n == len(os.listdir(f"/proc/{pid}/fd")) and (v, n)
         return until(stable, 15, "an open-file count holding still")
 
-    def sockets() -> int:
-        out = 0
+    def accepted(clients: list) -> int:
+        """How many of the `clients`' connections the broker has accepted: sockets it holds (by inode)
+        whose peer is one of their ports (a scrape's socket opening or closing meanwhile does not count)."""
+        ports = {c.getsockname()[1] for c in clients}
+        inodes = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            f = line.split()
+            if int(f[2].rsplit(":", 1)[1], 16) in ports:
+                inodes.add(f[9])
+        held = set()
         for fd in os.listdir(f"/proc/{pid}/fd"):
             try:
-                out += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:  # closed meanwhile
-                pass
-        return out
+                continue
+            if link.startswith("socket:["):
+                held.add(link[8:-1])
+        return len(inodes & held)
 
     s = scrape(b.metrics_url)
     assert s[("process_max_fds", ())] == soft
@@ -344,7 +354,6 @@ def test_the_limit_gauges_the_alerts_use_tell_the_truth(broker_factory):
     value, fds = open_fds()
     # while it counts: the scrape's own socket, the directory it lists, maybe the last scrape's socket closing
     assert 1 <= value - fds <= 3
-    idle_sockets = sockets()
 
     host, port = b.bootstrap.split(":")
     socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(20)]
@@ -355,7 +364,7 @@ def test_the_limit_gauges_the_alerts_use_tell_the_truth(broker_factory):
         s = until(lambda: (lambda s: s[("kafka_network_socketserver_memorypoolused", ())] == sent and s)(
             scrape(b.metrics_url)), 15, "the received bytes of the announced frame held")
         assert s[("kafka_network_socketserver_memorypoolavailable", ())] == capacity - sent
-        until(lambda: sockets() >= idle_sockets + 20, 15, "the 20 connections accepted")
+        until(lambda: accepted(socks) == 20, 15, "the 20 connections accepted")
         more, fds = open_fds()
         assert 1 <= more - fds <= 3 and more > value
     finally:

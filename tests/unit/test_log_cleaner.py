@@ -581,3 +581,41 @@ def test_segments_deleted_during_a_pass_abort_it_without_marking_the_partition(t
     before = read_all(plog)
     assert cleaner.clean_now(plog) == plog.segments[-1].base_offset
     assert latest(read_all(plog)) == latest(before)
+
+
+def test_worker_stops_quietly_when_the_broker_is_gone(monkeypatch):
+    """A kill -9 of the broker while its worker finishes a pass: the result pipe is broken. The worker
+    sent an "error" frame about it, broke the pipe again and died with a traceback on the broker's
+    stderr; it now stops (main() returns) without writing anything more."""
+    import pickle
+    from types import SimpleNamespace
+
+    from broker.log.cleaner import worker
+
+    class Stats:
+        def as_dict(self):
+            return {}
+
+    class FakeCleaner:
+        unavailable_codecs: set = set()
+
+        def __init__(self, *settings):
+            pass
+
+        def clean(self, job):
+            yield ["a group"]
+            return 7, Stats()
+
+    monkeypatch.setattr(worker, "Cleaner", FakeCleaner)
+    jobs_r, jobs_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.close(out_r)  # the broker is gone
+    data = pickle.dumps((SimpleNamespace(job_id=1), (1, 2, 3)))
+    os.write(jobs_w, worker._LEN.pack(len(data)) + data)
+    os.close(jobs_w)
+    try:
+        with pytest.raises(BrokenPipeError):
+            worker._serve(jobs_r, out_w)
+    finally:
+        os.close(jobs_r)
+        os.close(out_w)

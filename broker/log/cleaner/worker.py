@@ -74,6 +74,14 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the broker, which stops us
     inp, out = sys.stdin.fileno(), sys.stdout.fileno()
     sys.stdout = sys.stderr  # nothing but frames on the result pipe
+    try:
+        _serve(inp, out)
+    except BrokenPipeError:
+        return  # the broker died or closed our result pipe (a kill -9 mid-pass): nobody to report to
+
+
+def _serve(inp: int, out: int) -> None:
+    """Clean the jobs read from ``inp`` one at a time, sending their frames to ``out``."""
     cleaners: dict[tuple, Cleaner] = {}
     while True:
         head = _read_exact(inp, _LEN.size)
@@ -98,6 +106,8 @@ def main() -> None:
                     break
                 _send(out, ("group", job.job_id, group))
             _send(out, ("done", job.job_id, (end_offset, stats.as_dict(), sorted(cleaner.unavailable_codecs))))
+        except BrokenPipeError:
+            raise
         except Exception as e:  # reported; the broker marks the partition uncleanable
             _send(out, ("error", job.job_id, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
 
