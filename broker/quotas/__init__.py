@@ -105,10 +105,14 @@ class Quotas:
         """The accounting of one request, or None when it is not counted."""
         if api_key in _UNCOUNTED:
             return None
+        return RequestQuota(self._account(connection, principal, client_id), size if api_key == _PRODUCE else 0)
+
+    def _account(self, connection, principal: str, client_id: str | None) -> "ClientAccount":
+        """The connection's ClientAccount for this principal and client id (a new one when either changed)."""
         a = connection.quota_account
         if a is None or a.client_id != client_id or a.principal is not principal:
             a = connection.quota_account = ClientAccount(self, connection, principal, client_id)
-        return RequestQuota(a, size if api_key == _PRODUCE else 0)
+        return a
 
     def finish_fast(self, connection, api_key: int, client_id: str | None, size: int, busy: float,
                     ended: float) -> int:
@@ -117,10 +121,9 @@ class Quotas:
         :class:`RequestQuota` counts it -- Produce: its size; any request: its time -- in one call, the
         client's sensors kept on the connection: the throttle time, the connection muted for it (the
         caller puts it in the response)."""
-        a = connection.quota_account
-        if a is None or a.generation != self.generation or a.client_id != client_id or \
-                a.principal is not connection.principal:
-            a = connection.quota_account = ClientAccount(self, connection, connection.principal, client_id)
+        a = self._account(connection, connection.principal, client_id)
+        if a.generation != self.generation:  # its sensors are read directly below
+            a._forget()
         now = _floor(ended * 1000.0)  # perf_ms() at ``ended``
         byte_ms = request_ms = 0
         produce = self.produce
