@@ -341,8 +341,8 @@ class LogManager:
             try:
                 if plog.maintenance(now, expire_producers=expire):
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
-            except OSError:
-                log.exception("maintenance failed for %s-%d", plog.topic, plog.partition)
+            except (OSError, LogError) as e:  # the failed step was undone: the next pass tries again
+                log.error("maintenance failed for %s-%d: %s", plog.topic, plog.partition, e)
         return moved
 
     def remove_expired_producers(self, now_ms: int | None = None) -> int:

@@ -211,6 +211,11 @@ class PartitionLog:
         self._spare_pending = False
         self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
         self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
+        # offsets the checkpoint promised beyond the log end found at start-up (data lost); written once by _load
+        self.startup_shortfall = 0
+        self.storage_errors = 0  # write steps that failed (KAFKA_STORAGE_ERROR answers); a metric
+        self._failing = 0  # failures since the last successful append (one log line per run of them)
+        self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
 
@@ -270,7 +275,7 @@ class PartitionLog:
             if n.endswith(".tmp") or (n.endswith((".index", ".timeindex")) and stem.isdigit()
                                       and int(stem) not in bases):
                 os.unlink(os.path.join(self.dir, n))
-        ckpt_start, self._recovery_point = self._read_checkpoint()
+        ckpt_start, self._recovery_point = ckpt_start, ckpt_point = self._read_checkpoint()
         if not bases:
             seg = Segment.create(self.dir, max(ckpt_start, 0), cfg.segment_index_bytes, cfg.index_interval_bytes, now)
             self._segments, self._bases = [seg], [seg.base_offset]
@@ -284,6 +289,13 @@ class PartitionLog:
         active.open_for_append()
         self._leo = active.next_offset
         self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
+        promised = max(ckpt_start, ckpt_point)
+        if promised > self._leo:
+            self.startup_shortfall = promised - self._leo
+            log.error("%s-%d: the files hold less than the checkpoint promises: log end offset %d, but the "
+                      "checkpoint names log start offset %d and recovery point %d (%d offsets lost: the files "
+                      "were truncated or lost outside the broker, e.g. by fsck)", self.topic, self.partition,
+                      self._leo, ckpt_start, ckpt_point, self.startup_shortfall)
         self._load_producer_state(now, names)
         if clean:
             self._recovery_point = self._leo  # close() flushed everything
@@ -293,7 +305,7 @@ class PartitionLog:
             self._recovery_point = min(self._recovery_point, self._leo)
             self._pending_flush = [seg for seg, nxt in zip(self._segments, self._bases[1:])
                                    if nxt > self._recovery_point]
-        self._write_checkpoint()
+        self._try_checkpoint()  # a full disk must not keep the broker from starting
 
     def _complete_swaps(self) -> set[int]:
         """Finish or roll back a segment replacement a crash interrupted (see the module docstring);
@@ -356,7 +368,10 @@ class PartitionLog:
         # expired producers stay expired across a restart: the same rule on the same timestamps
         ps.remove_expired(now, self.producer_id_expiration_ms)
         if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
-            snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
+            try:
+                snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
+            except OSError as e:  # an optimisation: the next start scans from an older snapshot
+                log.warning("%s-%d: cannot write a producer snapshot: %s", self.topic, self.partition, e)
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
@@ -390,6 +405,35 @@ class PartitionLog:
         atomic_write(os.path.join(self.dir, CHECKPOINT_FILE), f"v1 {state[0]} {state[1]}\n".encode(), self._bg,
                      on_error=self._on_bg_error)
         self._ckpt_written = state
+
+    def _try_checkpoint(self) -> bool:
+        """``_write_checkpoint`` where a failure must not fail the caller: the failure is logged and
+        the checkpoint stays stale (a longer recovery, never lost data) until a later write, at the
+        latest the next maintenance pass, succeeds. Returns True if the file is up to date."""
+        try:
+            self._write_checkpoint()
+        except OSError as e:
+            self.storage_errors += 1
+            if not self._ckpt_failing:
+                log.error("%s-%d: cannot write the checkpoint file: %s (retried by later flushes and the next "
+                          "maintenance pass)", self.topic, self.partition, e)
+            self._ckpt_failing += 1
+            return False
+        if self._ckpt_failing:
+            log.warning("%s-%d: checkpoint file written again after %d failed attempts", self.topic, self.partition,
+                        self._ckpt_failing)
+            self._ckpt_failing = 0
+        return True
+
+    def _storage_error(self, operation: str, path: str, exc: OSError) -> LogError:
+        """A write step failed and was undone: count it, say it (once per run of failures: the
+        next successful append says when writes work again) and return the error to answer."""
+        self.storage_errors += 1
+        self._failing += 1
+        if self._failing == 1:
+            log.error("%s-%d: %s of %s failed: %s; answering KAFKA_STORAGE_ERROR until a write succeeds",
+                      self.topic, self.partition, operation, path, exc)
+        return LogError(KAFKA_STORAGE_ERROR, f"{operation} of {path} failed: {exc}")
 
     def _on_bg_error(self, _result, exc) -> None:
         if exc is not None and not isinstance(exc, FileNotFoundError):
@@ -481,12 +525,16 @@ class PartitionLog:
             max_ts = max(max_ts, batch_ts)
             metas.append((rel, offset, batch_ts, info.size))
             offset += info.last_offset_delta + 1
-        self._maybe_roll(len(buf), max_ts, offset - 1, now)
+        self._maybe_roll(len(buf), max_ts, offset - 1, now)  # a failed roll raises LogError, changing nothing
         seg = self._segments[-1]
         try:
-            seg.append(buf, metas)
+            seg.append(buf, metas)  # all or nothing
         except OSError as e:
-            raise LogError(KAFKA_STORAGE_ERROR, f"write to {seg.log_path} failed: {e}") from e
+            raise self._storage_error("append", seg.log_path, e) from e
+        if self._failing:
+            log.warning("%s-%d: appends work again after %d failed", self.topic, self.partition, self._failing)
+            self._failing = 0
+        # from here on nothing fails: in-memory state moves only now that the bytes are written
         ps = self.producer_state
         for info, (rel, base, ts, size) in zip(infos, metas):
             if info.producer_id < 0:
@@ -504,7 +552,10 @@ class PartitionLog:
         self._unflushed += offset - first
         durable = None
         if self._unflushed >= self.config.flush_messages:
-            durable = self.request_flush()
+            try:
+                durable = self.request_flush()
+            except OSError as e:  # synchronous (no worker): written and in the log, but not on disk
+                raise self._storage_error("fsync", seg.log_path, e) from e
         return AppendResult(first, offset - 1, log_append_time, self._log_start, durable=durable)
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
@@ -536,24 +587,45 @@ class PartitionLog:
         return random.randrange(min(j, self.config.segment_ms)) if j > 0 else 0
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        """Start a new active segment at the log end offset (no-op if the active one is empty).
+
+        All or nothing: the new segment's files are made first and the old segment is sealed
+        after; if either fails, the new files are removed, the old segment stays the active one
+        (usable as before) and LogError(KAFKA_STORAGE_ERROR) is raised; the next append that
+        needs a roll tries again. Then, as Kafka's ``UnifiedLog.roll``, a producer snapshot at the
+        new base offset and (with the worker) an fsync of the rolled segment right away; a failure
+        of either is logged, not raised (the snapshot is an optimisation; the maintenance pass
+        retries the fsync)."""
         old = self._segments[-1]
         if old.size == 0:
             return
         now = self.clock() if now_ms is None else now_ms
-        old.seal()
-        self._pending_flush.append(old)
         cfg = self.config
         spare, self._spare = self._spare, None
-        if spare is not None:
-            new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now, spare)
-        else:
-            new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+        try:
+            if spare is not None:
+                new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now,
+                                    spare)
+            else:
+                new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+        except OSError as e:
+            raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
+        try:
+            old.seal()
+        except OSError as e:
+            new.delete()
+            raise self._storage_error("roll (sealing the segment)", old.log_path, e) from e
+        self._pending_flush.append(old)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
-        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
-        self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
+        try:  # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
+            self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
+        except OSError as e:
+            log.warning("%s-%d: cannot write the producer snapshot at %d: %s", self.topic, self.partition,
+                        self._leo, e)
+        if self._bg.threaded and not self._flushing:  # Kafka: flushUptoOffsetExclusive(new base) at once
+            self._start_flush(new.base_offset, list(self._pending_flush))
 
     def _prepare_spare(self) -> None:
         """With a background worker, make the next segment's files there (a roll then only renames)."""
@@ -735,8 +807,12 @@ class PartitionLog:
         if offset < 0 or offset > self.high_watermark:
             raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range for {self.topic}-{self.partition}")
         if offset > self._log_start:
-            self._log_start = offset
-            self._write_checkpoint()
+            before, self._log_start = self._log_start, offset
+            try:  # durable before anything depends on it: a restart must not bring the records back
+                self._write_checkpoint()
+            except OSError as e:
+                self._log_start = before
+                raise self._storage_error("checkpoint", os.path.join(self.dir, CHECKPOINT_FILE), e) from e
             self._delete_prefix(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset))
             self.producer_state.truncate_head(self._log_start)
         return self._log_start
@@ -788,10 +864,13 @@ class PartitionLog:
             if seg in self._pending_flush:
                 self._pending_flush.remove(seg)
             seg.delete(self._bg if self._bg.threaded else None)
-        self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
+        try:
+            self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
+        except OSError as e:  # left as strays: removed at the next start
+            log.warning("%s-%d: cannot delete producer snapshots: %s", self.topic, self.partition, e)
         if self._bases[0] > self._log_start:
-            self._log_start = self._bases[0]
-            self._write_checkpoint()
+            self._log_start = self._bases[0]  # the segments are gone: the checkpoint follows when it can
+            self._try_checkpoint()
         self.producer_state.truncate_head(self._log_start)
         log.info("%s-%d: deleted %d segment(s); log start offset %d", self.topic, self.partition, n,
                  self._log_start)
@@ -848,9 +927,9 @@ class PartitionLog:
     # ------------------------------------------------------------ durability
     def flush(self) -> None:
         """fsync everything written so far and advance the recovery point (synchronously)."""
-        for seg in self._pending_flush:
-            seg.flush()
-        self._pending_flush.clear()
+        while self._pending_flush:  # one that fails stays pending
+            self._pending_flush[0].flush()
+            del self._pending_flush[0]
         self._segments[-1].flush()
         self._unflushed = 0
         self._last_flush_ms = self.clock()
@@ -889,30 +968,48 @@ class PartitionLog:
         try:
             jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
         except OSError as e:
-            self._pending_flush = segments + self._pending_flush
+            self.storage_errors += 1
+            log.error("%s-%d: cannot start an fsync: %s", self.topic, self.partition, e)
+            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
             self._finish_flush_future(fut, e)
             return
+        # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
+        directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
         self._flushing = True
 
         def run():
             for job in jobs:
                 job()
+            if directory is not None:
+                try:
+                    fsync_dir(directory)
+                except FileNotFoundError:  # renamed away: the topic is being deleted
+                    pass
 
         self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc))
 
     def _flush_done(self, target: int, segments: list[Segment], fut, exc) -> None:
+        """On the loop after a background fsync: move the recovery point (checkpoint failures are
+        logged and retried later) and always complete ``fut``, whatever else fails."""
         self._flushing = False
-        if exc is not None:
-            log.error("%s-%d: fsync failed: %r", self.topic, self.partition, exc)
-            if not self._closed:  # try these again with the next flush
-                live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
-                self._pending_flush = live + self._pending_flush
-        elif not self._closed and target > self._recovery_point:
-            self._recovery_point = target
-            self._write_checkpoint()
-        self._finish_flush_future(fut, exc)
-        if self._next_flush is not None and not self._closed:
+        try:
+            if exc is not None:
+                self.storage_errors += 1
+                log.error("%s-%d: fsync failed: %r", self.topic, self.partition, exc)
+                if not self._closed:  # try these again with the next flush
+                    live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
+                    self._pending_flush = live + self._pending_flush
+            elif not self._closed and target > self._recovery_point:
+                self._recovery_point = target
+                self._try_checkpoint()
+        finally:
+            self._finish_flush_future(fut, exc)
+        if self._closed:
+            return
+        if self._next_flush is not None:
             self._start_flush(self._leo)
+        elif exc is None and self._pending_flush:  # rolled meanwhile (a failure waits for maintenance)
+            self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
 
     def _finish_flush_future(self, fut, exc) -> None:
         if fut is None or fut.done():
@@ -931,6 +1028,7 @@ class PartitionLog:
         """
         now = self.clock() if now_ms is None else now_ms
         moved = self.apply_retention(now)
+        self._try_checkpoint()  # one that failed earlier (a no-op when it is up to date)
         if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
             self.request_flush()
         elif self._pending_flush and not self._flushing:
@@ -938,13 +1036,13 @@ class PartitionLog:
             if self._bg.threaded:
                 self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
             else:
-                for seg in self._pending_flush:
-                    seg.flush()
-                self._pending_flush.clear()
+                while self._pending_flush:
+                    self._pending_flush[0].flush()
+                    del self._pending_flush[0]
                 point = self._segments[-1].base_offset
                 if point > self._recovery_point:
                     self._recovery_point = point
-                    self._write_checkpoint()
+                    self._try_checkpoint()
         if expire_producers:
             self.remove_expired_producers(now)
         return moved

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from broker.log import ConfigError, DataDirLockedError, LogError, LogManager, PartitionLog
+from broker.log import fileio
 from broker.log.producer_state import INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from protocol import records as R
 from protocol.records import build_batch, iter_records, validate_records
@@ -469,7 +470,7 @@ def test_checkpoint_rename_is_made_durable(tmp_path, monkeypatch):
         synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fileio, "fsync", fsync)
     append(plog, batch(2))
     assert (tmp_path / "t-0" / "checkpoint").read_text().split() == ["v1", "0", "2"]
     assert str(tmp_path / "t-0") in synced

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from broker.log import LogManager, PartitionLog
+from broker.log import fileio
 from broker.log import segment as segment_mod
 from broker.log.background import Background, Inline
 from broker.log.producer_state import OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -45,14 +46,14 @@ def checkpoint(path):
 
 
 class GatedFsync:
-    """Replaces os.fsync in the log modules: records calls and blocks until released."""
+    """Replaces the log's fsync (``fileio.fsync``): records calls and blocks until released."""
 
     def __init__(self, monkeypatch):
         self.calls = []
         self.gate = threading.Event()
         self.real = os.fsync
         self.threads = set()
-        monkeypatch.setattr(segment_mod.os, "fsync", self)
+        monkeypatch.setattr(fileio, "fsync", self)
 
     def __call__(self, fd):
         if threading.current_thread() is threading.main_thread():
