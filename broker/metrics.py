@@ -39,6 +39,9 @@ protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) 
 ``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``;
 ``sharebroker_quota_throttle_time_ms_total{quota_type, user, client_id}`` (the throttle times added
 up, for ``rate()``).
+Storage faults (broker/log/README.md, "Failed writes"), per partition and only where non-zero:
+``sharebroker_log_storage_errors_total`` (write steps that failed) and
+``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
@@ -155,6 +158,7 @@ def render(c, connections: int, memory=None) -> bytes:
     _share(w, c)
     _dlq(w, c)
     _logs(w, c)
+    _storage_faults(w, c)
     _cleaner(w, c)
     _quotas(w, c.quotas)
     return w.text()
@@ -281,6 +285,22 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "gauge", help_)
         for topic, partition, plog in logs:
             w.sample(name, value(plog), topic=topic, partition=partition)
+
+
+def _storage_faults(w: _Writer, c) -> None:
+    """Per partition, only where non-zero: write steps that failed (answered KAFKA_STORAGE_ERROR or
+    logged), and the offsets the checkpoint promised beyond the log end found at start-up."""
+    for name, kind, help_, attr in (
+            ("sharebroker_log_storage_errors_total", "counter",
+             "Log write steps (append, roll, fsync, checkpoint) that failed, per partition.", "storage_errors"),
+            ("sharebroker_log_startup_missing_offsets", "gauge",
+             "Offsets the checkpoint promised beyond the log end when the partition was loaded (lost data).",
+             "startup_shortfall")):
+        w.family(name, kind, help_)
+        for plog in c.logs.all_logs():
+            value = getattr(plog, attr, 0)
+            if value:
+                w.sample(name, value, topic=plog.topic, partition=plog.partition)
 
 
 _QUOTA_STATS = (  # (manager attribute, Kafka metric name, help)

@@ -21,6 +21,7 @@ import os
 import struct
 import subprocess
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -159,7 +160,7 @@ def test_disk_full_with_an_index_entry_per_batch_loses_no_acknowledged_record(sm
 
 
 def test_flush_messages_on_a_full_disk_answers_every_produce(small_fs, broker_factory):
-    b = broker_factory(data_dir=small_fs / "data")
+    b = broker_factory({"sharebroker.metrics.listener": "127.0.0.1:0"}, data_dir=small_fs / "data")
     create_topic(b.bootstrap, "synced", 1, {"flush.messages": "1"})
     answers: list[tuple[float, KafkaError | None]] = []
     p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0, "retries": 0,
@@ -182,5 +183,10 @@ def test_flush_messages_on_a_full_disk_answers_every_produce(small_fs, broker_fa
     errors = {e.code() for _t, e in answers if e is not None}
     assert errors <= {KafkaError.KAFKA_STORAGE_ERROR}, errors
     assert any(e is None for _t, e in answers), "no append went through while the segment page had room"
+    with urllib.request.urlopen(b.metrics_url, timeout=10) as r:
+        metrics = r.read().decode()
+    counted = [line for line in metrics.splitlines()
+               if line.startswith('sharebroker_log_storage_errors_total{topic="synced"')]
+    assert counted and float(counted[0].split()[-1]) > 0, "storage errors were not counted"
     os.unlink(small_fs / "filler")
     assert send(100)[1] is None
