@@ -177,7 +177,8 @@ class PartitionLog:
             if n.endswith(".tmp") or (n.endswith((".index", ".timeindex")) and stem.isdigit()
                                       and int(stem) not in bases):
                 os.unlink(os.path.join(self.dir, n))
-        ckpt_start, self._recovery_point = ckpt_start, ckpt_point = self._read_checkpoint()
+        ckpt_start, ckpt_point = self._read_checkpoint()
+        self._recovery_point = ckpt_point
         if not bases:
             seg = Segment.create(self.dir, max(ckpt_start, 0), cfg.segment_index_bytes, cfg.index_interval_bytes, now)
             self._segments, self._bases = [seg], [seg.base_offset]
