@@ -290,17 +290,16 @@ def _logs(w: _Writer, c) -> None:
 def _storage_faults(w: _Writer, c) -> None:
     """Per partition, only where non-zero: write steps that failed (answered KAFKA_STORAGE_ERROR or
     logged), and the offsets the checkpoint promised beyond the log end found at start-up."""
-    for name, kind, help_, attr in (
+    rows = observe.storage_faults(c)
+    for name, kind, help_, column in (
             ("sharebroker_log_storage_errors_total", "counter",
-             "Log write steps (append, roll, fsync, checkpoint) that failed, per partition.", "storage_errors"),
+             "Log write steps (append, roll, fsync, checkpoint) that failed, per partition.", 2),
             ("sharebroker_log_startup_missing_offsets", "gauge",
-             "Offsets the checkpoint promised beyond the log end when the partition was loaded (lost data).",
-             "startup_shortfall")):
+             "Offsets the checkpoint promised beyond the log end when the partition was loaded (lost data).", 3)):
         w.family(name, kind, help_)
-        for plog in c.logs.all_logs():
-            value = getattr(plog, attr, 0)
-            if value:
-                w.sample(name, value, topic=plog.topic, partition=plog.partition)
+        for row in rows:
+            if row[column]:
+                w.sample(name, row[column], topic=row[0], partition=row[1])
 
 
 _QUOTA_STATS = (  # (manager attribute, Kafka metric name, help)

@@ -225,5 +225,14 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
                           "dlq-topics", {1, 2}))
     else:
         out.append('<p class="empty">No dead-letter topics.</p>')
+
+    out.append('<h2 id="storage">Storage faults</h2>')
+    faults = observe.storage_faults(c)
+    if faults:  # broker/log/README.md, "Failed writes"
+        out.append(_table(["Topic", "Partition", "Failed writes", "Offsets missing at start-up"],
+                          [[_e(t), str(p), _n(errors), _n(missing)] for t, p, errors, missing in faults],
+                          "storage-faults", {1, 2, 3}))
+    else:
+        out.append('<p class="empty">No failed writes since start-up.</p>')
     out.append("</body></html>")
     return "".join(out).encode()

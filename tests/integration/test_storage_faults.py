@@ -188,5 +188,8 @@ def test_flush_messages_on_a_full_disk_answers_every_produce(small_fs, broker_fa
     counted = [line for line in metrics.splitlines()
                if line.startswith('sharebroker_log_storage_errors_total{topic="synced"')]
     assert counted and float(counted[0].split()[-1]) > 0, "storage errors were not counted"
+    with urllib.request.urlopen(b.metrics_url.removesuffix("metrics"), timeout=10) as r:
+        page = r.read().decode()  # the status page lists the partition under "Storage faults"
+    assert 'class="storage-faults"' in page and "<td>synced</td>" in page
     os.unlink(small_fs / "filler")
     assert send(100)[1] is None
