@@ -373,3 +373,38 @@ def test_start_up_says_when_the_files_hold_less_than_the_checkpoint(tmp_path, ca
     assert plog.log_end_offset == 0 and plog.startup_shortfall == 6
     assert "t-0: the files hold less than the checkpoint promises" in caplog.text
     plog.close()
+
+
+# ------------------------------------------------- coordinators over a failing log (item 3)
+async def test_group_coordinator_answers_an_error_when_its_log_cannot_be_written(tmp_path):
+    """OffsetCommit and ConsumerGroupHeartbeat over ``__consumer_offsets`` when a roll cannot open its new
+    segment: error answers, nothing replayed, and all works again once the fault is lifted (before the
+    fix the old segment was sealed first and later appends failed on it for good)."""
+    from broker.internal_topics import PartitionRecordLog
+    from coordinator.group import GroupConfig
+    from test_group_support import Env, cg_hb, commit_req, fetch_offsets
+
+    # an index entry per batch and room for 8 time-index entries: a roll every 8 commits (index full)
+    plog = PartitionLog(str(tmp_path / "__consumer_offsets-0"), "__consumer_offsets", 0,
+                        {"segment.index.bytes": 96, "index.interval.bytes": 1})
+    env = Env(config=GroupConfig(initial_rebalance_delay_ms=0), log=PartitionRecordLog(plog))
+    c = env.coord
+    i = 0
+    for error in ERRORS:
+        while not plog.segments[-1].index_full():  # until the next commit needs a roll
+            resp = await c.offset_commit(commit_req("g", {("foo", 0): i}), 8)
+            assert resp.topics[0].partitions[0].error_code == 0
+            i += 1
+        # the issue's EMFILE: the roll cannot open its new segment (and the coordinator cannot make one)
+        with FaultInjector(fail_at=1, error=error, sticky=True, operations=("open",)) as fi:
+            resp = await c.offset_commit(commit_req("g", {("foo", 0): i}), 8)
+            assert resp.topics[0].partitions[0].error_code != 0 and fi.failed
+            assert (await c.consumer_group_heartbeat(cg_hb("cg", "m1"), 1)).error_code != 0
+        assert (await fetch_offsets(c, "g"))[("foo", 0)] == i - 1
+        resp = await c.offset_commit(commit_req("g", {("foo", 0): i}), 8)  # the fault is lifted: the roll goes
+        assert resp.topics[0].partitions[0].error_code == 0 and (await fetch_offsets(c, "g"))[("foo", 0)] == i
+        i += 1
+    assert (await c.consumer_group_heartbeat(cg_hb("cg", "m1"), 1)).error_code == 0
+    bases = [ref.base_offset for ref in plog.read(plog.log_start_offset, 1 << 30)]
+    assert bases == sorted(set(bases))
+    plog.close()
