@@ -4,10 +4,11 @@ Single node, so the high watermark is the log end offset after every append;
 the last stable offset is held back by open transactions. Appends rewrite
 baseOffset / leader epoch (and LogAppendTime) of the validated batches in place
 in the request frame (one copy into a bytearray when the bytes are read-only),
-and ``os.write`` them to the active segment: when
+and write them to the active segment (``fileio.write``): when
 ``append`` returns the bytes are in the page cache (they survive kill -9).
-fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments in the
-maintenance pass, and at close. Reads return whole batches byte-for-byte as
+An append or a roll is all or nothing (README.md, "Failed writes").
+fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments right
+after the roll, and at close. Reads return whole batches byte-for-byte as
 memoryview slices of one ``os.pread`` per contiguous range.
 
 Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
