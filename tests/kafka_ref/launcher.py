@@ -1,11 +1,11 @@
 """The reference Apache Kafka 4.4.0 the tests and benchmarks compare sharebroker with.
 
-    python -m tools.kafka_ref classpath           # resolve the jars with Maven (once; cached)
-    python -m tools.kafka_ref start [--dir D]     # one combined broker+controller; prints its bootstrap
-    python -m tools.kafka_ref cluster [--dir D]   # three combined KRaft nodes on loopback
-    python -m tools.kafka_ref stop --dir D        # stop what `start` / `cluster` left running in D
+    python -m tests.kafka_ref classpath           # resolve the jars with Maven (once; cached)
+    python -m tests.kafka_ref start [--dir D]     # one combined broker+controller; prints its bootstrap
+    python -m tests.kafka_ref cluster [--dir D]   # three combined KRaft nodes on loopback
+    python -m tests.kafka_ref stop --dir D        # stop what `start` / `cluster` left running in D
 
-Nothing is fetched by hand: ``tools/kafka-ref/pom.xml`` names Kafka's broker (``kafka_2.13``, with
+Nothing is fetched by hand: ``tests/kafka_ref/pom.xml`` names Kafka's broker (``kafka_2.13``, with
 ``kafka.Kafka`` and ``kafka.tools.StorageTool``), ``kafka-tools``, ``kafka-clients`` and the log4j2
 binding Kafka's release puts beside them; ``mvn dependency:build-classpath`` resolves them into
 ``~/.m2`` and the classpath is kept in ``~/.cache/sharebroker/kafka-4.4.0/classpath.txt``
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KAFKA_VERSION = "4.4.0"
-POM = Path(__file__).resolve().parent / "kafka-ref" / "pom.xml"
+POM = Path(__file__).resolve().parent / "pom.xml"
 CACHE_ENV = "SHAREBROKER_KAFKA_CACHE"
 HEAP = "-Xmx512m"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, and no JMX
@@ -423,7 +423,7 @@ STATE = "kafka-ref.json"
 def _cli_start(args, nodes: int) -> int:
     directory = Path(args.dir or tempfile.mkdtemp(prefix="kafka-ref-"))
     if (directory / STATE).exists():
-        print(f"{directory / STATE} exists: stop that one first (python -m tools.kafka_ref stop --dir {directory})",
+        print(f"{directory / STATE} exists: stop that one first (python -m tests.kafka_ref stop --dir {directory})",
               file=sys.stderr)
         return 1
     settings = dict(s.split("=", 1) for s in args.set)
@@ -434,7 +434,7 @@ def _cli_start(args, nodes: int) -> int:
     rss = ", ".join(f"{r / 1024:.0f} MiB" if r else "?" for r in ref.rss_kib())
     print(f"bootstrap {ref.bootstrap}")
     print(f"directory {directory}  (format {ref.format_seconds:.1f} s, start {ref.startup_seconds:.1f} s, RSS {rss})")
-    print(f"stop with: python -m tools.kafka_ref stop --dir {directory}")
+    print(f"stop with: python -m tests.kafka_ref stop --dir {directory}")
     return 0
 
 
@@ -450,7 +450,7 @@ def _cli_stop(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.kafka_ref", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.kafka_ref", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("classpath", help="resolve Kafka's jars with Maven and print the cached classpath file")
     for name, what in (("start", "one combined broker+controller"), ("cluster", "three combined KRaft nodes")):
@@ -472,7 +472,3 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaRefError as e:
         print(e, file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
