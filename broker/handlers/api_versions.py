@@ -2,7 +2,8 @@
 
 A request at a version we do not serve is answered by the server itself with a v0
 response carrying UNSUPPORTED_VERSION and the ranges (KIP-511).  v3+ also lists
-supported and finalized features as a Kafka 4.4 broker does (group.version finalized at 1 and
+supported (below v4 only those with a minimum above 0, KAFKA-17492) and finalized features as a
+Kafka 4.4 broker does (group.version finalized at 1 and
 share.version at 2, the level with the share-group dead-letter queue of KIP-1191, so clients use
 KIP-848 and share groups).  Client
 software name/version are validated as Kafka does (INVALID_REQUEST otherwise).
@@ -40,9 +41,11 @@ async def api_versions(ctx, req):
             if not _SOFTWARE.match(value or ""):
                 resp.error_code = Errors.INVALID_REQUEST
                 return resp
+        # below v4 a feature whose minimum is 0 is left out: older clients fail to read it (KAFKA-17492,
+        # ApiVersionsResponse.maybeFilterSupportedFeatureKeys)
         resp.supported_features = [
             ApiVersionsResponse.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
-            for n, (lo, hi, _) in FEATURES.items()]
+            for n, (lo, hi, _) in FEATURES.items() if lo > 0 or ctx.api_version >= 4]
         resp.finalized_features_epoch = FEATURES_EPOCH
         resp.finalized_features = [
             ApiVersionsResponse.FinalizedFeatureKey(name=n, max_version_level=lvl, min_version_level=lvl)

@@ -11,7 +11,8 @@ binding Kafka's release puts beside them; ``mvn dependency:build-classpath`` res
 ``~/.m2`` and the classpath is kept in ``~/.cache/sharebroker/kafka-4.4.0/classpath.txt``
 (``SHAREBROKER_KAFKA_CACHE`` moves it), outside the work tree, rebuilt when the pom changes.
 
-A node is formatted with ``StorageTool format`` (a static quorum: ``controller.quorum.voters``) and
+A node is formatted with ``StorageTool format`` (the single node ``--standalone``, a dynamic quorum as
+Kafka 4's quick start does; the cluster a static quorum, ``controller.quorum.voters``) and
 started as ``java ... kafka.Kafka server.properties`` on 127.0.0.1 with free ports; it is ready when it
 answers Metadata over its socket with every node of the cluster. The single node's internal topics
 (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) have one partition and
@@ -204,11 +205,13 @@ class KafkaNode:
     def log_file(self) -> Path:
         return self.directory / "server.log"
 
-    def properties(self, voters: str, settings: dict[str, str]) -> str:
+    def properties(self, voters: str | None, settings: dict[str, str]) -> str:
+        quorum = ({"controller.quorum.voters": voters} if voters else
+                  {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"})
         conf = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
-            "controller.quorum.voters": voters,
+            **quorum,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -223,12 +226,15 @@ class KafkaNode:
         return ["java", heap, *JVM_OPTS, f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.directory}", "-cp", cp, main, *args]
 
-    def format(self, cp: str, cluster_id: str, voters: str, settings: dict[str, str]) -> None:
+    def format(self, cp: str, cluster_id: str, voters: str | None, settings: dict[str, str]) -> None:
+        """``kafka-storage format``: with ``voters`` a static quorum, without it a standalone dynamic one
+        (``--standalone``, kraft.version 1, as Kafka 4's quick start formats a single node)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "server.properties").write_text(self.properties(voters, settings))
         (self.directory / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
-        done = subprocess.run(self.java(cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-                                        str(self.directory / "server.properties"), heap="-Xmx256m"),
+        args = ["format", "-t", cluster_id, "-c", str(self.directory / "server.properties")]
+        done = subprocess.run(self.java(cp, "kafka.tools.StorageTool", *args, *([] if voters else ["--standalone"]),
+                                        heap="-Xmx256m"),
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise KafkaRefError(f"kafka-storage format failed for node {self.node_id}:\n{done.stdout}{done.stderr}")
@@ -342,7 +348,10 @@ class KafkaRef:
         return ",".join(n.bootstrap for n in self.nodes)
 
     @property
-    def voters(self) -> str:
+    def voters(self) -> str | None:
+        """The static quorum of a cluster; a single node is a standalone dynamic quorum (None)."""
+        if len(self.nodes) == 1:
+            return None
         return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
 
     def start(self, die_with_parent: bool = True) -> "KafkaRef":
