@@ -22,7 +22,11 @@ def test_advertised_ranges_are_the_handler_table(sharebroker):
     finalized = {f.name: f.max_version_level for f in r.finalized_features}
     assert finalized["share.version"] == 2 and finalized["group.version"] == 1  # 2: DLQ (KIP-1191)
     assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2
-    supported = {f.name: (f.min_version, f.max_version) for f in r.supported_features}
+    # v3: only supported features with a minimum above 0 (KAFKA-17492); v4 lists them all
+    assert {f.name for f in r.supported_features} == {"metadata.version"}
+    with WireClient(sharebroker.bootstrap) as w:
+        r4 = w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0"), 4)
+    supported = {f.name: (f.min_version, f.max_version) for f in r4.supported_features}
     assert all(supported[n][0] <= lvl <= supported[n][1] for n, lvl in finalized.items())
 
 
