@@ -59,10 +59,17 @@ class SharedKafkaRef:
 
     @contextmanager
     def _locked(self):
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+        while True:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(self.root / "lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:  # the last user removes the directory: lock again if it went while this one waited
+                    current = os.stat(self.root / "lock").st_ino == os.fstat(lock.fileno()).st_ino
+                except FileNotFoundError:
+                    current = False
+                if current:
+                    yield
+                    return
 
     def _read(self) -> dict:
         try:
@@ -106,11 +113,10 @@ class SharedKafkaRef:
             with self._locked():
                 users = self._read()
                 if not [u for u in users.get("users", []) if _alive(u)] or time.monotonic() > deadline:
-                    self.users_file.unlink(missing_ok=True)  # a later acquire starts a new one
-                    break
+                    self.ref.stop()
+                    shutil.rmtree(self.root, ignore_errors=True)  # a later acquire starts a new one
+                    return
             time.sleep(0.5)
-        self.ref.stop()
-        shutil.rmtree(self.ref.directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,7 @@ class Side:
             name=name, num_partitions=partitions, replication_factor=-1,
             configs=[_CFG(name=k, value=v) for k, v in configs.items()])]), 7)
         assert r.topics[0].error_code == 0, r
+        self.topic_id(name)  # Kafka's broker learns the topic from the controller a moment later
 
     def coordinator_ready(self, group: str) -> None:
         """FindCoordinator until the group's coordinator answers (Kafka creates ``__consumer_offsets`` on
@@ -149,8 +150,7 @@ def api_versions_unsupported_version(s: Side) -> dict:
     frame = memoryview(w.recv_frame())
     r = ApiVersionsResponse.decode_from(frame, 4, 0)[0]
     return {"v127": {"correlation_id": struct.unpack(">i", frame[:4])[0], "error_code": r.error_code,
-                     "api_versions_range": [[k.min_version, k.max_version] for k in r.api_keys
-                                            if k.api_key == ApiKey.API_VERSIONS]}}
+                     "api_keys": [[k.api_key, k.min_version, k.max_version] for k in r.api_keys]}}
 
 
 def metadata_unknown_topic(s: Side) -> dict:
