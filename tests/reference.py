@@ -8,7 +8,7 @@ the one that started it waits until the other users have left, then stops it. Th
 SIGTERM by the kernel when that worker dies (PR_SET_PDEATHSIG), so a killed run leaves no Kafka.
 One JVM rather than one per worker: ~0.3 GiB RSS and ~5 s of start-up on 2 cores, paid once.
 
-Tests share it: they use their own topic and group names (``unique(...)``). Tests that need it are
+Tests share it: they use their own topic and group names (``tests.support.unique``). Tests that need it are
 skipped only when ``java`` or ``mvn`` is missing (or ``SHAREBROKER_NO_KAFKA_REF=1`` is set, for
 machines without Maven Central); a Maven or start-up failure is an error.
 """
@@ -21,30 +21,15 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.kafka_ref.launcher import STATE, KafkaRef, missing_tools
+from tests.kafka_ref.launcher import STATE, KafkaRef, missing_tools, pid_alive
 
 NO_KAFKA_ENV = "SHAREBROKER_NO_KAFKA_REF"
 _starts = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 class SharedKafkaRef:
@@ -85,7 +70,7 @@ class SharedKafkaRef:
     def acquire(self) -> KafkaRef:
         with self._locked():
             users = self._read()
-            if users and _alive(users["owner"]):
+            if users and pid_alive(users["owner"]):
                 ref = KafkaRef.from_state(Path(users["state"]))
                 if all(n.alive() for n in ref.nodes):
                     users["users"] = [*users["users"], self.me]
@@ -112,7 +97,7 @@ class SharedKafkaRef:
         while True:
             with self._locked():
                 users = self._read()
-                if not [u for u in users.get("users", []) if _alive(u)] or time.monotonic() > deadline:
+                if not [u for u in users.get("users", []) if pid_alive(u)] or time.monotonic() > deadline:
                     self.ref.stop()
                     shutil.rmtree(self.root, ignore_errors=True)  # a later acquire starts a new one
                     return

@@ -25,6 +25,7 @@ from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckRe
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
 from tests.differential.harness import differences, path_of, plain
+from tests.support import until
 from tests.wire import WireClient
 
 ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
@@ -64,10 +65,10 @@ class Side:
         the first look-up and loads it: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until then)."""
         from protocol.messages.find_coordinator import FindCoordinatorRequest
         from protocol.messages.offset_fetch import OffsetFetchRequest
-        _until(lambda: self.wire().request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+        until(lambda: self.wire().request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
                .coordinators[0].error_code == 0, 30, f"the group coordinator on {self.label}")
         # and until it has loaded its partition (COORDINATOR_LOAD_IN_PROGRESS before)
-        _until(lambda: self.wire().request(OffsetFetchRequest(group_id=group, topics=None), 7).error_code == 0,
+        until(lambda: self.wire().request(OffsetFetchRequest(group_id=group, topics=None), 7).error_code == 0,
                30, f"the group coordinator on {self.label} to load")
 
     def topic_id(self, name: str) -> bytes:
@@ -76,7 +77,7 @@ class Side:
                                                      allow_auto_topic_creation=False), 12)
             t = md.topics[0]
             return t.topic_id if t.error_code == 0 and t.partitions and t.partitions[0].leader_id >= 0 else None
-        return _until(found, 30, f"topic {name} on {self.label}")
+        return until(found, 30, f"topic {name} on {self.label}")
 
 
 _RETRIABLE = {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR}
@@ -87,18 +88,7 @@ def _join(w: WireClient, group: str, member: str, topic: str):
     def answered():
         r = w.request(HbReq(group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=[topic]), 1)
         return None if r.error_code in _RETRIABLE else r
-    return _until(answered, 30, f"group {group}'s coordinator", 0.1)
-
-
-def _until(cond, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return until(answered, 30, f"group {group}'s coordinator", 0.1)
 
 
 # ---------------------------------------------------------------------------------- scenarios
@@ -218,8 +208,8 @@ def describe_configs_topic(s: Side) -> dict:
     s.create_topic(n["topic"], **{"retention.ms": "7200000", "cleanup.policy": "compact"})
     R = DescribeConfigsRequest.DescribeConfigsResource
     w = s.wire()
-    full = w.request(DescribeConfigsRequest(include_synonyms=True, resources=[R(resource_type=2, resource_name=n["topic"],
-                                                         configuration_keys=None)]), 4)
+    full = w.request(DescribeConfigsRequest(include_synonyms=True, resources=[
+        R(resource_type=2, resource_name=n["topic"], configuration_keys=None)]), 4)
     some = w.request(DescribeConfigsRequest(include_synonyms=True, resources=[
         R(resource_type=2, resource_name=n["topic"], configuration_keys=["retention.ms", "segment.bytes",
                                                                          "no.such.key"])]), 4)
@@ -291,7 +281,7 @@ class _Share:
             assert r.error_code == 0, r
             state["epoch"] = r.member_epoch
             return r.assignment is not None and any(t.topic_id == self.tid for t in r.assignment.topic_partitions)
-        _until(assigned, 30, f"assignment of {member} on {self.s.label}", 0.1)
+        until(assigned, 30, f"assignment of {member} on {self.s.label}", 0.1)
         return state["epoch"]
 
     def fetch(self, member: str, epoch: int, acks=(), max_wait_ms: int = 0, version: int = 1):

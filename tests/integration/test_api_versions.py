@@ -45,7 +45,8 @@ def test_v5_checks_the_cluster_and_node_the_client_means(sharebroker):
         md = w.request(MetadataRequest(topics=[]), 12)
 
         def ask(**kw):
-            return w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0", **kw), 5)
+            return w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0",
+                                                **kw), 5)
 
         for kw, code in (({"cluster_id": "AAAAAAAAAAAAAAAAAAAAAA", "node_id": md.controller_id},
                           Errors.REBOOTSTRAP_REQUIRED),

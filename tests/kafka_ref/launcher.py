@@ -19,7 +19,7 @@ answers Metadata over its socket with every node of the cluster. The single node
 replication factor 1, ``group.initial.rebalance.delay.ms=0``; the heap is bounded (``-Xmx512m``).
 Kafka 4.4 enables share groups by default (``share.version`` 2 at the latest metadata version).
 
-Stdlib only (plus this repository's ``protocol`` codec for the readiness probe).
+Stdlib only (plus this repository's codec and ``tests.wire`` for the readiness probe).
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -160,30 +159,11 @@ def new_cluster_id() -> str:
 
 def metadata_brokers(bootstrap: str, timeout: float = 2.0) -> int:
     """How many brokers ``bootstrap`` lists in its Metadata answer (raises when it does not answer)."""
-    from protocol.messages.metadata import MetadataRequest, MetadataResponse
-    from protocol.messages.request_header import RequestHeader
-    from protocol.messages.response_header import ResponseHeader
+    from protocol.messages.metadata import MetadataRequest
+    from tests.wire import WireClient
 
-    host, port = bootstrap.rsplit(":", 1)
-    header = RequestHeader(request_api_key=MetadataRequest.API_KEY, request_api_version=12, correlation_id=1,
-                           client_id="kafka-ref-probe")
-    body = header.encode(2) + MetadataRequest(topics=[], allow_auto_topic_creation=False).encode(12)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _read(s, 4))[0]
-        frame = memoryview(_read(s, size))
-    _, pos = ResponseHeader.decode_from(frame, 0, 1)
-    return len(MetadataResponse.decode_from(frame, pos, 12)[0].brokers)
-
-
-def _read(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
+    with WireClient(bootstrap, client_id="kafka-ref-probe", timeout=timeout) as w:
+        return len(w.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 12).brokers)
 
 
 # --- nodes -------------------------------------------------------------------------------------------
@@ -250,7 +230,7 @@ class KafkaNode:
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and pid_alive(self.pid)
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.pid is None or not self.alive():
@@ -289,7 +269,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -318,7 +298,7 @@ def _wait_dead(node: KafkaNode, timeout: float) -> bool:
                 return True
             except subprocess.TimeoutExpired:
                 continue
-        if not _pid_alive(node.pid):
+        if not pid_alive(node.pid):
             return True
         time.sleep(0.1)
     return False
@@ -382,10 +362,11 @@ class KafkaRef:
                 if metadata_brokers(node.bootstrap) == len(self.nodes):
                     pending.pop(0)
                     continue
-            except (OSError, ValueError, struct.error):
+            except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                raise KafkaRefError(f"reference Kafka node {node.node_id} did not answer in {self.start_timeout:.0f} s:\n"
+                raise KafkaRefError(f"reference Kafka node {node.node_id} did not answer in "
+                                    f"{self.start_timeout:.0f} s:\n"
                                     f"{node.tail()}")
             time.sleep(0.2)
 
