@@ -1,8 +1,8 @@
 """Compare a response from the reference Kafka with ours, field by field.
 
 ``plain(obj)`` turns a decoded message (our generated codec) into dicts / lists / scalars, with what
-must differ between two brokers normalised by field name (cluster and topic ids, member ids, node
-ids, hosts and ports, leader epochs, timestamps, throttle times) and error messages compared as
+must differ between two brokers normalised by field name (cluster and topic ids, member and producer
+ids, node ids, hosts and ports, leader epochs, timestamps, throttle times) and error messages compared as
 null / empty / present (their wording is ours, not Kafka's); ``differences(ours, kafka)`` lists the
 paths where they still differ, as ``"path: ours=... kafka=..."``.
 """
@@ -36,6 +36,8 @@ def normalise(name: str, value):
         return _uuid(value)
     if name == "member_id":
         return value if not value else "<member-id>"
+    if name == "producer_id":
+        return value if value < 0 else "<producer-id>"
     if name in _NODE_FIELDS:
         return value if value is None or value < 0 else "<node>"
     if name in _NODE_LISTS and isinstance(value, list):

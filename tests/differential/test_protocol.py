@@ -60,16 +60,19 @@ class Side:
         assert r.topics[0].error_code == 0, r
         self.topic_id(name)  # Kafka's broker learns the topic from the controller a moment later
 
-    def coordinator_ready(self, group: str) -> None:
-        """FindCoordinator until the group's coordinator answers (Kafka creates ``__consumer_offsets`` on
-        the first look-up and loads it: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until then)."""
+    def coordinator_ready(self, group: str, key_type: int = 0) -> None:
+        """FindCoordinator until the group's (``key_type`` 1: the transactional id's) coordinator answers
+        (Kafka creates ``__consumer_offsets`` / ``__transaction_state`` on the first look-up and loads it:
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until then)."""
         from protocol.messages.find_coordinator import FindCoordinatorRequest
         from protocol.messages.offset_fetch import OffsetFetchRequest
-        until(lambda: self.wire().request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
-               .coordinators[0].error_code == 0, 30, f"the group coordinator on {self.label}")
+        until(lambda: self.wire().request(FindCoordinatorRequest(key_type=key_type, coordinator_keys=[group]), 4)
+              .coordinators[0].error_code == 0, 30, f"the coordinator on {self.label}")
+        if key_type != 0:
+            return
         # and until it has loaded its partition (COORDINATOR_LOAD_IN_PROGRESS before)
         until(lambda: self.wire().request(OffsetFetchRequest(group_id=group, topics=None), 7).error_code == 0,
-               30, f"the group coordinator on {self.label} to load")
+              30, f"the group coordinator on {self.label} to load")
 
     def topic_id(self, name: str) -> bytes:
         def found():
@@ -364,6 +367,43 @@ def share_acknowledge_bad_batches(s: Side) -> dict:
     return out
 
 
+def fenced_producer_codes(s: Side) -> dict:
+    """A producer fenced by a second InitProducerId, at each version boundary of PRODUCER_FENCED: older
+    versions get INVALID_PRODUCER_EPOCH in its place (KafkaApis)."""
+    from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+    from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest as APT
+    from protocol.messages.end_txn import EndTxnRequest
+    from protocol.messages.init_producer_id import InitProducerIdRequest as IPI
+
+    n = s.names
+    s.create_topic(n["topic"])
+    s.coordinator_ready(n["txn"], key_type=1)
+    w = s.wire()
+
+    def init(version: int = 4, pid: int = -1, epoch: int = -1):
+        def answered():
+            r = w.request(IPI(transactional_id=n["txn"], transaction_timeout_ms=60000, producer_id=pid,
+                              producer_epoch=epoch), version)
+            return None if r.error_code in _RETRIABLE | {Errors.CONCURRENT_TRANSACTIONS} else r
+        return until(answered, 30, f"InitProducerId on {s.label}", 0.1)
+
+    first = init()
+    second = init()  # bumps the epoch: the first is fenced
+    pid, stale = first.producer_id, first.producer_epoch
+    out = {"init": plain(first), "init_again": plain(second)}
+    for v in range(4):
+        out[f"add_partitions_v{v}"] = plain(w.request(APT(
+            v3_and_below_transactional_id=n["txn"], v3_and_below_producer_id=pid, v3_and_below_producer_epoch=stale,
+            v3_and_below_topics=[APT.AddPartitionsToTxnTopic(name=n["topic"], partitions=[0])]), v))
+        out[f"add_offsets_v{v}"] = plain(w.request(AddOffsetsToTxnRequest(
+            transactional_id=n["txn"], producer_id=pid, producer_epoch=stale, group_id=n["group"]), v))
+        out[f"end_txn_v{v}"] = plain(w.request(EndTxnRequest(
+            transactional_id=n["txn"], producer_id=pid, producer_epoch=stale, committed=False), v))
+    for v in (3, 4, 5):
+        out[f"init_stale_v{v}"] = plain(init(v, pid, stale))
+    return out
+
+
 SCENARIOS = {
     "api_versions": (api_versions, ()),
     "api_versions_invalid": (api_versions_invalid, ()),
@@ -376,6 +416,7 @@ SCENARIOS = {
     "share_group_heartbeat_errors": (share_group_heartbeat_errors, ("topic", "group", "member", "other")),
     "share_fetch_session_epochs": (share_fetch_session_epochs, ("topic", "group")),
     "share_acknowledge_bad_batches": (share_acknowledge_bad_batches, ("topic", "group")),
+    "fenced_producer_codes": (fenced_producer_codes, ("topic", "txn", "group")),
 }
 
 # Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
