@@ -13,7 +13,7 @@ memoryview slices of one ``os.pread`` per contiguous range.
 Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
 tail of the last segment after its last index entry; otherwise every segment
 at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
-or corrupt tail is truncated (later segments are dropped, as Kafka does).
+or corrupt tail is truncated (later segments are kept: ``damage.py``).
 Producer state comes from the latest producer snapshot (written at each roll
 and at close) plus a scan of the batches after it (``producer_state_load``
 says which snapshot and how many batches); only without a usable snapshot is
@@ -58,6 +58,7 @@ from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, CO
 
 from .background import Inline
 from .config import LogConfig, as_log_config
+from .damage import CHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .files import atomic_write, fsync_dir
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
@@ -211,12 +212,13 @@ class PartitionLog:
         self._spare_pending = False
         self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
         self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
+        self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
 
     def set_background(self, background) -> None:
         """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
-        self._bg = background or Inline()
+        self._bg = self.damage.background = background or Inline()
 
     # ---------------------------------------------------------------- offsets
     @property
@@ -336,13 +338,13 @@ class PartitionLog:
             elif not trusted or not seg.index_files_plausible():
                 truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
                 seg.seal()  # the maximum entry as a roll writes it; entries leave memory
+                seg.check = CHECKED
                 # compaction leaves gaps: a segment may end before the next one's base offset
                 if truncated or seg.next_offset > segs[i + 1].base_offset:
-                    log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
-                              self.partition, seg.log_path, len(segs) - i - 1)
-                    for later in segs[i + 1:]:
+                    j = self.damage.recovered(segs, i, truncated)  # the later segments kept: segs[j:]
+                    for later in segs[i + 1:j]:
                         later.delete()
-                    del segs[i + 1:], self._bases[i + 1:]
+                    del segs[i + 1:j], self._bases[i + 1:j]
             i += 1
 
     def _load_producer_state(self, now: int, names: list[str]) -> None:
@@ -602,6 +604,10 @@ class PartitionLog:
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
+            if seg is not segs[-1]:
+                self.damage.touch(seg)  # a sealed segment: checked once in the background; cut?
+                if seg.damage is not None:  # the header walk steps over damaged batches
+                    return out + self._read_headers(offset, max_bytes - total, limit, min_one and not out)
             end = seg.size
             pos = seg.lookup_position(offset)
             budget = max(max_bytes - total, 0)
@@ -629,7 +635,7 @@ class PartitionLog:
                     data = memoryview(seg.read(base_pos, min(end - base_pos, max(size, budget))))
                     off = 0
                     if len(data) < size:
-                        return out  # cannot happen for validated data; never serve a partial batch
+                        break  # the file was cut under us (touch notices); never serve a partial batch
                 out.append(BatchRef(base, last, data[off:off + size], seg.fd, base_pos + off, size))
                 total += size
                 off += size
@@ -658,12 +664,18 @@ class PartitionLog:
         pread = os.pread
         while offset < limit and i < len(segs):
             seg = segs[i]
-            fd, end = seg.fd, seg.size
+            if seg is not segs[-1]:
+                self.damage.touch(seg)
+            fd, end, damage = seg.fd, seg.size, seg.damage
             pos = seg.lookup_position(offset)
             while pos + HEADER_SIZE <= end:
+                if damage is not None and (pos := skip_damage(damage, pos)) + HEADER_SIZE > end:
+                    break
                 head = pread(fd, HEADER_SIZE, pos)
-                base, length = _OFF_LEN.unpack_from(head, 0)
+                base, length = _OFF_LEN.unpack_from(head, 0) if len(head) == HEADER_SIZE else (0, end)
                 size = length + 12
+                if pos + size > end:
+                    break  # cut under us (touch notices it): never serve a partial batch
                 last = base + _DELTA.unpack_from(head, 23)[0]
                 if last >= offset:
                     if last >= limit or ((out or not min_one) and total + size > max_bytes):
