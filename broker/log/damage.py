@@ -188,14 +188,14 @@ class DamageWatch:
     sorted; written only by ``_found``). ``corrupt_batches`` and ``truncated_segments`` are the
     metrics' counters (since start-up)."""
 
-    __slots__ = ("name", "background", "corrupt_batches", "truncated_segments", "damaged")
+    __slots__ = ("name", "background", "corrupt_batches", "truncated_segments", "checking")
 
     def __init__(self, name: str, background):
         self.name = name
         self.background = background
         self.corrupt_batches = 0
         self.truncated_segments = 0
-        self.damaged = 0  # segments with damage (reads use the header walk while any exists)
+        self.checking: set = set()  # segments whose check runs (added by touch, removed by its last piece)
 
     def recovered(self, segs: list, i: int, truncated: int) -> int:
         """Start-up recovery truncated ``segs[i]`` (not the last) at damage, or found it running into
@@ -211,21 +211,52 @@ class DamageWatch:
         return j
 
     def touch(self, seg) -> None:
-        """A read is about to walk sealed segment ``seg``: check it once, and notice a cut file."""
+        """A read is about to walk sealed segment ``seg``: check it once, again when its file was cut or
+        written under us (nothing of ours writes a sealed segment's log file: its mtime stays)."""
         if seg.fd is None:
             return
-        size = os.fstat(seg.fd).st_size
-        if size < seg.size:
+        st = os.fstat(seg.fd)
+        if st.st_size < seg.size:
             log.error("%s: segment %s is %d bytes on disk but %d were written: it was truncated under the "
                       "running broker; reads stop at the cut and go on with the next segment", self.name,
-                      seg.log_path, size, seg.size)
+                      seg.log_path, st.st_size, seg.size)
             self.truncated_segments += 1
-            seg.size = size
+            seg.size = st.st_size
             if seg.check is CHECKED:
                 seg.check = UNCHECKED  # check again: the batch at the cut is incomplete
+        elif seg.check is CHECKED and seg.check_mtime != st.st_mtime_ns:
+            if seg.check_mtime is not None:
+                log.warning("%s: segment %s was written under the running broker; checking it again",
+                            self.name, seg.log_path)
+                seg.check = UNCHECKED
+            seg.check_mtime = st.st_mtime_ns  # None: checked by start-up recovery
         if seg.check is UNCHECKED:
-            seg.check = CHECKING
+            seg.check, seg.check_mtime, seg.damage = CHECKING, st.st_mtime_ns, None
+            self.checking.add(seg)
             self._next_piece(seg, Walk(seg.base_offset), seg.size)
+
+    def verify(self, refs: list) -> list:
+        """``refs`` a read is about to answer, without the damaged batches of segments whose check is still
+        running (their CRC32C is computed here: until the check is done no batch goes out unchecked).
+        A damaged batch is recorded as the check would; when the good batch after it cannot be told
+        at once (its length field is damaged too), the answer ends before it (the check finds it)."""
+        by_fd = {seg.fd: seg for seg in self.checking}
+        out = []
+        for r in refs:
+            seg = by_fd.get(r.fd)
+            if seg is not None:
+                data = r.data
+                hdr = HEADER.unpack_from(data, 0)
+                actual = crc32c(data[ATTRIBUTES_OFFSET:])
+                if actual != hdr[4]:
+                    end = r.position + r.size
+                    if end < seg.size and not _good_at(seg.fd, end, seg.size, r.last_offset + 1):
+                        break
+                    reason = f"CRC32C mismatch (stored 0x{hdr[4]:08x}, computed 0x{actual:08x})"
+                    self._found(seg, [Damage(r.position, end, r.base_offset, reason)])
+                    continue
+            out.append(r)
+        return out
 
     def _next_piece(self, seg, walk: Walk, end: int) -> None:
         try:
@@ -233,6 +264,7 @@ class DamageWatch:
         except OSError as e:
             log.warning("%s: cannot check segment %s: %r", self.name, seg.log_path, e)
             seg.check = UNCHECKED
+            self.checking.discard(seg)
             return
         found = len(walk.damage)
 
@@ -243,30 +275,31 @@ class DamageWatch:
                 os.close(fd)
 
         def done(finished, exc):
-            if seg.fd is None or seg.check is not CHECKING:  # deleted, closed, or to be checked again
-                return
-            if exc is not None:
-                log.warning("%s: checking segment %s failed: %r", self.name, seg.log_path, exc)
-                seg.check = UNCHECKED
+            if seg.fd is None or seg.check is not CHECKING or exc is not None:  # deleted, closed, failed,
+                self.checking.discard(seg)  # or to be checked again (touch starts that)
+                if exc is not None:
+                    log.warning("%s: checking segment %s failed: %r", self.name, seg.log_path, exc)
+                    seg.check = UNCHECKED
                 return
             if len(walk.damage) > found:
                 self._found(seg, walk.damage[found:])
             if finished:
                 seg.check = CHECKED
+                self.checking.discard(seg)
             else:
                 self._next_piece(seg, walk, end)
         self.background.submit(job, done)
 
     def _found(self, seg, damage: list[Damage]) -> None:
         starts, resumes = seg.damage if seg.damage is not None else ([], [])
-        if not starts:
-            self.damaged += 1
         for d in damage:
+            j = bisect_right(starts, d.position)
+            if j and starts[j - 1] == d.position:
+                continue  # already found (by a read, before the check got there)
             log.error("%s: damaged batch in %s at position %d (offset %d): %s; fetches skip its %d bytes "
                       "(consumers see a gap of offsets)", self.name, seg.log_path, d.position, d.offset,
                       d.reason, d.resume - d.position)
-            j = bisect_right(starts, d.position)
             starts.insert(j, d.position)
             resumes.insert(j, d.resume)
-        self.corrupt_batches += len(damage)
+            self.corrupt_batches += 1
         seg.damage = (starts, resumes)

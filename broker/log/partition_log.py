@@ -50,13 +50,14 @@ import time
 from bisect import bisect_right
 from typing import Callable
 
-from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
-                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK,
+                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK,
                               UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
                               control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
 from .background import Inline
+from .batch_ref import BatchRef, file_spans  # noqa: F401 -- file_spans: re-exported for the Fetch handler
 from .config import LogConfig, as_log_config
 from .damage import CHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
@@ -80,84 +81,6 @@ def _now_ms() -> int:
 
 def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
-
-
-class BatchRef:
-    """One stored batch as returned by ``read``; ``data`` is the whole batch, byte-for-byte.
-
-    ``fd`` / ``position`` / ``size`` locate the batch in its segment file, for a
-    sender that wants ``os.sendfile``. The fd belongs to the log: use it in the
-    same event-loop callback that called ``read`` (a later retention pass may close
-    it). Refs from ``read(..., lazy=True)`` hold only the header until ``data`` is
-    first used, which then costs one ``pread`` (same rule about the fd).
-    """
-
-    __slots__ = ("base_offset", "last_offset", "_data", "fd", "position", "size")
-
-    def __init__(self, base_offset: int, last_offset: int, data: memoryview | None, fd: int = -1,
-                 position: int = -1, size: int = -1):
-        self.base_offset = base_offset
-        self.last_offset = last_offset
-        self._data = data
-        self.fd = fd
-        self.position = position
-        self.size = len(data) if data is not None and size < 0 else size
-
-    @property
-    def data(self) -> memoryview:
-        d = self._data
-        if d is None or len(d) < self.size:
-            d = self._data = memoryview(os.pread(self.fd, self.size, self.position))
-        return d
-
-    @property
-    def _head(self) -> memoryview:
-        """At least the batch header (61 bytes): the data, or what a lazy read kept."""
-        d = self._data
-        return d if d is not None else self.data
-
-    def header(self) -> BatchInfo:
-        return BatchInfo(0, HEADER.unpack_from(self._head, 0))
-
-    @property
-    def attributes(self) -> int:
-        h = self._head
-        return h[22] | (h[21] << 8)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self._head[22] & CONTROL_MASK)
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self._head[22] & TRANSACTIONAL_MASK)
-
-    @property
-    def producer_id(self) -> int:
-        return struct.unpack_from(">q", self._head, 43)[0]
-
-    @property
-    def max_timestamp(self) -> int:
-        return struct.unpack_from(">q", self._head, 35)[0]
-
-    @property
-    def records_count(self) -> int:
-        return struct.unpack_from(">i", self._head, 57)[0]
-
-    def __repr__(self) -> str:
-        return f"BatchRef({self.base_offset}..{self.last_offset}, {self.size} bytes)"
-
-
-def file_spans(refs: list[BatchRef]) -> list[tuple[int, int, int]]:
-    """(fd, position, length) runs covering ``refs`` in order, contiguous batches merged:
-    what a sender needs for ``os.sendfile`` (see BatchRef about the fd's lifetime)."""
-    spans: list[list[int]] = []
-    for r in refs:
-        if spans and spans[-1][0] == r.fd and spans[-1][1] + spans[-1][2] == r.position:
-            spans[-1][2] += r.size
-        else:
-            spans.append([r.fd, r.position, r.size])
-    return [tuple(s) for s in spans]
 
 
 class AppendResult:
@@ -591,8 +514,13 @@ class PartitionLog:
 
         ``lazy=True`` reads only batch headers (one small ``pread`` per batch);
         the refs' ``data`` is read on first use. For a sender that uses
-        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python.
+        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python. Damaged batches of
+        sealed segments are left out (``damage.py``): the answer has a gap of offsets there.
         """
+        refs = self._read(offset, max_bytes, max_offset, min_one, lazy)
+        return self.damage.verify(refs) if refs and self.damage.checking else refs
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool, lazy: bool) -> list[BatchRef]:
         limit = self._read_limit(offset, max_offset)
         if lazy:
             return self._read_headers(offset, max_bytes, limit, min_one)
@@ -634,8 +562,8 @@ class PartitionLog:
                     base_pos += off
                     data = memoryview(seg.read(base_pos, min(end - base_pos, max(size, budget))))
                     off = 0
-                    if len(data) < size:
-                        break  # the file was cut under us (touch notices); never serve a partial batch
+                    if len(data) < size:  # cut under us: the check records the damage, reads then skip it
+                        return out  # never serve a partial batch, nor what follows it, before that
                 out.append(BatchRef(base, last, data[off:off + size], seg.fd, base_pos + off, size))
                 total += size
                 off += size
@@ -674,8 +602,8 @@ class PartitionLog:
                 head = pread(fd, HEADER_SIZE, pos)
                 base, length = _OFF_LEN.unpack_from(head, 0) if len(head) == HEADER_SIZE else (0, end)
                 size = length + 12
-                if pos + size > end:
-                    break  # cut under us (touch notices it): never serve a partial batch
+                if pos + size > end:  # a damaged length or a cut: nothing past it until the check says
+                    return out
                 last = base + _DELTA.unpack_from(head, 23)[0]
                 if last >= offset:
                     if last >= limit or ((out or not min_one) and total + size > max_bytes):

@@ -92,7 +92,8 @@ class Segment:
     __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
-                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "check", "damage")
+                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "check", "damage",
+                 "check_mtime")
 
     def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                  suffix: str = ""):
@@ -127,6 +128,7 @@ class Segment:
         # damage at rest (damage.py's DamageWatch writes both; recovery sets ``check`` on what it re-scans)
         self.check: str | None = None
         self.damage: tuple[list[int], list[int]] | None = None
+        self.check_mtime: int | None = None  # st_mtime_ns of the log file when it was checked
 
     # ------------------------------------------------------------------ paths
     def path(self, suffix: str) -> str:

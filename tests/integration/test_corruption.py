@@ -21,7 +21,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.test_segment_roll import produce_batches
-from tests.support import create_topic, unique, until
+from tests.integration.test_share_retention import share_consume
+from tests.support import create_topic, set_group_configs, unique, until
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_SEGMENTS = {"segment_index_bytes": 80, "index_interval_bytes": 0}  # 11 batches per segment
@@ -161,3 +162,19 @@ def test_log_check_passes_a_clean_data_dir_and_prints_batches(broker_factory):
     assert "no damage found" in done.stdout and "a broker is running" not in done.stderr
     assert len(re.findall(r"^baseOffset: \d+ lastOffset", done.stdout, re.M)) == 15
     assert len(re.findall(r"^\| offset: \d+", done.stdout, re.M)) == 15
+
+
+def test_a_share_group_reads_past_a_damaged_batch(broker_factory):
+    """ShareFetch reads through the same log reads: the skipped batch is a gap of offsets for the
+    share partition (as a batch the cleaner emptied), never acquired; every other record is delivered."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap, **SMALL_SEGMENTS)
+    produce_batches(b.bootstrap, topic, N, int(time.time() * 1000))
+    segs = segments(b.data_dir, topic)
+    pos, bad, size = batch_positions(segs[1])[2]
+    flip(segs[1], pos + size - 3)
+    group = unique("sg")
+    set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
+    got = share_consume(b.bootstrap, group, topic, N - 1)
+    assert sorted(set(got)) == [o for o in range(N) if o != bad]
+    until(lambda: any("damaged batch in" in x and f"(offset {bad})" in x for x in b.log_lines), 10, "the log line")

@@ -143,24 +143,46 @@ def test_a_segment_cut_under_the_running_log_is_noticed_and_reads_go_on(tmp_path
     assert "was truncated under the running broker" in caplog.text
 
 
-def test_the_check_runs_on_the_worker_and_reads_skip_once_it_is_done(tmp_path):
+def test_while_the_check_runs_on_the_worker_reads_check_what_they_serve(tmp_path):
+    """The check of a sealed segment runs on the worker; until it is done, a read computes the CRC32C
+    of the batches it serves from that segment, so no damaged batch goes out even before the check."""
     path = tmp_path / "t-0"
     bases = fill(path, clean=True)
     flip(seg_file(path, bases[1]), 300)
-    bad = bases[1] + 2
+    size = len(batch())
+    data = bytearray(seg_file(path, bases[1]).read_bytes())
+    data[5 * size + 8:5 * size + 12] = (12345678).to_bytes(4, "big")  # the 6th batch's length field too
+    seg_file(path, bases[1]).write_bytes(bytes(data))
+    bad, lost = bases[1] + 2, bases[1] + 10
 
     async def main():
         bg = Background(asyncio.get_running_loop())
         plog = open_log(path, clean_shutdown=True, background=bg)
         try:
-            first = [r.base_offset for r in plog.read(bases[1], 1 << 30, lazy=True)]  # the check only started
+            first = [r.base_offset for r in plog.read(bases[1], 1 << 30, lazy=True)]
+            counted = plog.damage.corrupt_batches
             await bg.barrier()
-            return first, offsets(plog, bases[1], lazy=True), plog.damage.corrupt_batches
+            return first, counted, offsets(plog, bases[1], lazy=True), plog.damage.corrupt_batches
         finally:
             bg.close()
             plog.close()
 
-    first, after, count = asyncio.run(main())
-    assert bad in first  # served as is before the check (Kafka serves it always)
-    assert count == 1
-    assert after == [o for o in range(bases[1], 60) if o not in (bad, bad + 1)]
+    first, counted, after, count = asyncio.run(main())
+    # served while checking: the flipped batch left out, the answer ends before the unreadable length
+    assert first == [o for o in range(bases[1], lost, 2) if o != bad] and counted == 1
+    assert count == 2  # the check found both, the first once
+    assert after == [o for o in range(bases[1], 60) if o not in (bad, bad + 1, lost, lost + 1)]
+
+
+def test_a_checked_segment_written_under_the_running_log_is_checked_again(tmp_path, caplog):
+    path = tmp_path / "t-0"
+    bases = fill(path, clean=True)
+    plog = open_log(path, clean_shutdown=True)
+    assert offsets(plog) == list(range(60)) and plog.damage.corrupt_batches == 0  # checked: clean
+    file = seg_file(path, bases[1])
+    before = file.stat().st_mtime_ns
+    flip(file, 300)
+    os.utime(file, ns=(before + 10**9, before + 10**9))  # (a coarse clock may not have moved yet)
+    assert offsets(plog) == [o for o in range(60) if o not in (bases[1] + 2, bases[1] + 3)]
+    assert plog.damage.corrupt_batches == 1
+    assert "was written under the running broker; checking it again" in caplog.text
