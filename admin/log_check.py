@@ -191,7 +191,7 @@ def check_partition(path: str, args, report: Report) -> None:
             if fd >= 0:
                 os.close(fd)
         problems = [f"position {d.position} offset {d.offset}: {d.reason}; {d.resume - d.position} bytes "
-                    f"{'to the end of the file' if d.resume == size else 'before the next good batch'}"
+                    f"{'up to the end of the file' if d.resume == size else 'up to the next good batch'}"
                     for d in walk.damage]
         damaged = len(walk.damage) + len(deep_problems)
         torn = (k == len(bases) - 1 and len(walk.damage) == 1 and walk.damage[0].resume == size
