@@ -552,6 +552,8 @@ class PartitionLog:
                         break
                 base, length = _OFF_LEN.unpack_from(data, off)
                 size = length + 12
+                if size < HEADER_SIZE:  # a damaged length: nothing past it until the check says
+                    return out
                 last = base + _DELTA.unpack_from(data, off + 23)[0]
                 if last < offset:
                     off += size
@@ -602,8 +604,8 @@ class PartitionLog:
                 head = pread(fd, HEADER_SIZE, pos)
                 base, length = _OFF_LEN.unpack_from(head, 0) if len(head) == HEADER_SIZE else (0, end)
                 size = length + 12
-                if pos + size > end:  # a damaged length or a cut: nothing past it until the check says
-                    return out
+                if size < HEADER_SIZE or pos + size > end:  # a damaged length or a cut: nothing past it
+                    return out  # until the check says where the next batch starts
                 last = base + _DELTA.unpack_from(head, 23)[0]
                 if last >= offset:
                     if last >= limit or ((out or not min_one) and total + size > max_bytes):

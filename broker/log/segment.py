@@ -514,6 +514,8 @@ class Segment:
                 if len(chunk) < HEADER_SIZE:
                     return
             hdr = HEADER.unpack_from(chunk, off)
+            if hdr[1] + LOG_OVERHEAD < HEADER_SIZE:
+                return  # a damaged length field (damage.py): never walk backwards
             yield position, hdr
             position += hdr[1] + LOG_OVERHEAD
 

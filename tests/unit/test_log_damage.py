@@ -186,3 +186,24 @@ def test_a_checked_segment_written_under_the_running_log_is_checked_again(tmp_pa
     assert offsets(plog) == [o for o in range(60) if o not in (bases[1] + 2, bases[1] + 3)]
     assert plog.damage.corrupt_batches == 1
     assert "was written under the running broker; checking it again" in caplog.text
+
+
+def test_a_negative_batch_length_never_sends_a_read_backwards(tmp_path):
+    """A damaged length field that is negative: reads (eager and lazy) and timestamp look-ups end
+    there instead of walking backwards for ever; once checked, reads step over the batch."""
+    path = tmp_path / "t-0"
+    bases = fill(path, clean=True)
+    size = len(batch())
+    data = bytearray(seg_file(path, bases[1]).read_bytes())
+    data[2 * size + 8:2 * size + 12] = (-300).to_bytes(4, "big", signed=True)
+    seg_file(path, bases[1]).write_bytes(bytes(data))
+    plog = open_log(path, clean_shutdown=True)
+    seg = plog.segments[1]
+    assert plog.segments[1].check is None
+    seg.check = "checked"  # as if checked before the damage: the walkers meet it unprepared
+    seg.check_mtime = os.fstat(seg.fd).st_mtime_ns
+    assert [r.base_offset for r in plog.read(bases[1], 1 << 30)] == [bases[1], bases[1] + 2]
+    assert [r.base_offset for r in plog.read(bases[1], 1 << 30, lazy=True)] == [bases[1], bases[1] + 2]
+    seg.check = None
+    bad = bases[1] + 4
+    assert offsets(plog, bases[1]) == [o for o in range(bases[1], 60) if o not in (bad, bad + 1)]
