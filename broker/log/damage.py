@@ -11,7 +11,9 @@ the batches after it, so consumers see a gap of offsets (as after compaction) an
 segment whose file became shorter than the broker wrote it (truncated under the running broker)
 is noticed by the same touch (one ``fstat`` per sealed segment a read visits), logged, counted
 (``sharebroker_log_truncated_segments_total``) and checked again; reads then end at the cut and go
-on with the next segment. The active segment is not checked (start-up recovery re-scans it).
+on with the next segment. The active segment is checked the same way once, only when it held data
+at a clean start (recovery after a crash checked it whole; what this run appends was checked on
+produce); its check covers what it held then.
 
 ``check_segment`` is the same walk from start to end, for ``sharebroker-log-check``
 (``admin/log_check.py``). After a damaged batch the walk finds the next good batch: the position
@@ -210,12 +212,22 @@ class DamageWatch:
         self.corrupt_batches += 1
         return j
 
-    def touch(self, seg) -> None:
-        """A read is about to walk sealed segment ``seg``: check it once, again when its file was cut or
-        written under us (nothing of ours writes a sealed segment's log file: its mtime stays)."""
+    def touch(self, seg, active: bool = False) -> None:
+        """A read is about to walk ``seg``: start its check unless done. A sealed segment is checked
+        again when its file was cut or written under us (nothing of ours writes a sealed segment's log
+        file: its mtime stays); the active one only needs a check when it held data at start-up that
+        recovery did not check (``PartitionLog`` marks what it wrote and what recovery checked)."""
         if seg.fd is None:
             return
         st = os.fstat(seg.fd)
+        if not active:
+            self._notice_changes(seg, st)
+        if seg.check is UNCHECKED:  # damage found earlier stays (found and logged once)
+            seg.check, seg.check_mtime = CHECKING, st.st_mtime_ns
+            self.checking.add(seg)
+            self._next_piece(seg, Walk(seg.base_offset), seg.size)
+
+    def _notice_changes(self, seg, st: os.stat_result) -> None:
         if st.st_size < seg.size:
             log.error("%s: segment %s is %d bytes on disk but %d were written: it was truncated under the "
                       "running broker; reads stop at the cut and go on with the next segment", self.name,
@@ -230,10 +242,6 @@ class DamageWatch:
                             self.name, seg.log_path)
                 seg.check = UNCHECKED
             seg.check_mtime = st.st_mtime_ns  # None: checked by start-up recovery
-        if seg.check is UNCHECKED:
-            seg.check, seg.check_mtime, seg.damage = CHECKING, st.st_mtime_ns, None
-            self.checking.add(seg)
-            self._next_piece(seg, Walk(seg.base_offset), seg.size)
 
     def verify(self, refs: list) -> list:
         """``refs`` a read is about to answer, without the damaged batches of segments whose check is still

@@ -59,7 +59,7 @@ from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK
 from .background import Inline
 from .batch_ref import BatchRef, file_spans  # noqa: F401 -- file_spans: re-exported for the Fetch handler
 from .config import LogConfig, as_log_config
-from .damage import CHECKED, DamageWatch, skip as skip_damage
+from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .files import atomic_write, fsync_dir
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
@@ -257,7 +257,9 @@ class PartitionLog:
             trusted = seg.base_offset not in rescan and (
                 clean or (not last and segs[i + 1].base_offset <= self._recovery_point))
             if last:
-                seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
+                whole = not (trusted and seg.indexes_sane())
+                seg.recover(verify_crc=True, from_last_index_entry=not whole)
+                seg.check = CHECKED if whole else UNCHECKED  # a clean start checks it on first read
             elif not trusted or not seg.index_files_plausible():
                 truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
                 seg.seal()  # the maximum entry as a roll writes it; entries leave memory
@@ -467,6 +469,7 @@ class PartitionLog:
             return
         now = self.clock() if now_ms is None else now_ms
         old.seal()
+        old.check = UNCHECKED  # sealed: checked whole when a read first touches it (damage.py)
         self._pending_flush.append(old)
         cfg = self.config
         spare, self._spare = self._spare, None
@@ -474,6 +477,7 @@ class PartitionLog:
             new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now, spare)
         else:
             new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+        new.check = CHECKED  # every batch it gets is checked on produce
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
@@ -532,10 +536,10 @@ class PartitionLog:
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
-            if seg is not segs[-1]:
-                self.damage.touch(seg)  # a sealed segment: checked once in the background; cut?
-                if seg.damage is not None:  # the header walk steps over damaged batches
-                    return out + self._read_headers(offset, max_bytes - total, limit, min_one and not out)
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])  # checked once in the background; cut under us?
+            if seg.damage is not None:  # the header walk steps over damaged batches
+                return out + self._read_headers(offset, max_bytes - total, limit, min_one and not out)
             end = seg.size
             pos = seg.lookup_position(offset)
             budget = max(max_bytes - total, 0)
@@ -594,8 +598,8 @@ class PartitionLog:
         pread = os.pread
         while offset < limit and i < len(segs):
             seg = segs[i]
-            if seg is not segs[-1]:
-                self.damage.touch(seg)
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])
             fd, end, damage = seg.fd, seg.size, seg.damage
             pos = seg.lookup_position(offset)
             while pos + HEADER_SIZE <= end:

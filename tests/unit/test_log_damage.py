@@ -207,3 +207,18 @@ def test_a_negative_batch_length_never_sends_a_read_backwards(tmp_path):
     seg.check = None
     bad = bases[1] + 4
     assert offsets(plog, bases[1]) == [o for o in range(bases[1], 60) if o not in (bad, bad + 1)]
+
+
+def test_after_a_clean_start_the_active_segment_is_checked_on_first_read(tmp_path, caplog):
+    """A clean start re-reads only the active segment's tail (after its last index entry); damage
+    before it is found by the check the first read starts, and stepped over; appends go on."""
+    path = tmp_path / "t-0"
+    bases = fill(path, n=13, clean=True)
+    assert bases == [0]
+    flip(seg_file(path, 0), 300)
+    plog = open_log(path, clean_shutdown=True)
+    assert plog.log_end_offset == 26 and plog.damage.corrupt_batches == 0
+    assert offsets(plog, lazy=True) == [o for o in range(26) if o not in (2, 3)]
+    assert plog.damage.corrupt_batches == 1 and "(offset 2)" in caplog.text
+    assert append(plog, batch()).base_offset == 26
+    assert offsets(plog) == [o for o in range(28) if o not in (2, 3)]
