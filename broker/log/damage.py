@@ -7,7 +7,9 @@ read touches it (``DamageWatch.touch``), in pieces of ``CHECK_PIECE`` bytes so t
 behind it wait for one piece only. A batch that fails (bad header, offsets going backwards, CRC32C
 mismatch, cut short) is logged once with the segment's path, position and offset, counted
 (``sharebroker_log_corrupt_batches_total``), and from then on reads step over it: a fetch answers
-the batches after it, so consumers see a gap of offsets (as after compaction) and go on. A
+the batches after it, so consumers see a gap of offsets (as after compaction) and go on (an error
+answer for the partition, e.g. CORRUPT_MESSAGE, would stop every consumer there until someone seeks
+past it by hand; the batch's records are lost either way). A
 segment whose file became shorter than the broker wrote it (truncated under the running broker)
 is noticed by the same touch (one ``fstat`` per sealed segment a read visits), logged, counted
 (``sharebroker_log_truncated_segments_total``) and checked again; reads then end at the cut and go
