@@ -22,7 +22,8 @@ SIGTERM and kill -9. Because the faults that need a repair are taken after a syn
 acknowledged client was told may be lost in any case.
 
 Workload (all over 127.0.0.1, bounded in records and time): two idempotent producers (acks=all) on
-``data`` (2 partitions, 64 KiB segments, an index entry per batch), a transactional producer
+``data`` (2 partitions, 1 MiB segments, an index entry per batch; one writes bursts of ~2 KB records,
+the other one ~20-byte record per batch), a transactional producer
 committing or aborting (seeded) on ``txn``; a share group (explicit acknowledgement, ``commit_sync``)
 and a consumer group (KIP-848, synchronous commits) on ``data``.
 
@@ -51,6 +52,7 @@ of each invariant, and exits 1 when there was one.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import fcntl
 import os
 import random
@@ -251,7 +253,8 @@ class Ledger:
     """What the clients were told (the truth the invariants hold the broker to), and the violations."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        # re-entrant: a client's callback may run in whatever thread polls it (and a finalizer anywhere)
+        self.lock = threading.RLock()
         self.acked: dict[tuple[str, int, int], bytes] = {}  # (topic, partition, offset) -> value
         self.txn_committed: dict[int, list[tuple[int, int, bytes]]] = {}  # txn -> [(partition, offset, value)]
         self.txn_aborted: set[bytes] = set()  # values of transactions whose abort returned
@@ -297,10 +300,15 @@ class Role(threading.Thread):
 
 
 class IdempotentWriter(Role):
+    """``small``: one ~20-byte record per batch, every 10 ms (appends that fit in a block's last bytes on a
+    full disk while an index write does not); else bursts of 20 ~2 KB records every 50 ms."""
+    small = False
+
     def make(self):
         from confluent_kafka import Producer
         return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": 20000, "request.timeout.ms": 5000,
+                         "linger.ms": 0 if self.small else 5, "message.timeout.ms": 20000,
+                         "request.timeout.ms": 5000,
                          "client.id": self.name, **CLIENT})
 
     def work(self) -> None:
@@ -308,9 +316,8 @@ class IdempotentWriter(Role):
         p, seq, failed = self.make(), 0, []
 
         def delivered(err, msg):
-            if err is None:
-                with self.ledger.lock:
-                    self.ledger.acked[(msg.topic(), msg.partition(), msg.offset())] = msg.value()
+            if err is None:  # one dict store: atomic, no lock taken in a callback
+                self.ledger.acked[(msg.topic(), msg.partition(), msg.offset())] = msg.value()
                 self.progress += 1
             else:
                 self.ledger.count("delivery_errors")
@@ -319,9 +326,10 @@ class IdempotentWriter(Role):
 
         try:
             while not self.stop_event.is_set() and seq < self.budget:
-                for _ in range(20):
+                burst = 1 if self.small else 20
+                for _ in range(burst):
                     try:
-                        p.produce(DATA, value=b"%s-%08d-%s" % (self.name.encode(), seq, PAD),
+                        p.produce(DATA, value=b"%s-%08d-%s" % (self.name.encode(), seq, b"" if self.small else PAD),
                                   partition=seq % DATA_PARTITIONS, on_delivery=delivered)
                         seq += 1
                     except BufferError:
@@ -331,9 +339,9 @@ class IdempotentWriter(Role):
                             raise
                         failed.append(e.args[0])
                         break
-                self.ledger.count("produced", 20)
+                self.ledger.count("produced", burst)
                 p.poll(0)
-                self.stop_event.wait(0.05)  # pacing (at most 400 records/s), not a wait for a result
+                self.stop_event.wait(0.01 if self.small else 0.05)  # pacing, not a wait for a result
                 if failed:  # a fatal idempotence error: a new producer (a new producer id) goes on
                     self.ledger.count("fatal_producers")
                     print(f"{self.name}: fatal producer error {failed[0]}; new producer", flush=True)
@@ -652,11 +660,11 @@ def log_digest(lines: list[str]) -> str:
 class Torture:
     def __init__(self, root: Path, seed: int, cycles: int, budget: int = 1_000_000,
                  hold_s: tuple[float, float] = (1.0, 4.0), run_s: tuple[float, float] = (0.5, 3.0),
-                 recovery_s: float = 30.0, out=print):
+                 recovery_s: float = 30.0, kinds: tuple[str, ...] | None = None, out=print):
         self.root, self.seed, self.cycles = Path(root), seed, cycles
         self.rng = random.Random(seed)
         self.budget, self.hold_s, self.run_s, self.recovery_s = budget, hold_s, run_s, recovery_s
-        self.out = out
+        self.out, self.only_kinds = out, kinds
         self.ledger = Ledger()
         self.disk = Disk(self.root)
         self.broker: BrokerProcess | None = None
@@ -668,11 +676,11 @@ class Torture:
         self.faults: list[str] = []
 
     def log(self, msg: str) -> None:
-        self.out(f"[torture seed={self.seed}] {msg}")
+        self.out(f"[torture seed={self.seed}] {msg}", flush=True)
 
     def plan(self) -> list[str]:
         """The fault kinds of the cycles: every kind the disk allows in each round of len(kinds) cycles."""
-        kinds, out = list(self.disk.kinds), []
+        kinds, out = [k for k in self.disk.kinds if not self.only_kinds or k in self.only_kinds], []
         while len(out) < self.cycles:
             self.rng.shuffle(kinds)
             out += kinds
@@ -700,6 +708,7 @@ class Torture:
                       TransactionalWriter("txn", bs, self.ledger, self.stop, random.Random(self.rng.random()), per),
                       ShareReader("share", bs, self.ledger, self.stop, random.Random(self.rng.random()), per),
                       GroupReader("group", bs, self.ledger, self.stop, random.Random(self.rng.random()), per)]
+        self.roles[1].small = True
         for r in self.roles:
             r.start()
 
@@ -774,6 +783,8 @@ class Torture:
 
     def run(self) -> dict:
         self.log(f"seed {self.seed}, {self.cycles} cycles")
+        # every wait has a deadline; should a client call hang anyway, the stacks say where
+        faulthandler.dump_traceback_later(120 + 90 * self.cycles, exit=False)
         try:
             self.setup()
             for n, kind in enumerate(self.plan()):
@@ -781,26 +792,33 @@ class Torture:
                 if self.ledger.errors:
                     break
         finally:
-            self.stop.set()
-            for r in self.roles:
-                r.join(30)
-            if self.broker is not None and self.broker.proc is not None:
+            try:
+                self.stop.set()
+                for r in self.roles:
+                    r.join(30)
+                    if r.is_alive():
+                        self.ledger.errors.append(f"{r.name}: still running 30 s after the end")
+                b = self.broker
+                if b is not None and b.proc is not None and b.proc.poll() is None and self.roles:
+                    self.log(f"final check: {check(b.bootstrap, self.ledger)}")
+            finally:
                 try:
-                    if self.broker.proc.poll() is None and self.roles:
-                        self.log(f"final check: {check(self.broker.bootstrap, self.ledger)}")
+                    if self.broker is not None:
+                        self.broker.stop()
                 finally:
-                    self.broker.stop()
-            self.disk.unmount()
+                    self.disk.unmount()
+                    faulthandler.cancel_dump_traceback_later()
         return self.report()
 
     def report(self) -> dict:
         v = self.ledger.violations
         rep = {"seed": self.seed, "cycles": self.cycles_run, "violations": {k: len(v[k]) for k in INVARIANTS},
                "stalls": len(self.stalls), "unclean_stops": len(self.unclean_stops), "counts": dict(self.ledger.counts),
-               "acked": len(self.ledger.acked), "errors": list(self.ledger.errors)}
+               "acked": len(self.ledger.acked), "errors": list(self.ledger.errors),
+               "tracebacks": sum("Traceback" in line for line in (self.broker.log_lines if self.broker else []))}
         self.log(f"cycles run {rep['cycles']}; violations: "
                  + ", ".join(f"{k} {len(v[k])}" for k in INVARIANTS)
-                 + f"; stalls {rep['stalls']}; unclean stops {rep['unclean_stops']}; "
+                 + f"; stalls {rep['stalls']}; unclean stops {rep['unclean_stops']}; broker tracebacks {rep['tracebacks']}; "
                  f"acknowledged records {rep['acked']}; {rep['counts']}")
         return rep
 
@@ -820,11 +838,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.integration.storage_torture", description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
+    ap.add_argument("--kinds", default=None, help="comma-separated subset of " + ",".join(LIVE_KINDS + REPAIR_KINDS))
     ap.add_argument("--dir", default=None, help="where to mount the tmpfs (default: a new temporary directory)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     root = Path(args.dir or tempfile.mkdtemp(prefix="sharebroker-torture-"))
-    t = Torture(root, seed, args.cycles)
+    t = Torture(root, seed, args.cycles, kinds=tuple(args.kinds.split(",")) if args.kinds else None)
     try:
         rep = t.run()
     except MountRefused as e:
