@@ -357,11 +357,16 @@ class IdempotentWriter(Role):
 
 
 class TransactionalWriter(Role):
+    def _producer(self):
+        from confluent_kafka import Producer
+        return Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "acks": "all",
+                         "linger.ms": 5, "transaction.timeout.ms": 20000, "message.timeout.ms": 15000,
+                         "client.id": self.name, **CLIENT})
+
     def make(self):
-        from confluent_kafka import KafkaException, Producer
-        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "acks": "all",
-                      "linger.ms": 5, "transaction.timeout.ms": 20000, "message.timeout.ms": 15000,
-                      "client.id": self.name, **CLIENT})
+        """A producer with its transactions initialised (which ends whatever the previous one left open)."""
+        from confluent_kafka import KafkaException
+        p = self._producer()
         while not self.stop_event.is_set():
             try:
                 p.init_transactions(10)
@@ -369,9 +374,8 @@ class TransactionalWriter(Role):
             except KafkaException as e:
                 if e.args[0].fatal():
                     p.close()
-                    p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID,
-                                  "acks": "all", "linger.ms": 5, "client.id": self.name, **CLIENT})
-                self.stop_event.wait(0.2)
+                    p = self._producer()
+                self.stop_event.wait(0.2)  # retry pacing
         p.close()
         return None
 
@@ -385,13 +389,17 @@ class TransactionalWriter(Role):
                 commit = self.rng.random() < 0.7
                 values = [b"txn-%06d-%d" % (n, j) for j in range(5)]
                 delivered: list[tuple[int, int, bytes]] = []
+
+                def report(err, m, delivered=delivered):
+                    if err is None:
+                        delivered.append((m.partition(), m.offset(), m.value()))
                 try:
                     p.begin_transaction()
                     for v in values:
-                        p.produce(TXN, value=v, partition=0, on_delivery=lambda err, m: err is None and delivered.append(
-                            (m.partition(), m.offset(), m.value())))
+                        p.produce(TXN, value=v, partition=0, on_delivery=report)
                     if commit:
                         p.commit_transaction(15)
+                        p.poll(0)  # delivery reports still queued
                         with self.ledger.lock:
                             self.ledger.txn_committed[n] = list(delivered)
                             for part, off, v in delivered:
@@ -431,7 +439,7 @@ class ShareReader(Role):
                     with self.ledger.lock:
                         when = self.ledger.share_acked.get(key)
                     if when is not None:
-                        self.ledger.violate("share", f"{key} value {m.value()!r} delivered again (delivery count "
+                        self.ledger.violate("share", f"{key} value {short(m.value())} delivered again (delivery count "
                                             f"{m.delivery_count()}) after its acknowledgement succeeded {when}",
                                             key=f"share {key} {m.delivery_count()}")
                     c.acknowledge(m, AcknowledgeType.ACCEPT)
@@ -492,6 +500,11 @@ class GroupReader(Role):
 
 
 # ------------------------------------------------------------------------------------------ checks
+def short(value: bytes | None) -> str:
+    """A value for a report: the workload's values are unique by their first 24 bytes."""
+    return repr(value if value is None or len(value) <= 24 else value[:24] + b"...")
+
+
 def raw_batches(bootstrap: str, topic: str, partition: int, deadline_s: float = 30.0):
     """(log start, high watermark, last stable offset, [(base, last, is_control)]) of a partition, by raw
     Fetch v12 requests from the log start (read_uncommitted), as stored."""
@@ -611,17 +624,17 @@ def check(bootstrap: str, ledger: Ledger) -> str:
             got = dict(records)
             for o, v in records:
                 if v in values_seen and values_seen[v] != (topic, p, o):
-                    ledger.violate("offsets", f"value {v!r} stored twice: {values_seen[v]} and {(topic, p, o)}",
-                                   key=f"dup {v!r}")
+                    ledger.violate("offsets", f"value {short(v)} stored twice: {values_seen[v]} and {(topic, p, o)}",
+                                   key=f"dup {short(v)}")
                 values_seen.setdefault(v, (topic, p, o))
             for (t, part, o), v in acked.items():
                 if t != topic or part != p:
                     continue
                 if o not in got:
-                    ledger.violate("acked", f"acknowledged record {t}-{part}@{o} value {v!r} is not readable "
+                    ledger.violate("acked", f"acknowledged record {t}-{part}@{o} value {short(v)} is not readable "
                                    f"(log [{start}, {hw}))", key=f"lost {t} {part} {o}")
                 elif got[o] != v:
-                    ledger.violate("acked", f"acknowledged record {t}-{part}@{o} value {v!r} reads as {got[o]!r}",
+                    ledger.violate("acked", f"acknowledged record {t}-{part}@{o} value {short(v)} reads as {short(got[o])}",
                                    key=f"changed {t} {part} {o}")
             summary.append(f"{topic}-{p} [{start},{hw})")
             if topic == TXN:
@@ -631,11 +644,11 @@ def check(bootstrap: str, ledger: Ledger) -> str:
                 for n, recs in committed_txns.items():
                     for _, o, v in recs:
                         if o < lso and v not in rc:
-                            ledger.violate("acked", f"committed transaction {n}: {TXN}-{p}@{o} value {v!r} not "
-                                           "read by a read_committed consumer", key=f"txn lost {v!r}")
+                            ledger.violate("acked", f"committed transaction {n}: {TXN}-{p}@{o} value {short(v)} not "
+                                           "read by a read_committed consumer", key=f"txn lost {short(v)}")
                 for v in sorted(rc & aborted):
-                    ledger.violate("offsets", f"aborted transaction's record {v!r} read by a read_committed "
-                                   "consumer", key=f"txn aborted {v!r}")
+                    ledger.violate("offsets", f"aborted transaction's record {short(v)} read by a read_committed "
+                                   "consumer", key=f"txn aborted {short(v)}")
     if committed:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         req = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(DATA, p) for p in range(DATA_PARTITIONS)])
