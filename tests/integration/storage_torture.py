@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from broker.testing import BrokerProcess
@@ -76,7 +77,8 @@ DATA, TXN = "data", "txn"
 DATA_PARTITIONS = 2
 GROUP, SHARE_GROUP, TXN_ID = "torture-group", "torture-share", "torture-txn"
 TOPIC_CONFIGS = {"segment.bytes": str(1 << 20), "index.interval.bytes": "1"}  # 1 MiB: the least allowed
-PAD = b"." * 2000  # ~2 KB values: a partition's segment rolls every ~500 records (a few seconds)
+PAD = b"." * 2000  # ~2 KB values: a partition's 1 MiB segment rolls every ~500 records (~5 s)
+DISK_BUDGET = 0.6  # the run ends early once the data fill this share of the filesystem
 BROKER_CONFIG = {
     # small internal segments: their rolls happen during the faults too
     "offsets.topic.segment.bytes": str(64 << 10),
@@ -301,7 +303,7 @@ class Role(threading.Thread):
 
 class IdempotentWriter(Role):
     """``small``: one ~20-byte record per batch, every 10 ms (appends that fit in a block's last bytes on a
-    full disk while an index write does not); else bursts of 20 ~2 KB records every 50 ms."""
+    full disk while an index write does not); else bursts of 10 ~2 KB records every 50 ms (400 KB/s)."""
     small = False
 
     def make(self):
@@ -326,7 +328,7 @@ class IdempotentWriter(Role):
 
         try:
             while not self.stop_event.is_set() and seq < self.budget:
-                burst = 1 if self.small else 20
+                burst = 1 if self.small else 10
                 for _ in range(burst):
                     try:
                         p.produce(DATA, value=b"%s-%08d-%s" % (self.name.encode(), seq, b"" if self.small else PAD),
@@ -617,7 +619,7 @@ def check(bootstrap: str, ledger: Ledger) -> str:
             if offsets != expected:
                 extra = sorted(set(offsets) - set(expected))[:5]
                 missing = sorted(set(expected) - set(offsets))[:5]
-                dup = sorted({o for o in offsets if offsets.count(o) > 1})[:5] if len(set(offsets)) != len(offsets) else []
+                dup = sorted(o for o, k in Counter(offsets).items() if k > 1)[:5]
                 ledger.violate("offsets", f"{topic}-{p}: a read_uncommitted consumer read offsets that are not the "
                                f"data batches' ones: repeated {dup}, not in a data batch {extra}, skipped {missing}",
                                key=f"read {topic} {p} {dup} {extra} {missing}")
@@ -816,6 +818,10 @@ class Torture:
         try:
             self.setup()
             for n, kind in enumerate(self.plan()):
+                st = os.statvfs(self.disk.fs)
+                if st.f_bavail < (1 - DISK_BUDGET) * st.f_blocks:  # a disk the data filled is a fault never lifted
+                    self.log(f"the data fill {DISK_BUDGET:.0%} of the disk: ending after {n} cycles")
+                    break
                 self.cycle(n, kind)
                 if self.ledger.errors:
                     break
