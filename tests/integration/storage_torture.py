@@ -850,6 +850,10 @@ class Torture:
                "stalls": len(self.stalls), "unclean_stops": len(self.unclean_stops), "counts": dict(self.ledger.counts),
                "acked": len(self.ledger.acked), "errors": list(self.ledger.errors),
                "tracebacks": sum("Traceback" in line for line in (self.broker.log_lines if self.broker else []))}
+        kinds = Counter(tb.splitlines()[-1][:160] for tb in whole_tracebacks(self.broker.log_lines if self.broker else []))
+        rep["traceback_kinds"] = dict(kinds)
+        for line, k in kinds.most_common(8):
+            self.log(f"broker traceback x{k}: {line}")
         self.log(f"cycles run {rep['cycles']}; violations: "
                  + ", ".join(f"{k} {len(v[k])}" for k in INVARIANTS)
                  + f"; stalls {rep['stalls']}; unclean stops {rep['unclean_stops']}; broker tracebacks {rep['tracebacks']}; "

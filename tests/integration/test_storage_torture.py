@@ -34,7 +34,7 @@ def test_storage_faults_keep_every_acknowledgement(tmp_path):
         print(t.disk.note)
     # the broker's log is checked here, not only after the test, so that a traceback counts as this
     # test's failure (and names the fault that caused it)
-    tracebacks = whole_tracebacks(t.broker.log_lines) if t.broker.new_tracebacks() else []
+    tracebacks = whole_tracebacks(t.broker.log_lines) if t.broker and t.broker.new_tracebacks() else []
     failure = t.failure_text()
     assert not rep["errors"], failure
     assert rep["cycles"] == 4, failure
