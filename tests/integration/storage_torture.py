@@ -47,7 +47,7 @@ within the recovery deadline) and unclean stops (SIGTERM answered with an exit c
 
 Run the long form: ``sudo python -m tests.integration.storage_torture --cycles 40 --seed 1`` (from the
 repository root); it prints every fault and check, then the number of cycles run and the violations
-of each invariant, and exits 1 when there was one.
+of each invariant, and exits 1 when there was one (or a stall, or a traceback in the broker's log).
 """
 from __future__ import annotations
 
@@ -890,7 +890,7 @@ def main(argv=None) -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    bad = sum(rep["violations"].values()) or rep["errors"]
+    bad = sum(rep["violations"].values()) or rep["errors"] or rep["stalls"] or rep["tracebacks"]
     if bad:
         print(t.failure_text())
     return 1 if bad else 0
