@@ -42,7 +42,8 @@ import peers  # noqa: E402
 from confluent_kafka import Consumer, Producer, ShareConsumer  # noqa: E402
 
 INTERNAL = ("__share_group_state", "__consumer_offsets", "__transaction_state")
-STALL = re.compile(r"^(\S+ \S+).*event loop stalled (\d+) ms \(loop thread on CPU (\d+) ms, process (\d+) ms\): (.*)$")
+STALL = re.compile(r"^(\S+ \S+).*event loop stalled (\d+) ms \(loop thread: on CPU (\d+) ms, waiting for a CPU "
+                   r"(\d+) ms, blocked (\d+) ms; process CPU (\d+) ms\): (.*)$")
 
 
 def disk_bytes(data_dir: str, topic: str) -> int:
@@ -115,16 +116,25 @@ def _child(bs: str, topic: str, txn_topic: str, consumers: int, share_consumers:
 
 # --------------------------------------------------------------------------- this process
 
-def stalls_in(log_path: str) -> list[tuple[float, int, int, int, str]]:
-    """(time, ms, loop thread CPU ms, process CPU ms, where) of every stall the broker logged."""
+Stall = collections.namedtuple("Stall", "t ms on_cpu wait blocked process where")
+
+
+def stalls_in(log_path: str) -> list[Stall]:
+    """Every stall the broker logged (ms: the stall; on_cpu, wait, blocked: the loop thread's time in
+    it on a CPU, waiting for one, asleep; process: the broker's CPU time in it)."""
     out = []
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             m = STALL.match(line)
             if m:
                 t = time.mktime(time.strptime(m.group(1).split(",")[0], "%Y-%m-%d %H:%M:%S"))
-                out.append((t, int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)))
+                out.append(Stall(t, *map(int, m.group(2, 3, 4, 5, 6)), m.group(7)))
     return out
+
+
+def cause(s: Stall) -> str:
+    """The larger part of a stall: work on the loop, the machine's other processes, or the loop asleep."""
+    return max((s.on_cpu, "on CPU"), (s.wait, "waiting for a CPU"), (s.blocked, "blocked"))[1]
 
 
 def run(args) -> int:
@@ -190,9 +200,10 @@ def run(args) -> int:
         if child.is_alive():
             child.terminate()
         bp.stop()  # SIGTERM: the broker logs its longest stall at shutdown
-    stalls = [s for s in stalls_in(bp.log_path) if s[0] >= int(wall0) + args.window]  # after the first window
+    stalls = [st for st in stalls_in(bp.log_path) if st.t >= int(wall0) + args.window]  # after the first window
     p99s = sorted(r["p99_ms"] for r in rows[1:] if r["p99_ms"] == r["p99_ms"])
-    print(f"\n# {args.minutes} min, {args.rate} rec/s, {len(rows)} windows of {args.window} s (first left out"
+    print(f"\n# load average at the end {os.getloadavg()[1]:.1f} (1 min), {os.cpu_count()} CPUs")
+    print(f"# {args.minutes} min, {args.rate} rec/s, {len(rows)} windows of {args.window} s (first left out"
           f" of the summary: warm-up); failed deliveries {failed[0]}")
     if p99s:
         over = [v for v in p99s if v >= args.spike_ms]
@@ -201,19 +212,22 @@ def run(args) -> int:
         print(f"worst delivery {max(r['max_ms'] for r in rows[1:]):.1f} ms")
     print(f"__share_group_state on disk: max {max(share_sizes) / 1e6:.2f} MB, last {share_sizes[-1] / 1e6:.2f} MB")
     print(f"event-loop stalls >= {args.stall_ms} ms: {len(stalls)}; longest "
-          f"{max((s[1] for s in stalls), default=0)} ms")
-    on_cpu = [s for s in stalls if s[2] >= s[1] / 2]
-    print(f"  of which the loop thread was on the CPU for half or more: {len(on_cpu)}, longest "
-          f"{max((s[1] for s in on_cpu), default=0)} ms")
-    by_where: dict[str, list] = collections.defaultdict(list)
-    for _, ms, cpu, pcpu, where in stalls:
-        by_where[where.split(";")[0].split(" x ", 1)[-1]].append((ms, cpu, pcpu))
-    for where, v in sorted(by_where.items(), key=lambda kv: -max(kv[1])[0])[:args.top]:
-        ms, cpu, pcpu = max(v)
-        print(f"  {len(v)} stalls at {where}; longest {ms} ms (CPU in it: loop thread {cpu} ms, process {pcpu} ms)")
-    for _, ms, cpu, pcpu, where in sorted(stalls, key=lambda s: -s[1])[:args.top]:
-        print(f"  {ms} ms (loop thread {cpu}, process {pcpu} ms CPU): {where}")
-    C.write_json(args.json, {"windows": rows, "stalls": stalls})
+          f"{max((st.ms for st in stalls), default=0)} ms")
+    for kind in ("on CPU", "waiting for a CPU", "blocked"):
+        these = [st for st in stalls if cause(st) == kind]
+        print(f"  mostly {kind}: {len(these)}, longest {max((st.ms for st in these), default=0)} ms")
+    by_where: dict[str, list[Stall]] = collections.defaultdict(list)
+    for st in stalls:
+        by_where[st.where.split(";")[0].split(" x ", 1)[-1]].append(st)
+    print("# where the loop thread was (first sample), longest stall first")
+    for where, v in sorted(by_where.items(), key=lambda kv: -max(st.ms for st in kv[1]))[:args.top]:
+        st = max(v, key=lambda x: x.ms)
+        print(f"  {len(v)} at {where}; longest {st.ms} ms (on CPU {st.on_cpu}, waiting {st.wait}, blocked {st.blocked})")
+    print("# the longest stalls")
+    for st in sorted(stalls, key=lambda x: -x.ms)[:args.top]:
+        print(f"  {st.ms} ms (on CPU {st.on_cpu}, waiting for a CPU {st.wait}, blocked {st.blocked}; "
+              f"process CPU {st.process}): {st.where}")
+    C.write_json(args.json, {"windows": rows, "stalls": [st._asdict() for st in stalls]})
     return 0
 
 

@@ -1,21 +1,22 @@
-"""Event-loop stall watch: how long the loop went without a turn, and what it was doing meanwhile.
+"""Event-loop stall watch: how long the loop went without a turn, and where that time went.
 
 Off by default; ``sharebroker.loop.stall.log.ms`` (ours) turns it on with that threshold.  Two parts:
 
-* a ticker on the loop (``call_later`` every ``TICK_S``) that notes when it last ran and, when a tick
-  comes later than due by at least the threshold, logs one line per stall:
-  ``event loop stalled 73 ms (loop thread on CPU 70 ms, process 71 ms): 6 x broker/log/partition_log.py:512
-  roll <- ...; other threads: ...`` (the stall, the CPU time of the loop thread and of the whole process
-  during it, and the samples below, most frequent first);
+* a ticker on the loop (``call_later`` every ``TICK_S``) that notes when it last ran, with the loop
+  thread's scheduler counters (``/proc/thread-self/schedstat``: time on a CPU, time runnable but
+  waiting for one) and the process's CPU time; a tick later than due by at least the threshold logs
+  one line:
+  ``event loop stalled 73 ms (loop thread: on CPU 2 ms, waiting for a CPU 60 ms, blocked 11 ms;
+  process CPU 3 ms): 6 x broker/log/files.py:63 atomic_write <- ...``;
 * a watcher thread that wakes every ``TICK_S``: while the loop is late by half the threshold or more it
   takes the loop thread's innermost frames of this repository (``sys._current_frames``), at most
-  ``MAX_SAMPLES`` per stall, and those of the broker's other threads that are not waiting.  A stall
-  with the loop thread on the CPU for most of it is work on the loop, and the frames say which; one
-  where another thread used the CPU is the GIL held by that thread; one with the process off the CPU
-  is time it was not running (other processes on the cores, a blocking system call, page faults).
+  ``MAX_SAMPLES`` per stall, most frequent first in the line, and those of the other threads (logged
+  when the process used more CPU than the loop thread: the GIL held elsewhere).
 
-The longest stall since start-up is kept in :attr:`LoopWatch.longest_ms` (and logged at shutdown), so a
-benchmark reads one line.  Nothing here touches broker state: the watcher only reads frames.
+Reading a stall: "on CPU" is work on the loop and the frames say which; "waiting for a CPU" is the
+machine's other processes (or our own threads and cleaner processes) holding the cores; "blocked" is
+the loop thread asleep in a system call (file I/O, a page fault, a rename under a busy journal) or
+waiting for the GIL.  The longest stall is logged at shutdown.  Nothing here touches broker state.
 """
 from __future__ import annotations
 
@@ -33,9 +34,6 @@ SETTING = "sharebroker.loop.stall.log.ms"
 TICK_S = 0.005
 MAX_SAMPLES = 50
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-
-
-_WAITING = frozenset({"wait", "get", "_wait_for_tstate_lock", "select", "poll", "accept", "recv_into", "readinto"})
 
 
 def _name(ident: int) -> str:
@@ -66,22 +64,22 @@ class LoopWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._last = 0.0            # perf_counter of the last tick; written by the loop, read by the watcher
-        self._cpu_last = (0.0, 0.0)  # the loop thread's and the process's CPU time at the last tick
+        self._counters_last = (0.0, 0.0, 0.0)  # _counters() at the last tick
         self._samples: collections.Counter = collections.Counter()  # written by the watcher, drained by ticks
         self._others: collections.Counter = collections.Counter()   # other threads' frames, the same way
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ident = 0
-        self._cpu_clock: int | None = None
+        self._sched_fd: int | None = None  # the loop thread's schedstat, open from start() to stop()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._ident = threading.get_ident()
         try:
-            self._cpu_clock = time.pthread_getcpuclockid(self._ident)
-        except (AttributeError, OSError):
-            self._cpu_clock = None
-        self._last, self._cpu_last = time.perf_counter(), self._cpu()
+            self._sched_fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+        except OSError:  # not Linux: the stall and its frames only
+            self._sched_fd = None
+        self._last, self._counters_last = time.perf_counter(), self._counters()
         self._handle = self._loop.call_later(TICK_S, self._tick)
         self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
         self._thread.start()
@@ -93,15 +91,22 @@ class LoopWatch:
             self._handle.cancel()
         if self._thread is not None:
             self._thread.join(1.0)
+        if self._sched_fd is not None:
+            os.close(self._sched_fd)
+            self._sched_fd = None
         log.info("event-loop stall watch: %d stalls of %.0f ms or more, longest %.1f ms%s", self.stalls,
                  self.threshold * 1000, self.longest_ms, f" ({self.longest_where})" if self.longest_where else "")
 
-    def _cpu(self) -> tuple[float, float]:
-        thread = time.clock_gettime(self._cpu_clock) if self._cpu_clock is not None else 0.0
-        return thread, time.process_time()
+    def _counters(self) -> tuple[float, float, float]:
+        """(loop thread on a CPU, loop thread waiting for a CPU, process CPU), in seconds."""
+        on = wait = 0.0
+        if self._sched_fd is not None:
+            fields = os.pread(self._sched_fd, 64, 0).split()
+            on, wait = int(fields[0]) / 1e9, int(fields[1]) / 1e9
+        return on, wait, time.process_time()
 
     def _tick(self) -> None:
-        now, cpu = time.perf_counter(), self._cpu()
+        now, counters = time.perf_counter(), self._counters()
         late = now - self._last - TICK_S
         if late >= self.threshold:
             samples, others = self._samples, self._others
@@ -111,13 +116,15 @@ class LoopWatch:
             ms = late * 1000
             if ms > self.longest_ms:
                 self.longest_ms, self.longest_where = ms, where
-            log.warning("event loop stalled %.0f ms (loop thread on CPU %.0f ms, process %.0f ms): %s%s", ms,
-                        (cpu[0] - self._cpu_last[0]) * 1000, (cpu[1] - self._cpu_last[1]) * 1000, where,
+            on, wait, process = ((a - b) * 1000 for a, b in zip(counters, self._counters_last))
+            blocked = max(ms + TICK_S * 1000 - on - wait, 0.0)
+            log.warning("event loop stalled %.0f ms (loop thread: on CPU %.0f ms, waiting for a CPU %.0f ms, "
+                        "blocked %.0f ms; process CPU %.0f ms): %s%s", ms, on, wait, blocked, process, where,
                         "; other threads: " + "; ".join(f"{n} x {w}" for w, n in others.most_common(3))
-                        if others else "")
+                        if others and process - on >= ms / 4 else "")
         elif self._samples or self._others:
             self._samples, self._others = collections.Counter(), collections.Counter()
-        self._last, self._cpu_last = now, cpu
+        self._last, self._counters_last = now, counters
         if not self._stop.is_set():
             self._handle = self._loop.call_later(TICK_S, self._tick)
 
@@ -129,8 +136,7 @@ class LoopWatch:
                 self._samples[_where(frames.pop(self._ident, None))] += 1
                 frames.pop(threading.get_ident(), None)
                 for ident, frame in frames.items():
-                    if frame.f_code.co_name not in _WAITING:
-                        self._others[f"{_name(ident)}: {_where(frame)}"] += 1
+                    self._others[f"{_name(ident)}: {_where(frame)}"] += 1
 
 
 def start(config) -> LoopWatch | None:
