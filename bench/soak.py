@@ -12,7 +12,8 @@ broker's own stall watch, ``broker/loop_watch.py``) and runs for ``--minutes``:
   ``--consumers`` consumers of one consumer group that each leave after 10-30 s and are replaced
   (rebalances, offset commits), and ``--share-consumers`` share consumers of one share group on the
   main topic that each leave after 15-45 s and are replaced (share-state writes, snapshots,
-  pruning, acquisition locks released on close).
+  pruning, acquisition locks released on close); with ``--fresh-groups`` every replacement joins a
+  new group, so groups, committed offsets and share state pile up as on a long-lived cluster.
 
 Prints one line per ``--window`` seconds (deliveries, p50 / p99 / max produce latency, the broker's
 stalls in that window, ``__share_group_state`` on disk), then a summary: window p99s, the longest
@@ -43,7 +44,8 @@ from confluent_kafka import Consumer, Producer, ShareConsumer  # noqa: E402
 
 INTERNAL = ("__share_group_state", "__consumer_offsets", "__transaction_state")
 STALL = re.compile(r"^(\S+ \S+).*event loop stalled (\d+) ms \(loop thread: on CPU (\d+) ms, waiting for a CPU "
-                   r"(\d+) ms, blocked (\d+) ms; process CPU (\d+) ms\): (.*)$")
+                   r"(\d+) ms, blocked (\d+) ms; process CPU (\d+) ms(?:; garbage collection (\d+) ms \(generation "
+                   r"\d\))?\): (.*)$")
 
 
 def disk_bytes(data_dir: str, topic: str) -> int:
@@ -79,9 +81,9 @@ def _txn_producer(bs: str, topic: str, stop) -> None:
     p.flush(10)
 
 
-def _consumer_churn(bs: str, topic: str, group: str, stop) -> None:
+def _consumer_churn(bs: str, topic: str, group: str, fresh: bool, stop) -> None:
     while not stop.is_set():
-        c = Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "latest",
+        c = Consumer({"bootstrap.servers": bs, "group.id": C.unique(group) if fresh else group, "auto.offset.reset": "latest",
                       "auto.commit.interval.ms": 1000, "isolation.level": "read_committed"})
         c.subscribe([topic])
         end = time.monotonic() + random.uniform(10, 30)
@@ -90,9 +92,9 @@ def _consumer_churn(bs: str, topic: str, group: str, stop) -> None:
         c.close()
 
 
-def _share_churn(bs: str, topic: str, group: str, stop) -> None:
+def _share_churn(bs: str, topic: str, group: str, fresh: bool, stop) -> None:
     while not stop.is_set():
-        c = ShareConsumer({"bootstrap.servers": bs, "group.id": group})
+        c = ShareConsumer({"bootstrap.servers": bs, "group.id": C.unique(group) if fresh else group})
         c.subscribe([topic])
         end = time.monotonic() + random.uniform(15, 45)
         while time.monotonic() < end and not stop.is_set():
@@ -100,12 +102,12 @@ def _share_churn(bs: str, topic: str, group: str, stop) -> None:
         c.close()
 
 
-def _child(bs: str, topic: str, txn_topic: str, consumers: int, share_consumers: int, stop) -> None:
+def _child(bs: str, topic: str, txn_topic: str, consumers: int, share_consumers: int, fresh: bool, stop) -> None:
     tag = C.unique("soak")
     threads = [threading.Thread(target=_txn_producer, args=(bs, txn_topic, stop), daemon=True)]
-    threads += [threading.Thread(target=_consumer_churn, args=(bs, topic, tag + "-cg", stop), daemon=True)
+    threads += [threading.Thread(target=_consumer_churn, args=(bs, topic, tag + "-cg", fresh, stop), daemon=True)
                 for _ in range(consumers)]
-    threads += [threading.Thread(target=_share_churn, args=(bs, topic, tag + "-sg", stop), daemon=True)
+    threads += [threading.Thread(target=_share_churn, args=(bs, topic, tag + "-sg", fresh, stop), daemon=True)
                 for _ in range(share_consumers)]
     for t in threads:
         t.start()
@@ -116,19 +118,19 @@ def _child(bs: str, topic: str, txn_topic: str, consumers: int, share_consumers:
 
 # --------------------------------------------------------------------------- this process
 
-Stall = collections.namedtuple("Stall", "t ms on_cpu wait blocked process where")
+Stall = collections.namedtuple("Stall", "t ms on_cpu wait blocked process gc where")
 
 
 def stalls_in(log_path: str) -> list[Stall]:
     """Every stall the broker logged (ms: the stall; on_cpu, wait, blocked: the loop thread's time in
-    it on a CPU, waiting for one, asleep; process: the broker's CPU time in it)."""
+    it on a CPU, waiting for one, asleep; process: the broker's CPU time in it; gc: garbage collection in it)."""
     out = []
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             m = STALL.match(line)
             if m:
                 t = time.mktime(time.strptime(m.group(1).split(",")[0], "%Y-%m-%d %H:%M:%S"))
-                out.append(Stall(t, *map(int, m.group(2, 3, 4, 5, 6)), m.group(7)))
+                out.append(Stall(t, *map(int, m.group(2, 3, 4, 5, 6)), int(m.group(7) or 0), m.group(8)))
     return out
 
 
@@ -143,13 +145,15 @@ def run(args) -> int:
         extra += ["--set", kv]
     bp = peers.start_ours(extra_args=extra, keep=args.keep_data)
     data_dir = os.path.join(bp.workdir, "data")
+    if args.broker_nice:  # the loop thread only (Linux: a thread's nice value), to take the machine's noise out
+        os.setpriority(os.PRIO_PROCESS, bp.pid, args.broker_nice)
     print(f"== broker {bp.bootstrap} (pid {bp.pid}), data {data_dir}, log {bp.log_path}", flush=True)
     topic, txn_topic = C.unique("soak"), C.unique("soak-txn")
     C.create_topic(bp.bootstrap, topic, 4)
     C.create_topic(bp.bootstrap, txn_topic, 2)
     stop = multiprocessing.Event()
     child = multiprocessing.Process(target=_child, args=(bp.bootstrap, topic, txn_topic, args.consumers,
-                                                         args.share_consumers, stop), daemon=True)
+                                                         args.share_consumers, args.fresh_groups, stop), daemon=True)
     child.start()
     window: list[float] = []
     failed = [0]
@@ -226,7 +230,7 @@ def run(args) -> int:
     print("# the longest stalls")
     for st in sorted(stalls, key=lambda x: -x.ms)[:args.top]:
         print(f"  {st.ms} ms (on CPU {st.on_cpu}, waiting for a CPU {st.wait}, blocked {st.blocked}; "
-              f"process CPU {st.process}): {st.where}")
+              f"process CPU {st.process}, gc {st.gc}): {st.where}")
     C.write_json(args.json, {"windows": rows, "stalls": [st._asdict() for st in stalls]})
     return 0
 
@@ -239,6 +243,10 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=float, default=10.0)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--share-consumers", type=int, default=3)
+    ap.add_argument("--fresh-groups", action="store_true",
+                    help="each replacement consumer joins a new group (groups and share state pile up)")
+    ap.add_argument("--broker-nice", type=int, default=0,
+                    help="nice value for the broker's loop thread (negative needs root): less waiting for a CPU")
     ap.add_argument("--stall-ms", type=int, default=20, help="the broker logs stalls of this many ms or more")
     ap.add_argument("--spike-ms", type=float, default=50.0, help="a window p99 at or over this counts as a spike")
     ap.add_argument("--top", type=int, default=8, help="stall locations listed")

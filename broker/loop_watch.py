@@ -7,7 +7,8 @@ Off by default; ``sharebroker.loop.stall.log.ms`` (ours) turns it on with that t
   waiting for one) and the process's CPU time; a tick later than due by at least the threshold logs
   one line:
   ``event loop stalled 73 ms (loop thread: on CPU 2 ms, waiting for a CPU 60 ms, blocked 11 ms;
-  process CPU 3 ms): 6 x broker/log/files.py:63 atomic_write <- ...``;
+  process CPU 3 ms; garbage collection 1 ms (generation 0)): 6 x broker/log/files.py:63 atomic_write <- ...``
+  (the collections that ran on the loop thread during the stall, from ``gc.callbacks``);
 * a watcher thread that wakes every ``TICK_S``: while the loop is late by half the threshold or more it
   takes the loop thread's innermost frames of this repository (``sys._current_frames``), at most
   ``MAX_SAMPLES`` per stall, most frequent first in the line, and those of the other threads (logged
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import os
 import sys
@@ -71,6 +73,9 @@ class LoopWatch:
         self._thread: threading.Thread | None = None
         self._ident = 0
         self._sched_fd: int | None = None  # the loop thread's schedstat, open from start() to stop()
+        self._gc_started = 0.0  # perf_counter when the running collection started
+        self._gc_ms = 0.0       # collections since the last tick: their time, the oldest generation
+        self._gc_gen = -1
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -83,10 +88,13 @@ class LoopWatch:
         self._handle = self._loop.call_later(TICK_S, self._tick)
         self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
         self._thread.start()
+        gc.callbacks.append(self._on_gc)
         log.info("event-loop stall watch on: stalls of %.0f ms or more are logged", self.threshold * 1000)
 
     def stop(self) -> None:
         self._stop.set()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._handle is not None:
             self._handle.cancel()
         if self._thread is not None:
@@ -105,6 +113,13 @@ class LoopWatch:
             on, wait = int(fields[0]) / 1e9, int(fields[1]) / 1e9
         return on, wait, time.process_time()
 
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif threading.get_ident() == self._ident:
+            self._gc_ms += (time.perf_counter() - self._gc_started) * 1000
+            self._gc_gen = max(self._gc_gen, info["generation"])
+
     def _tick(self) -> None:
         now, counters = time.perf_counter(), self._counters()
         late = now - self._last - TICK_S
@@ -118,13 +133,15 @@ class LoopWatch:
                 self.longest_ms, self.longest_where = ms, where
             on, wait, process = ((a - b) * 1000 for a, b in zip(counters, self._counters_last))
             blocked = max(ms + TICK_S * 1000 - on - wait, 0.0)
+            gc_part = f"; garbage collection {self._gc_ms:.0f} ms (generation {self._gc_gen})" if self._gc_gen >= 0 else ""
             log.warning("event loop stalled %.0f ms (loop thread: on CPU %.0f ms, waiting for a CPU %.0f ms, "
-                        "blocked %.0f ms; process CPU %.0f ms): %s%s", ms, on, wait, blocked, process, where,
+                        "blocked %.0f ms; process CPU %.0f ms%s): %s%s", ms, on, wait, blocked, process, gc_part, where,
                         "; other threads: " + "; ".join(f"{n} x {w}" for w, n in others.most_common(3))
                         if others and process - on >= ms / 4 else "")
         elif self._samples or self._others:
             self._samples, self._others = collections.Counter(), collections.Counter()
         self._last, self._counters_last = now, counters
+        self._gc_ms, self._gc_gen = 0.0, -1
         if not self._stop.is_set():
             self._handle = self._loop.call_later(TICK_S, self._tick)
 

@@ -63,6 +63,7 @@ UPDATE = RECORD_TYPES["ShareUpdate"]
 
 UPDATES_PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
 COLD_SNAPSHOT_INTERVAL_MS = "share.coordinator.cold.partition.snapshot.interval.ms"
+COLD_SNAPSHOT_CHUNK = 200  # share-partitions per cold-snapshot write (~3 ms of the loop each)
 
 # Kafka's error messages for the rows this module answers.
 NEGATIVE_PARTITION_ID = "The partition id cannot be a negative number."
@@ -203,7 +204,7 @@ class ShareCoordinator:
         self._leader_epochs: dict[Key, int] = {}  # highest seen; fences writes and reads
         self._state_epochs: dict[Key, int] = {}  # highest seen; fences writes and initialize
         self._update_counts: dict[Key, int] = {}  # ShareUpdates replayed since the counter reset
-        self._snapshot_offsets: dict[Key, int] = {}  # log offset of each key's latest snapshot
+        self._snapshot_offsets: dict[Key, int] = {}  # log offset of each key's latest snapshot, oldest first
         self._redundant_offset = _NO_OFFSET
         self._pruned_offset = -1
 
@@ -278,10 +279,15 @@ class ShareCoordinator:
     def _track_snapshot_offset(self, key: Key, offset: int, deleted: bool) -> None:
         # Everything below the oldest "latest snapshot" is redundant.  A deleted
         # key still counts for this computation, then stops holding the log back.
-        self._snapshot_offsets[key] = offset
-        self._redundant_offset = min(self._snapshot_offsets.values())
+        # Records are replayed in log order, so re-inserting the key keeps the dict
+        # ordered by offset and its first value is the minimum: O(1) per snapshot
+        # however many share-partitions there are (min() over them was O(keys)).
+        offsets = self._snapshot_offsets
+        offsets.pop(key, None)
+        offsets[key] = offset
+        self._redundant_offset = next(iter(offsets.values()))
         if deleted:
-            del self._snapshot_offsets[key]
+            del offsets[key]
 
     @property
     def last_redundant_offset(self) -> int | None:
@@ -465,20 +471,33 @@ class ShareCoordinator:
     # ------------------------------------------------------- background work
 
     async def snapshot_cold_partitions(self) -> int:
-        """Re-snapshot share-partitions not snapshotted for the cold interval; return how many."""
-        def op():
+        """Re-snapshot share-partitions not snapshotted for the cold interval; return how many.
+
+        Written ``COLD_SNAPSHOT_CHUNK`` share-partitions per batch, each its own write, so the loop
+        gets a turn between them (10,000 share-partitions in one write held it for 180 ms)."""
+        if not self._loaded:
+            return 0
+        states = self._states
+        # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
+        if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
+            return 0
+        now = self._time_ms()
+        cold = [k for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
+
+        def op(keys: list[Key]):
             if not self._loaded:
                 return 0, []
-            states = self._states
-            # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
-            if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
-                return 0, []
-            now = self._time_ms()
             records = [_snapshot_record(k, replace(s, snapshot_epoch=s.snapshot_epoch + 1, write_timestamp=now))
-                       for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
+                       for k in keys if (s := self._states.get(k)) is not None
+                       and now - s.write_timestamp >= self.cold_snapshot_interval_ms]  # still there, still cold
             return len(records), records
 
-        return await self._runtime.write(op)
+        written = 0
+        for i in range(0, len(cold), COLD_SNAPSHOT_CHUNK):
+            if i:
+                await asyncio.sleep(0)  # a write that needs no wait returns without giving the loop a turn
+            written += await self._runtime.write(lambda keys=cold[i:i + COLD_SNAPSHOT_CHUNK]: op(keys))
+        return written
 
     async def on_topics_deleted(self, topic_ids: Iterable[bytes]) -> int:
         """Tombstone every share-partition of deleted topics; return how many."""
