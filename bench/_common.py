@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -178,3 +179,22 @@ def roots(specs: Sequence[str]) -> list[tuple[str, str]]:
 def client_cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+class LagTicker:
+    """A ticker on the running loop every ``period`` s; ``lags`` holds how late each tick came (s):
+    the longest the loop went without a turn, which is what every other connection waits."""
+
+    def __init__(self, period: float = 0.001):
+        self.period, self.lags, self.running = period, [], True
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while self.running:
+            t = time.perf_counter()
+            await asyncio.sleep(self.period)
+            self.lags.append(time.perf_counter() - t - self.period)
+
+    async def stop(self) -> None:
+        self.running = False
+        await self._task

@@ -217,6 +217,12 @@ def run(args) -> int:
     print(f"__share_group_state on disk: max {max(share_sizes) / 1e6:.2f} MB, last {share_sizes[-1] / 1e6:.2f} MB")
     print(f"event-loop stalls >= {args.stall_ms} ms: {len(stalls)}; longest "
           f"{max((st.ms for st in stalls), default=0)} ms")
+    own = max(stalls, key=lambda st: st.on_cpu + st.blocked, default=None)
+    if own is not None:
+        print(f"  the broker's own part (on CPU + blocked; not waiting for a CPU): longest {own.on_cpu + own.blocked} ms"
+              f" (on CPU {own.on_cpu}, blocked {own.blocked}, in a {own.ms} ms stall); longest on CPU "
+              f"{max(st.on_cpu for st in stalls)} ms, blocked {max(st.blocked for st in stalls)} ms, "
+              f"garbage collection {max(st.gc for st in stalls)} ms")
     for kind in ("on CPU", "waiting for a CPU", "blocked"):
         these = [st for st in stalls if cause(st) == kind]
         print(f"  mostly {kind}: {len(these)}, longest {max((st.ms for st in these), default=0)} ms")

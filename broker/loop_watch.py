@@ -36,6 +36,7 @@ SETTING = "sharebroker.loop.stall.log.ms"
 TICK_S = 0.005
 MAX_SAMPLES = 50
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+_CLI = os.path.join("broker", "cli.py")  # its main() runs the loop: the innermost frame while uvloop's C code runs
 
 
 def _name(ident: int) -> str:
@@ -45,6 +46,8 @@ def _name(ident: int) -> str:
 
 def _where(frame, depth: int = 3) -> str:
     """The innermost ``depth`` frames of this repository (or the innermost frame when none is ours)."""
+    if frame is not None and frame.f_code.co_name == "main" and frame.f_code.co_filename.endswith(_CLI):
+        return "the event loop itself (no Python frame: polling, socket reads and writes, timers)"
     out = []
     f = frame
     while f is not None and len(out) < depth:
