@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import sys
 import threading
 import time
@@ -143,7 +144,7 @@ def run(args) -> int:
     extra = ["--set", f"sharebroker.loop.stall.log.ms={args.stall_ms}"]
     for kv in args.set:
         extra += ["--set", kv]
-    bp = peers.start_ours(extra_args=extra, keep=args.keep_data)
+    bp = peers.start_ours(extra_args=extra, keep=True)  # its log is read after it stopped
     data_dir = os.path.join(bp.workdir, "data")
     if args.broker_nice:  # the loop thread only (Linux: a thread's nice value), to take the machine's noise out
         os.setpriority(os.PRIO_PROCESS, bp.pid, args.broker_nice)
@@ -205,6 +206,8 @@ def run(args) -> int:
             child.terminate()
         bp.stop()  # SIGTERM: the broker logs its longest stall at shutdown
     stalls = [st for st in stalls_in(bp.log_path) if st.t >= int(wall0) + args.window]  # after the first window
+    if not args.keep_data:
+        shutil.rmtree(bp.workdir, ignore_errors=True)
     p99s = sorted(r["p99_ms"] for r in rows[1:] if r["p99_ms"] == r["p99_ms"])
     print(f"\n# load average at the end {os.getloadavg()[1]:.1f} (1 min), {os.cpu_count()} CPUs")
     print(f"# {args.minutes} min, {args.rate} rec/s, {len(rows)} windows of {args.window} s (first left out"
