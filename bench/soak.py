@@ -84,7 +84,8 @@ def _txn_producer(bs: str, topic: str, stop) -> None:
 
 def _consumer_churn(bs: str, topic: str, group: str, fresh: bool, stop) -> None:
     while not stop.is_set():
-        c = Consumer({"bootstrap.servers": bs, "group.id": C.unique(group) if fresh else group, "auto.offset.reset": "latest",
+        c = Consumer({"bootstrap.servers": bs, "group.id": C.unique(group) if fresh else group,
+                      "auto.offset.reset": "latest",
                       "auto.commit.interval.ms": 1000, "isolation.level": "read_committed"})
         c.subscribe([topic])
         end = time.monotonic() + random.uniform(10, 30)

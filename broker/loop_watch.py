@@ -136,7 +136,8 @@ class LoopWatch:
                 self.longest_ms, self.longest_where = ms, where
             on, wait, process = ((a - b) * 1000 for a, b in zip(counters, self._counters_last))
             blocked = max(ms + TICK_S * 1000 - on - wait, 0.0)
-            gc_part = f"; garbage collection {self._gc_ms:.0f} ms (generation {self._gc_gen})" if self._gc_gen >= 0 else ""
+            gc_part = (f"; garbage collection {self._gc_ms:.0f} ms (generation {self._gc_gen})"
+                       if self._gc_gen >= 0 else "")
             log.warning("event loop stalled %.0f ms (loop thread: on CPU %.0f ms, waiting for a CPU %.0f ms, "
                         "blocked %.0f ms; process CPU %.0f ms%s): %s%s", ms, on, wait, blocked, process, gc_part, where,
                         "; other threads: " + "; ".join(f"{n} x {w}" for w, n in others.most_common(3))
