@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -178,3 +179,25 @@ def roots(specs: Sequence[str]) -> list[tuple[str, str]]:
 def client_cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+class LagTicker:
+    """A ticker on the running loop every ``period`` s; ``lags`` holds how late each tick came (s):
+    the longest the loop went without a turn, which is what every other connection waits; ``cpu``
+    the loop thread's CPU time between two ticks (s): the same without the time the thread waited
+    for a CPU, which on a busy machine is most of a long lag."""
+
+    def __init__(self, period: float = 0.001):
+        self.period, self.lags, self.cpu, self.running = period, [], [], True
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while self.running:
+            t, c = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(self.period)
+            self.lags.append(time.perf_counter() - t - self.period)
+            self.cpu.append(time.thread_time() - c)
+
+    async def stop(self) -> None:
+        self.running = False
+        await self._task

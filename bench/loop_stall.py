@@ -34,6 +34,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
 
 
 async def run(mode: str, args) -> dict:
@@ -55,17 +57,11 @@ async def run(mode: str, args) -> dict:
     n = (args.mib << 20) // len(data)
     loop = asyncio.get_running_loop()
     worst = {"append+roll": 0.0, "append": 0.0, "maintenance": 0.0}
-    lags: list[float] = []
-    stop = False
-
-    async def ticker():
-        while not stop:
-            t = time.perf_counter()
-            await asyncio.sleep(0.001)
-            lags.append(time.perf_counter() - t - 0.001)
+    tick = C.LagTicker()
+    lags = tick.lags
 
     def maintenance():
-        if stop:
+        if not tick.running:
             return
         t = time.perf_counter()
         logs.maintenance()
@@ -79,7 +75,6 @@ async def run(mode: str, args) -> dict:
         real_roll(*a, **kw)
         worst["roll"] = max(worst.get("roll", 0.0), time.perf_counter() - t)
     plog.roll = timed_roll
-    tick = asyncio.ensure_future(ticker())
     loop.call_later(args.maintenance_ms / 1000, maintenance)
     rolls = 0
     t_start = time.perf_counter()
@@ -98,8 +93,7 @@ async def run(mode: str, args) -> dict:
             await asyncio.sleep(0)
     await asyncio.sleep(2 * args.maintenance_ms / 1000)  # let the last rolled segments be synced
     elapsed = time.perf_counter() - t_start
-    stop = True
-    await tick
+    await tick.stop()
     t = time.perf_counter()
     await logs.barrier()
     logs.close()
@@ -131,8 +125,6 @@ def main(argv=None) -> int:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common as C
 
     rows = []
     for _ in range(args.repeat):

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 
-from broker import config_keys, security, transactions, version
+from broker import config_keys, loop_watch, security, transactions, version
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
@@ -51,6 +51,7 @@ class Broker:
         self.metrics: MetricsServer | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._loaded_task: asyncio.Task | None = None  # logs "coordinators loaded"; cancelled by stop()
+        self._loop_watch: loop_watch.LoopWatch | None = None  # sharebroker.loop.stall.log.ms; stopped by stop()
 
     async def start(self) -> None:
         config = self.config
@@ -63,6 +64,7 @@ class Broker:
         self.host, self.port = primary.host, primary.port
         _raise_open_file_limit()
         load_handlers()
+        self._loop_watch = loop_watch.start(config)
         node_id = config.get_int("node.id", 1)
         data_dir = config.get("log.dirs", "./data").split(",")[0]
         try:
@@ -158,6 +160,8 @@ class Broker:
             await self.server.close()
         if self.components is not None:
             await self.components.close()
+        if self._loop_watch is not None:
+            self._loop_watch.stop()
 
 
 def check_config(config: BrokerConfig) -> None:

@@ -145,6 +145,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sharebroker.coordinator.test.load.hold.file", STRING),  # test-only: coordinators load once it is gone
     _k("sharebroker.metrics.listener", STRING),
     _k("sharebroker.status.lag.sample.ms", LONG, minimum=10),  # the status page's lag sparkline interval
+    _k("sharebroker.loop.stall.log.ms", LONG, minimum=0),  # broker/loop_watch.py: log event-loop stalls (0: off)
     # security (broker/security/README.md): Kafka's keys and types; listener.name.<l>.<key> overrides
     # of these are checked with the same definition
     _k("listener.security.protocol.map", STRING),

@@ -739,7 +739,9 @@ class Server:
         if released - self._released_at_trim >= TRIM_AFTER_BYTES or self._closed_since_trim >= TRIM_AFTER_CLOSES:
             self._released_at_trim = released
             self._closed_since_trim = 0
-            trim_heap()
+            # On the log's worker thread: malloc_trim walks the whole heap (milliseconds with a large
+            # one) and ctypes releases the GIL around it, so the loop goes on meanwhile.
+            self.components.logs.background.submit(trim_heap)
 
     def _schedule_sweep(self) -> None:
         interval = min(30.0, max(self.read_timeout_ms / 4000.0, 0.05))

@@ -26,13 +26,15 @@ INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_ST
 # compacted (the log cleaner keeps each key's latest record; a deleted group, an expired offset write
 # tombstones), __share_group_state never deleted by retention (its coordinator prunes it with
 # DeleteRecords behind its snapshots). Segment sizes from Kafka's keys; ours are smaller than
-# Kafka's 100 MiB for the two compacted ones (README, "Deviations"): the cleaner never cleans the
-# active segment, so its size bounds what these topics keep and what a restart replays.
+# Kafka's 100 MiB (README, "Deviations"): the cleaner never cleans the active segment and pruning
+# deletes only whole segments, so a segment's size bounds the dead data each topic keeps.
 INTERNAL_SEGMENT_BYTES = {CONSUMER_OFFSETS: ("offsets.topic.segment.bytes", 4 << 20),
                           TRANSACTION_STATE: ("transaction.state.log.segment.bytes", 4 << 20),
-                          SHARE_GROUP_STATE: ("share.coordinator.state.topic.segment.bytes", 100 << 20)}
-# What brokers before compaction wrote for every internal topic (converted at start-up).
-_LEGACY_INTERNAL_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1"}
+                          SHARE_GROUP_STATE: ("share.coordinator.state.topic.segment.bytes", 4 << 20)}
+# What older brokers wrote by default (converted at start-up): before compaction, every internal topic;
+# before 4 MiB share-state segments, __share_group_state with Kafka's 100 MiB.
+_LEGACY_INTERNAL_CONFIGS = ({"cleanup.policy": "delete", "retention.ms": "-1"},
+                            {"segment.bytes": str(100 << 20), "cleanup.policy": "delete", "retention.ms": "-1"})
 
 
 def internal_topic_configs(name: str, config=None) -> dict[str, str]:
@@ -65,12 +67,13 @@ class Topics:
 
     def ensure_internal(self, config=None) -> None:
         """Create the internal topics (one partition each) with :func:`internal_topic_configs`; convert
-        those an older broker created (not compacted, 1 GiB segments) to them."""
+        those an older broker created with its defaults (not compacted, 1 GiB segments; 100 MiB
+        share-state segments) to them."""
         for name in sorted(INTERNAL_TOPICS):
             info = self.logs.topic(name)
             if info is None:
                 self.logs.create_topic(name, 1, internal_topic_configs(name, config))
-            elif info.configs == _LEGACY_INTERNAL_CONFIGS:
+            elif info.configs in _LEGACY_INTERNAL_CONFIGS and info.configs != internal_topic_configs(name, config):
                 log.info("converting the internal topic %s to %s", name, internal_topic_configs(name, config))
                 self.logs.set_topic_configs(name, internal_topic_configs(name, config))
 

@@ -43,6 +43,7 @@ gating of the periodic job, metrics.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Iterable
@@ -63,6 +64,16 @@ UPDATE = RECORD_TYPES["ShareUpdate"]
 
 UPDATES_PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
 COLD_SNAPSHOT_INTERVAL_MS = "share.coordinator.cold.partition.snapshot.interval.ms"
+COLD_SNAPSHOT_CHUNK = 200  # share-partitions per cold-snapshot write (~3 ms of the loop each)
+# Ours: a share-partition whose latest snapshot lies this many bytes behind the log end gets a fresh
+# one at once (a quiet one waits for no update count and holds pruning back until its cold snapshot:
+# up to two cold intervals of everything written). One default segment of the topic.
+PRUNE_LAG_BYTES = 4 << 20
+_BATCH_BYTES = 19  # a state batch in a record: first and last offset, state, delivery count
+# A record's bytes besides its group id and state batches: its header, key and value fixed fields, and
+# its share of a batch header (most writes are one record): ~170 B a record estimated and measured
+# in bench/soak.py's share group.
+_RECORD_BYTES = 110
 
 # Kafka's error messages for the rows this module answers.
 NEGATIVE_PARTITION_ID = "The partition id cannot be a negative number."
@@ -133,6 +144,11 @@ def _snapshot_record(key: Key, s: ShareState) -> Record:
     return Record(SNAPSHOT, ShareSnapshotKey(*key), 0, value)
 
 
+def _resnapshot(key: Key, s: ShareState, now: int) -> Record:
+    """A cold snapshot: the state as it is, snapshot epoch + 1, written now."""
+    return _snapshot_record(key, replace(s, snapshot_epoch=s.snapshot_epoch + 1, write_timestamp=now))
+
+
 def _update_record(key: Key, snapshot_epoch: int, leader_epoch: int, start_offset: int,
                    delivery_complete_count: int, batches: Iterable[StateBatch]) -> Record:
     value = ShareUpdateValue(
@@ -196,6 +212,7 @@ class ShareCoordinator:
         self._active = True
         self._timer: asyncio.TimerHandle | None = None
         self._job: asyncio.Task | None = None
+        self._refresh: asyncio.Task | None = None  # _refresh_lagging, started by _committed; cancelled by shutdown
         self._reset()
 
     def _reset(self) -> None:
@@ -203,9 +220,12 @@ class ShareCoordinator:
         self._leader_epochs: dict[Key, int] = {}  # highest seen; fences writes and reads
         self._state_epochs: dict[Key, int] = {}  # highest seen; fences writes and initialize
         self._update_counts: dict[Key, int] = {}  # ShareUpdates replayed since the counter reset
-        self._snapshot_offsets: dict[Key, int] = {}  # log offset of each key's latest snapshot
+        # each key's latest snapshot, oldest first: (its offset, bytes written before it, its size)
+        self._snapshot_offsets: dict[Key, tuple[int, int, int]] = {}
+        self._live_bytes = 0  # the latest snapshots' sizes, summed
         self._redundant_offset = _NO_OFFSET
         self._pruned_offset = -1
+        self._written = 0  # bytes of the records replayed so far (estimated from their batch counts)
 
     # ------------------------------------------------------------------ replay
 
@@ -237,14 +257,16 @@ class ShareCoordinator:
 
     def replay(self, offset: int, record: Record) -> None:
         """Apply one record at ``offset``: the only way the state ever changes."""
-        k = record.key
+        k, v = record.key, record.value
+        size = _RECORD_BYTES + len(k.group_id) + (_BATCH_BYTES * len(v.state_batches) if v is not None else 0)
+        self._written += size
         key = (k.group_id, bytes(k.topic_id), k.partition)
         if record.record_type == SNAPSHOT:
-            self._replay_snapshot(offset, key, record.value)
+            self._replay_snapshot(offset, key, v, size)
         elif record.record_type == UPDATE and record.value is not None:
             self._replay_update(key, record.value)
 
-    def _replay_snapshot(self, offset: int, key: Key, v: ShareSnapshotValue | None) -> None:
+    def _replay_snapshot(self, offset: int, key: Key, v: ShareSnapshotValue | None, size: int) -> None:
         if v is None:  # deletion: the share-partition is gone
             for m in (self._states, self._leader_epochs, self._state_epochs, self._update_counts):
                 m.pop(key, None)
@@ -257,7 +279,7 @@ class ShareCoordinator:
             # As in Kafka, only a snapshot taken because of the update count resets it.
             if self._update_counts.get(key, -1) >= self.updates_per_snapshot:
                 self._update_counts[key] = 0
-        self._track_snapshot_offset(key, offset, deleted=v is None)
+        self._track_snapshot_offset(key, offset, size, deleted=v is None)
 
     def _replay_update(self, key: Key, v: ShareUpdateValue) -> None:
         _raise_to(self._leader_epochs, key, v.leader_epoch)
@@ -275,13 +297,22 @@ class ShareCoordinator:
                 state_batches=combine_state_batches(cur.state_batches, batches, start))
         self._update_counts[key] = self._update_counts.get(key, 0) + 1
 
-    def _track_snapshot_offset(self, key: Key, offset: int, deleted: bool) -> None:
+    def _track_snapshot_offset(self, key: Key, offset: int, size: int, deleted: bool) -> None:
         # Everything below the oldest "latest snapshot" is redundant.  A deleted
         # key still counts for this computation, then stops holding the log back.
-        self._snapshot_offsets[key] = offset
-        self._redundant_offset = min(self._snapshot_offsets.values())
+        # Records are replayed in log order, so re-inserting the key keeps the dict
+        # ordered by offset and its first value is the minimum: O(1) per snapshot
+        # however many share-partitions there are (min() over them was O(keys)).
+        offsets = self._snapshot_offsets
+        old = offsets.pop(key, None)
+        if old is not None:
+            self._live_bytes -= old[2]
+        offsets[key] = (offset, self._written - size, size)
+        self._redundant_offset = next(iter(offsets.values()))[0]
         if deleted:
-            del self._snapshot_offsets[key]
+            del offsets[key]
+        else:
+            self._live_bytes += size
 
     @property
     def last_redundant_offset(self) -> int | None:
@@ -366,9 +397,44 @@ class ShareCoordinator:
             return api.error(p.partition, append_error_code(exc), f"Unable to {api.what}: {exc}")
 
     def _committed(self, records: list[Record]) -> None:
-        """After a committed write: prune below the latest snapshots when one was written."""
+        """After a committed write: prune below the latest snapshots when one was written; start
+        refreshing the snapshots that hold the log start more than the lag limit behind."""
         if any(r.record_type == SNAPSHOT for r in records):
             self._maybe_prune()
+        if self._refresh is None and self._active and self._lag_bytes() > self._lag_limit():
+            self._refresh = asyncio.get_running_loop().create_task(self._refresh_lagging())
+
+    def _lag_bytes(self) -> int:
+        """Bytes from the oldest latest snapshot to the log end: what pruning cannot free."""
+        offsets = self._snapshot_offsets
+        return self._written - next(iter(offsets.values()))[1] if offsets else 0
+
+    def _lag_limit(self) -> int:
+        # at least 4x the live snapshots: refreshing every one of them then moves the log end by less
+        # than half the limit, so a refresh round never makes the next one necessary
+        return max(PRUNE_LAG_BYTES, 4 * self._live_bytes)
+
+    async def _refresh_lagging(self) -> None:
+        """Fresh snapshots (as cold ones) of the share-partitions whose latest snapshot lies more than
+        half of the lag limit behind the log end, oldest first, ``COLD_SNAPSHOT_CHUNK`` per write, so
+        pruning passes them."""
+        def op():
+            if not self._loaded:
+                return 0, []
+            below = self._written - self._lag_limit() // 2
+            lagging = itertools.takewhile(lambda kv: kv[1][1] < below, self._snapshot_offsets.items())
+            now = self._time_ms()
+            records = [_resnapshot(k, self._states[k], now) for k, _ in itertools.islice(lagging, COLD_SNAPSHOT_CHUNK)
+                       if k in self._states]
+            return len(records), records
+
+        try:
+            while self._active and await self._runtime.write(op):
+                await asyncio.sleep(0)
+        except Exception:  # an optimisation, like pruning: tried again after a later write
+            logger.exception("refreshing lagging share-state snapshots failed")
+        finally:
+            self._refresh = None
 
     def _exists(self, key: Key) -> bool:
         return self._partition_exists is None or self._partition_exists(key[1], key[2])
@@ -465,20 +531,32 @@ class ShareCoordinator:
     # ------------------------------------------------------- background work
 
     async def snapshot_cold_partitions(self) -> int:
-        """Re-snapshot share-partitions not snapshotted for the cold interval; return how many."""
-        def op():
+        """Re-snapshot share-partitions not snapshotted for the cold interval; return how many.
+
+        Written ``COLD_SNAPSHOT_CHUNK`` share-partitions per batch, each its own write, so the loop
+        gets a turn between them (10,000 share-partitions in one write held it for 180 ms)."""
+        if not self._loaded:
+            return 0
+        states = self._states
+        # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
+        if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
+            return 0
+        now = self._time_ms()
+        cold = [k for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
+
+        def op(keys: list[Key]):
             if not self._loaded:
                 return 0, []
-            states = self._states
-            # Kafka's rule: when every partition's last snapshot is already a cold one, skip.
-            if sum(s.create_timestamp != s.write_timestamp for s in states.values()) == len(states):
-                return 0, []
-            now = self._time_ms()
-            records = [_snapshot_record(k, replace(s, snapshot_epoch=s.snapshot_epoch + 1, write_timestamp=now))
-                       for k, s in states.items() if now - s.write_timestamp >= self.cold_snapshot_interval_ms]
+            records = [_resnapshot(k, s, now) for k in keys if (s := self._states.get(k)) is not None
+                       and now - s.write_timestamp >= self.cold_snapshot_interval_ms]  # still there, still cold
             return len(records), records
 
-        return await self._runtime.write(op)
+        written = 0
+        for i in range(0, len(cold), COLD_SNAPSHOT_CHUNK):
+            if i:
+                await asyncio.sleep(0)  # a write that needs no wait returns without giving the loop a turn
+            written += await self._runtime.write(lambda keys=cold[i:i + COLD_SNAPSHOT_CHUNK]: op(keys))
+        return written
 
     async def on_topics_deleted(self, topic_ids: Iterable[bytes]) -> int:
         """Tombstone every share-partition of deleted topics; return how many."""
@@ -520,6 +598,9 @@ class ShareCoordinator:
         if self._job is not None:
             self._job.cancel()
             self._job = None
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
 
 
 class WaitingPersister:

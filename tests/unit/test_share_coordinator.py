@@ -359,6 +359,30 @@ async def test_deleted_share_partition_stops_holding_back_pruning():
     assert set(fresh.soft_state()) == {(G, T1, 1)}
 
 
+async def test_a_quiet_share_partition_does_not_hold_pruning_back(monkeypatch):
+    """A share-partition written once, while another is written on and on, gets a fresh snapshot once
+    its latest one lies PRUNE_LAG_BYTES behind the log end, so the log is pruned past it (it would
+    otherwise wait for its cold snapshot); its state is unchanged."""
+    import coordinator.share_state.coordinator as sc
+
+    monkeypatch.setattr(sc, "PRUNE_LAG_BYTES", 40 * 100, raising=False)
+    log = MemoryRecordLog()
+    c = await coordinator(log, **{UPDATES: 5})
+    await ok(c.initialize_state(init(part=0, start=0)))
+    await ok(c.write_state(write([(0, 9, 2, 1)], part=0)))   # the quiet one
+    quiet = c.state_of(G, T1, 0)
+    await ok(c.initialize_state(init(part=1, start=0)))
+    for i in range(200):
+        await ok(c.write_state(write([(i, i, 2, 1)], part=1)))
+        await asyncio.sleep(0)  # the refresh runs as its own task
+    assert log.start_offset > 150, "pruned past the quiet share-partition's first snapshot"
+    s = c.state_of(G, T1, 0)
+    assert (s.state_batches, s.start_offset, s.state_epoch) == (quiet.state_batches, 0, quiet.state_epoch)
+    assert s.snapshot_epoch > quiet.snapshot_epoch
+    fresh = await coordinator(log)
+    assert fresh.soft_state() == c.soft_state(), "replaying the pruned log gives the same state"
+
+
 async def test_cold_partitions_get_a_fresh_snapshot():
     log = MemoryRecordLog()
     clock = Clock(1_000)
