@@ -60,6 +60,9 @@ SINGLE_NODE = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # lets a test's share group use acquisition locks down to 1 s (the group config
+    # share.record.lock.duration.ms is bounded by it; Kafka's default minimum is 15 s)
+    "group.share.min.record.lock.duration.ms": "1000",
 }
 CLUSTER = {
     "default.replication.factor": "3",
