@@ -348,9 +348,6 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("consumer_group", f"{step}.{field}"): _EPOCH
        for step in ("describe_member", "describe_left") for field in ("group_epoch", "assignment_epoch")},
     ("consumer_group", "describe_member.members[0].member_epoch"): _EPOCH,
-    ("consumer_group", "describe_member.members[0].subscribed_topic_regex"):
-        "Kafka answers an empty regex for a member that subscribed by names, ours null (KIP-848 allows both; "
-        "librdkafka and the Java client read it as none)",
     ("describe_configs", "broker_names_only_in_kafka"):
         "Kafka describes all 350 broker configs it defines (replication, KRaft quorum, SASL/SSL variants, remote "
         "storage, thread pools, ...); ours the ~40 it reads. Those both list are compared one by one",
