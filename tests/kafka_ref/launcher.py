@@ -16,7 +16,8 @@ Kafka 4's quick start does; the cluster a static quorum, ``controller.quorum.vot
 started as ``java ... kafka.Kafka server.properties`` on 127.0.0.1 with free ports; it is ready when it
 answers Metadata over its socket with every node of the cluster. The single node's internal topics
 (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) have one partition and
-replication factor 1, ``group.initial.rebalance.delay.ms=0``; the heap is bounded (``-Xmx512m``).
+replication factor 1, ``group.initial.rebalance.delay.ms=0``, ``group.share.min.record.lock.duration.ms=1000``
+(short acquisition locks in tests); the heap is bounded (``-Xmx512m``).
 Kafka 4.4 enables share groups by default (``share.version`` 2 at the latest metadata version).
 
 Stdlib only (plus this repository's codec and ``tests.wire`` for the readiness probe).
