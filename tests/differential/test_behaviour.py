@@ -29,7 +29,7 @@ from protocol.messages.describe_share_group_offsets import DescribeShareGroupOff
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.share_group_describe import ShareGroupDescribeRequest
-from tests.differential.harness import differences, path_of, plain
+from tests.differential.harness import assert_as_expected, differences, plain
 from tests.support import until
 from tests.wire import WireClient
 
@@ -385,9 +385,4 @@ def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> tuple[
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_same_behaviour_as_kafka(kafka_ref, ours_behaviour, scenario):
     found, _ = run_both(scenario, kafka_ref.bootstrap, ours_behaviour.bootstrap)
-    expected = {path: why for (sc, path), why in EXPECTED.items() if sc == scenario}
-    unexplained = [d for d in found if path_of(d) not in expected]
-    gone = sorted(set(expected) - {path_of(d) for d in found})
-    assert not unexplained and not gone, (
-        f"{scenario}: {len(unexplained)} unexplained difference(s) from Kafka 4.4:\n  " + "\n  ".join(unexplained)
-        + (f"\nexpected differences that are gone (update EXPECTED): {gone}" if gone else ""))
+    assert_as_expected(scenario, found, EXPECTED)

@@ -24,7 +24,7 @@ from protocol.messages.registry import ApiKey
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
-from tests.differential.harness import differences, path_of, plain
+from tests.differential.harness import assert_as_expected, differences, plain
 from tests.support import until
 from tests.wire import WireClient
 
@@ -501,9 +501,4 @@ def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> list[s
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_same_answers_as_kafka(kafka_ref, ours, scenario):
     found = run_both(scenario, kafka_ref.bootstrap, ours.bootstrap)
-    expected = {path: why for (sc, path), why in EXPECTED.items() if sc == scenario}
-    unexplained = [d for d in found if path_of(d) not in expected]
-    gone = sorted(set(expected) - {path_of(d) for d in found})
-    assert not unexplained and not gone, (
-        f"{scenario}: {len(unexplained)} unexplained difference(s) from Kafka 4.4:\n  " + "\n  ".join(unexplained)
-        + (f"\nexpected differences that are gone (update EXPECTED): {gone}" if gone else ""))
+    assert_as_expected(scenario, found, EXPECTED)
