@@ -1,8 +1,9 @@
 """Differential conformance, behaviour level: the same scenario with real clients against the
 reference Apache Kafka 4.4.0 and against sharebroker, outcomes compared.
 
-Each scenario drives librdkafka (confluent-kafka's ``ShareConsumer``, ``Consumer``, ``Producer``)
-through one story and returns what a user can observe: the records each poll gave (offset, delivery
+Each scenario drives librdkafka (confluent-kafka's ``ShareConsumer``, ``Consumer``, ``Producer``), or
+Kafka 4.4's own Java ``KafkaShareConsumer`` (java/ShareStory.java, compiled with ``javac`` against the
+launcher's Maven classpath into its cache), through one story and returns what a user can observe: the records each poll gave (offset, delivery
 count, value), what acknowledgements and commits answered, and after each step the answers of the
 admin APIs (DescribeShareGroupOffsets v1 with KIP-1226 lag, ShareGroupDescribe, OffsetFetch,
 ConsumerGroupDescribe, DescribeConfigs; sent with our codec, normalised by ``harness.plain``).
@@ -13,8 +14,14 @@ difference must be listed in ``EXPECTED`` with its reason, and a listed one that
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
@@ -324,11 +331,57 @@ def _broker_names_kafka_only(results: dict) -> None:
         del kafka[name]
 
 
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareStory.java"
+
+
+def share_story_classes() -> tuple[str, str]:
+    """(classpath, directory) to run ``java/ShareStory.java`` with Kafka 4.4's clients: compiled with
+    ``javac`` once per source version into the launcher's cache, outside the work tree."""
+    from tests.kafka_ref.launcher import cache_dir, classpath
+
+    cp = classpath()
+    digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16]
+    out = cache_dir() / f"share-story-{digest}"
+    if not (out / "ShareStory.class").exists():
+        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="share-story-"))
+        done = subprocess.run(["javac", "-d", str(tmp), "-cp", cp, str(JAVA_SOURCE)], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another worker compiled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cp, str(out)
+
+
+def java_share_consumer(s: Side) -> dict:
+    """Kafka 4.4's own ``KafkaShareConsumer`` (explicit mode; java/ShareStory.java): ten records,
+    ACCEPT 0-3, RELEASE 4-5, REJECT 6-7, ACCEPT 8-9; then the redelivered 4 (RELEASE: archived at the
+    limit of 2) and 5 (ACCEPT); the lag at the end."""
+    n = s.names
+    topic, group = n["topic"], n["group"]
+    s.create_topic(topic)
+    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
+                            "share.delivery.count.limit": "2"})
+    s.produce(topic, 10)
+    cp, classes = share_story_classes()
+    done = subprocess.run(["java", "-Xmx128m", "-cp", f"{cp}{os.pathsep}{classes}", "ShareStory", s.bootstrap, group,
+                           topic, "10:0-3=ACCEPT,4-5=RELEASE,6-7=REJECT", "2:4=RELEASE"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith(("record ", "commit ", "lock_ms "))]
+    return {"records": [ln[1:] for ln in lines if ln[0] == "record"],
+            "commits": [ln[1:] for ln in lines if ln[0] == "commit"],
+            "lock_ms": [ln[1:] for ln in lines if ln[0] == "lock_ms"],
+            "offsets_end": _settle(lambda: s.share_offsets(group), lambda o: _lag(o) == [(0, 10, 0)])}
+
+
 SCENARIOS = {
     "share_group_life": (share_group_life, ("topic", "group")),
     "consumer_group": (consumer_group, ("topic", "group")),
     "transactions": (transactions, ("topic", "group", "txn")),
     "describe_configs": (describe_configs, ("group",)),
+    "java_share_consumer": (java_share_consumer, ("topic", "group")),
 }
 
 
