@@ -102,3 +102,16 @@ def assert_as_expected(scenario: str, found: list[str], expected_table: dict[tup
     assert not unexplained and not gone, (
         f"{scenario}: {len(unexplained)} unexplained difference(s) from Kafka 4.4:\n  " + "\n  ".join(unexplained)
         + (f"\nexpected differences that are gone (update EXPECTED): {gone}" if gone else ""))
+
+
+def run_on_both(scenario_fn, make_side, kafka_bootstrap: str, ours_bootstrap: str) -> dict:
+    """{'kafka': ..., 'ours': ...}: ``scenario_fn(side)`` on a side made by ``make_side(label, bootstrap)``
+    for each broker (Kafka first), each side closed after its run."""
+    results = {}
+    for label, bootstrap in (("kafka", kafka_bootstrap), ("ours", ours_bootstrap)):
+        side = make_side(label, bootstrap)
+        try:
+            results[label] = scenario_fn(side)
+        finally:
+            side.close()
+    return results

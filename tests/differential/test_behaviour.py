@@ -36,7 +36,7 @@ from protocol.messages.describe_share_group_offsets import DescribeShareGroupOff
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.share_group_describe import ShareGroupDescribeRequest
-from tests.differential.harness import assert_as_expected, differences, plain
+from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
 from tests.support import until
 from tests.wire import WireClient
 
@@ -159,18 +159,24 @@ def _commit(c) -> dict:
 
 # ------------------------------------------------------------------------------------ scenarios
 
+def _share_story_setup(s: Side) -> tuple[str, str]:
+    """A topic with ten records in one batch and a share group reading it from the earliest offset,
+    with 2 s locks and a delivery-count limit of 2; returns (topic, group)."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic)
+    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
+                            "share.delivery.count.limit": "2"})
+    s.produce(topic, 10)
+    return topic, group
+
+
 def share_group_life(s: Side) -> dict:
     """Ten records in one batch; ShareConsumer ``a`` in explicit mode: ACCEPT 0-3, RELEASE 4-5, REJECT 6-7,
     nothing for 8-9 (``a`` polls no more: their 2 s locks expire); a second member ``b`` gets 4, 5 and 8, 9
     at delivery count 2 = the group's limit: RELEASE 4 and 8 (archived at the limit), ACCEPT 5 and 9.
     Lag after each step; describe; then, with the group empty, AlterShareGroupOffsets to 3 and a new
     consumer reads 3-9 again; DeleteShareGroupOffsets."""
-    n = s.names
-    topic, group = n["topic"], n["group"]
-    s.create_topic(topic)
-    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
-                            "share.delivery.count.limit": "2"})
-    s.produce(topic, 10)
+    topic, group = _share_story_setup(s)
     out: dict = {"offsets_before_join": s.share_offsets(group)}
 
     a = _share_consumer(s, group, topic)
@@ -358,12 +364,7 @@ def java_share_consumer(s: Side) -> dict:
     """Kafka 4.4's own ``KafkaShareConsumer`` (explicit mode; java/ShareStory.java): ten records,
     ACCEPT 0-3, RELEASE 4-5, REJECT 6-7, ACCEPT 8-9; then the redelivered 4 (RELEASE: archived at the
     limit of 2) and 5 (ACCEPT); the lag at the end."""
-    n = s.names
-    topic, group = n["topic"], n["group"]
-    s.create_topic(topic)
-    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
-                            "share.delivery.count.limit": "2"})
-    s.produce(topic, 10)
+    topic, group = _share_story_setup(s)
     cp, classes = share_story_classes()
     done = subprocess.run(["java", "-Xmx128m", "-cp", f"{cp}{os.pathsep}{classes}", "ShareStory", s.bootstrap, group,
                            topic, "10:0-3=ACCEPT,4-5=RELEASE,6-7=REJECT", "2:4=RELEASE"],
@@ -423,13 +424,7 @@ EXPECTED: dict[tuple[str, str], str] = {
 def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> tuple[list[str], dict]:
     fn, keys = SCENARIOS[scenario]
     names = {k: _name(k) for k in keys}
-    results = {}
-    for label, bootstrap in (("kafka", kafka_bootstrap), ("ours", ours_bootstrap)):
-        side = Side(label, bootstrap, names)
-        try:
-            results[label] = fn(side)
-        finally:
-            side.close()
+    results = run_on_both(fn, lambda label, bs: Side(label, bs, names), kafka_bootstrap, ours_bootstrap)
     if scenario == "describe_configs":
         _broker_names_kafka_only(results)
     return differences(results["ours"], results["kafka"]), results

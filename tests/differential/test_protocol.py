@@ -24,7 +24,7 @@ from protocol.messages.registry import ApiKey
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
-from tests.differential.harness import assert_as_expected, differences, plain
+from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
 from tests.support import until
 from tests.wire import WireClient
 
@@ -488,13 +488,7 @@ def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> list[s
     names = {k: _name(k.replace("_", "-")) for k in keys}
     if "member" in names:
         names["member"], names["other"] = str(uuid.uuid4()), str(uuid.uuid4())
-    results = {}
-    for label, bootstrap in (("kafka", kafka_bootstrap), ("ours", ours_bootstrap)):
-        side = Side(label, bootstrap, names)
-        try:
-            results[label] = fn(side)
-        finally:
-            side.close()
+    results = run_on_both(fn, lambda label, bs: Side(label, bs, names), kafka_bootstrap, ours_bootstrap)
     return differences(results["ours"], results["kafka"])
 
 
