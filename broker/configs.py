@@ -243,6 +243,7 @@ class BrokerConfigs:
         keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym} | set(BROKER_DEFAULTS)
         defaults = {c.synonym: _fmt(c.default) for c in TOPIC_CONFIGS.values() if c.synonym}
         defaults.update(BROKER_DEFAULTS)
+        defaults.update(dict.fromkeys(_NO_BROKER_DEFAULT))  # Kafka's value is null unless set (KafkaConfig)
         for key in sorted(keys):
             syn = []
             if key in dynamic:

@@ -101,6 +101,8 @@ _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker defaul
     "share.assignor.name": ("group.share.assignors", "simple", STRING),
 }
 KEYS = sorted(list(_INT_KEYS) + list(_OTHER_KEYS))
+# Settable but internal in Kafka 4.4 (GroupConfig.defineInternal, KAFKA-20930): DescribeConfigs leaves them out.
+INTERNAL_KEYS = frozenset({"consumer.assignor.offload.enable", "share.assignor.offload.enable"})
 _REDELIVERY_BOUNDS = {"share.redelivery.backoff.ms": (0, 3_600_000), "share.redelivery.backoff.max.ms": (1, 3_600_000)}
 CONSUMER_RESETS = ("latest", "earliest", "none")
 # Broker settings whose floor we lower to 1000 ms (Kafka's own floors are higher).
@@ -259,6 +261,8 @@ class GroupConfigManager:
         o = self._overrides.get(group_id, {})
         out = []
         for key in KEYS:
+            if key in INTERNAL_KEYS:
+                continue
             syn = []
             if key in o:
                 syn.append((key, o[key], SOURCE_GROUP))

@@ -653,7 +653,7 @@ class ConsumerGroupManager:
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                 client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=sorted(m.subscribed_topic_names),
-                subscribed_topic_regex=m.subscribed_topic_regex,
+                subscribed_topic_regex=m.subscribed_topic_regex or "",  # "" without one, as Kafka's ConsumerGroupMember
                 assignment=self._describe_assignment(m.assigned),
                 target_assignment=self._describe_assignment(group.target.get(m.member_id, {})),
                 member_type=1) for m in group.members.values()]

@@ -90,3 +90,28 @@ def _short(value, limit: int = 160) -> str:
 
 def path_of(difference: str) -> str:
     return difference.split(": ours=", 1)[0]
+
+
+def assert_as_expected(scenario: str, found: list[str], expected_table: dict[tuple[str, str], str]) -> None:
+    """Fail unless the differences ``found`` in ``scenario`` are exactly the paths ``expected_table``
+    lists for it ({(scenario, path): reason}): a new difference fails, and so does a listed one that
+    went away (the table stays true)."""
+    expected = {path for sc, path in expected_table if sc == scenario}
+    unexplained = [d for d in found if path_of(d) not in expected]
+    gone = sorted(expected - {path_of(d) for d in found})
+    assert not unexplained and not gone, (
+        f"{scenario}: {len(unexplained)} unexplained difference(s) from Kafka 4.4:\n  " + "\n  ".join(unexplained)
+        + (f"\nexpected differences that are gone (update EXPECTED): {gone}" if gone else ""))
+
+
+def run_on_both(scenario_fn, make_side, kafka_bootstrap: str, ours_bootstrap: str) -> dict:
+    """{'kafka': ..., 'ours': ...}: ``scenario_fn(side)`` on a side made by ``make_side(label, bootstrap)``
+    for each broker (Kafka first), each side closed after its run."""
+    results = {}
+    for label, bootstrap in (("kafka", kafka_bootstrap), ("ours", ours_bootstrap)):
+        side = make_side(label, bootstrap)
+        try:
+            results[label] = scenario_fn(side)
+        finally:
+            side.close()
+    return results

@@ -16,7 +16,8 @@ Kafka 4's quick start does; the cluster a static quorum, ``controller.quorum.vot
 started as ``java ... kafka.Kafka server.properties`` on 127.0.0.1 with free ports; it is ready when it
 answers Metadata over its socket with every node of the cluster. The single node's internal topics
 (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) have one partition and
-replication factor 1, ``group.initial.rebalance.delay.ms=0``; the heap is bounded (``-Xmx512m``).
+replication factor 1, ``group.initial.rebalance.delay.ms=0``, ``group.share.min.record.lock.duration.ms=1000``
+(short acquisition locks in tests); the heap is bounded (``-Xmx512m``).
 Kafka 4.4 enables share groups by default (``share.version`` 2 at the latest metadata version).
 
 Stdlib only (plus this repository's codec and ``tests.wire`` for the readiness probe).
@@ -60,6 +61,9 @@ SINGLE_NODE = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # lets a test's share group use acquisition locks down to 1 s (the group config
+    # share.record.lock.duration.ms is bounded by it; Kafka's default minimum is 15 s)
+    "group.share.min.record.lock.duration.ms": "1000",
 }
 CLUSTER = {
     "default.replication.factor": "3",

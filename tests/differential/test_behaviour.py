@@ -1,0 +1,436 @@
+"""Differential conformance, behaviour level: the same scenario with real clients against the
+reference Apache Kafka 4.4.0 and against sharebroker, outcomes compared.
+
+Each scenario drives librdkafka (confluent-kafka's ``ShareConsumer``, ``Consumer``, ``Producer``), or
+Kafka 4.4's own Java ``KafkaShareConsumer`` (java/ShareStory.java, compiled with ``javac`` against the
+launcher's Maven classpath into its cache), through one story and returns what a user can observe: the records each poll gave (offset, delivery
+count, value), what acknowledgements and commits answered, and after each step the answers of the
+admin APIs (DescribeShareGroupOffsets v1 with KIP-1226 lag, ShareGroupDescribe, OffsetFetch,
+ConsumerGroupDescribe, DescribeConfigs; sent with our codec, normalised by ``harness.plain``).
+Timings are not compared. Our deliberate improvements are turned to Kafka's behaviour on our side
+(``share.fair.acquisition.enable=false``; redelivery backoff is 0 by default; the shorter heartbeat
+interval while partitions are pending changes timings only). As in test_protocol.py, every remaining
+difference must be listed in ``EXPECTED`` with its reason, and a listed one that went away fails too.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from broker.testing import BrokerProcess
+from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AlterReq
+from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DeleteReq
+from protocol.messages.describe_configs import DescribeConfigsRequest
+from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as DescReq
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
+from tests.support import until
+from tests.wire import WireClient
+
+# Both brokers accept acquisition locks down to 1 s (the launcher sets the same minimum on Kafka).
+OURS_CONFIG = {"group.share.min.record.lock.duration.ms": "1000"}
+LOCK_MS = 2000
+# Our group configs that turn our improvements to Kafka's behaviour (Kafka refuses them: unknown keys)
+OURS_GROUP_EXTRA = {"share.fair.acquisition.enable": "false"}
+ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
+
+
+@pytest.fixture(scope="module")
+def ours_behaviour(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("differential-behaviour"), config=OURS_CONFIG) as b:
+        yield b
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class Side:
+    """One broker under comparison (``label`` 'kafka' or 'ours'); ``names`` are shared by both sides."""
+
+    def __init__(self, label: str, bootstrap: str, names: dict):
+        self.label, self.bootstrap, self.names = label, bootstrap, names
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._wire: WireClient | None = None
+
+    @property
+    def wire(self) -> WireClient:
+        if self._wire is None:
+            self._wire = WireClient(self.bootstrap, client_id="differential-behaviour")
+        return self._wire
+
+    def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        self.admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+        def led():
+            md = self.wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
+                                                   allow_auto_topic_creation=False), 12).topics[0]
+            return md.error_code == 0 and md.partitions and all(p.leader_id >= 0 for p in md.partitions)
+        until(led, 30, f"topic {name} on {self.label}", 0.05)
+
+    def group_configs(self, group: str, configs: dict[str, str]) -> None:
+        if self.label == "ours":
+            configs = {**configs, **OURS_GROUP_EXTRA}
+        res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+        self.admin.incremental_alter_configs([res])[res].result(30)
+
+    def produce(self, topic: str, n: int, start: int = 0) -> None:
+        """``n`` records in one batch (values ``v<i>``)."""
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 200})
+        for i in range(start, start + n):
+            p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0)
+        assert p.flush(30) == 0
+
+    def share_offsets(self, group: str) -> dict:
+        g = self.wire.request(DescReq(groups=[DescReq.DescribeShareGroupOffsetsRequestGroup(group_id=group)]), 1)
+        return plain(g.groups[0])
+
+    def share_describe(self, group: str) -> dict:
+        g = plain(self.wire.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0])
+        for m in g.get("members") or []:
+            m["client_host"] = "<client-host>"  # Kafka's '/127.0.0.1', ours the same without the slash
+        return g
+
+
+def _records(msgs) -> list:
+    return [(m.offset(), m.delivery_count(), m.value().decode()) for m in msgs]
+
+
+def _poll_until(c, n: int, timeout: float, on_record=None) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for m in c.poll(0.2) or []:
+            assert m.error() is None, m.error()
+            got.append(m)
+            if on_record:
+                on_record(m)
+    return sorted(got, key=lambda m: m.offset())
+
+
+def _settle(fn, done, timeout: float = 20.0):
+    """``fn()`` until ``done(value)`` or the deadline; returns the last value either way (the
+    comparison then shows where the brokers differ)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def _share_consumer(s: Side, group: str, topic: str) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": s.bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    return c
+
+
+def _all_assigned(g: dict) -> bool:
+    return bool(g["members"]) and all(m["assignment"]["topic_partitions"] for m in g["members"])
+
+
+def _lag(offsets: dict) -> list:
+    return [(p["partition_index"], p["start_offset"], p["lag"]) for t in offsets.get("topics") or []
+            for p in t["partitions"]]
+
+
+def _commit(c) -> dict:
+    """commit_sync's answer per partition: None, or the error's name."""
+    return {tp.partition: (None if e is None else e.args[0].name()) for tp, e in (c.commit_sync(30) or {}).items()}
+
+
+# ------------------------------------------------------------------------------------ scenarios
+
+def _share_story_setup(s: Side) -> tuple[str, str]:
+    """A topic with ten records in one batch and a share group reading it from the earliest offset,
+    with 2 s locks and a delivery-count limit of 2; returns (topic, group)."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic)
+    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
+                            "share.delivery.count.limit": "2"})
+    s.produce(topic, 10)
+    return topic, group
+
+
+def share_group_life(s: Side) -> dict:
+    """Ten records in one batch; ShareConsumer ``a`` in explicit mode: ACCEPT 0-3, RELEASE 4-5, REJECT 6-7,
+    nothing for 8-9 (``a`` polls no more: their 2 s locks expire); a second member ``b`` gets 4, 5 and 8, 9
+    at delivery count 2 = the group's limit: RELEASE 4 and 8 (archived at the limit), ACCEPT 5 and 9.
+    Lag after each step; describe; then, with the group empty, AlterShareGroupOffsets to 3 and a new
+    consumer reads 3-9 again; DeleteShareGroupOffsets."""
+    topic, group = _share_story_setup(s)
+    out: dict = {"offsets_before_join": s.share_offsets(group)}
+
+    a = _share_consumer(s, group, topic)
+    b = None
+    try:
+        first = _poll_until(a, 10, 60)
+        out["acquired"] = _records(first)
+        out["offsets_acquired"] = s.share_offsets(group)
+        out["describe_one_member"] = _settle(lambda: s.share_describe(group), _all_assigned)
+        for m in first:  # 8, 9 unacknowledged: their locks expire while ``a`` polls no more
+            ack = {0: ACCEPT, 1: ACCEPT, 2: ACCEPT, 3: ACCEPT, 4: RELEASE, 5: RELEASE, 6: REJECT, 7: REJECT}
+            if m.offset() in ack:
+                a.acknowledge(m, ack[m.offset()])
+        out["commit_acks"] = _commit(a)
+        out["offsets_after_acks"] = s.share_offsets(group)
+
+        b = _share_consumer(s, group, topic)
+        second_acks = {4: RELEASE, 5: ACCEPT, 8: RELEASE, 9: ACCEPT}  # 4 and 8 reach the limit (2): archived
+        second = _poll_until(b, 4, 60, lambda m: b.acknowledge(m, second_acks[m.offset()]))
+        out["redelivered"] = _records(second)
+        out["commit_second"] = _commit(b)
+        out["offsets_end"] = _settle(lambda: s.share_offsets(group), lambda o: _lag(o) == [(0, 10, 0)])
+        out["describe_two_members"] = _settle(lambda: s.share_describe(group), _all_assigned)
+        out["describe_two_members"]["members"].sort(key=lambda m: m["member_epoch"])
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    out["describe_empty"] = _settle(lambda: s.share_describe(group), lambda g: g["group_state"] == "Empty")
+
+    alter = AlterReq(group_id=group, topics=[AlterReq.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
+        AlterReq.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=3)])])
+    out["alter"] = plain(s.wire.request(alter, 0))
+    out["offsets_altered"] = s.share_offsets(group)
+    c2 = _share_consumer(s, group, topic)
+    try:
+        again = _poll_until(c2, 7, 60, lambda m: c2.acknowledge(m, ACCEPT))
+        out["after_alter"] = _records(again)
+        out["commit_after_alter"] = _commit(c2)
+        out["offsets_after_alter"] = s.share_offsets(group)
+    finally:
+        c2.close()
+    _settle(lambda: s.share_describe(group), lambda g: g["group_state"] == "Empty")
+    delete = DeleteReq(group_id=group, topics=[DeleteReq.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)])
+    out["delete"] = plain(s.wire.request(delete, 0))
+    out["offsets_deleted"] = s.share_offsets(group)
+    return out
+
+
+def consumer_group(s: Side) -> dict:
+    """KIP-848 (``group.protocol=consumer``): consume ten records, commit after the seventh, close;
+    OffsetFetch and ConsumerGroupDescribe while it is a member and after it left."""
+    n = s.names
+    topic, group = n["topic"], n["group"]
+    s.create_topic(topic)
+    s.produce(topic, 10)
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    out: dict = {}
+    try:
+        c.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+        out["consumed"] = [(m.partition(), m.offset(), m.value().decode()) for m in got]
+        committed = c.commit(message=got[6], asynchronous=False)
+        out["commit"] = [(tp.partition, tp.offset, tp.error) for tp in committed]
+        out["committed"] = [(tp.partition, tp.offset) for tp in c.committed([TopicPartition(topic, 0)], 30)]
+        d = plain(s.wire.request(ConsumerGroupDescribeRequest(group_ids=[group]), 1).groups[0])
+        for m in d.get("members") or []:
+            m["client_host"], m["client_id"] = "<client-host>", "<client-id>"
+        out["describe_member"] = d
+    finally:
+        c.close()
+    out["describe_left"] = _settle(
+        lambda: plain(s.wire.request(ConsumerGroupDescribeRequest(group_ids=[group]), 1).groups[0]),
+        lambda g: g["group_state"] == "Empty")
+    out["offset_fetch"] = plain(s.wire.request(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id=group, topics=None)]), 9))
+    return out
+
+
+def transactions(s: Side) -> dict:
+    """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
+    read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
+    n = s.names
+    topic = n["topic"]
+    s.create_topic(topic)
+    p = Producer({"bootstrap.servers": s.bootstrap, "transactional.id": n["txn"], "linger.ms": 50})
+    p.init_transactions(60)
+    value = iter(range(100))
+    for count, commit in ((5, True), (3, False), (2, True)):
+        p.begin_transaction()
+        for _ in range(count):
+            p.produce(topic, value=b"v%d" % next(value), partition=0)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    out: dict = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": n["group"] + isolation,
+                      "isolation.level": isolation, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        try:
+            c.assign([TopicPartition(topic, 0, 0)])
+            got = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    break  # end of partition
+                got.append((m.offset(), m.value().decode()))
+            out[isolation] = got
+            out[f"{isolation}_watermarks"] = c.get_watermark_offsets(TopicPartition(topic, 0), 10)
+        finally:
+            c.close()
+    return out
+
+
+def describe_configs(s: Side) -> dict:
+    """DescribeConfigs v4 of a share group (two configs set) and of the broker: per name its value,
+    source, read-only and sensitive flags; values naming this machine (listeners, log.dirs) are
+    normalised (see ``_broker_names_kafka_only`` for the names only Kafka lists)."""
+    n = s.names
+    group = n["group"]
+    s.group_configs(group, {"share.record.lock.duration.ms": "20000", "share.auto.offset.reset": "earliest"})
+    node = s.wire.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 12).brokers[0].node_id
+
+    def describe(rtype: int, rname: str) -> dict:
+        r = s.wire.request(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=rtype, resource_name=rname, configuration_keys=None)], include_synonyms=False), 4)
+        res = r.results[0]
+        assert res.error_code == 0, res
+        return {c.name: {"value": c.value, "source": c.config_source, "read_only": c.read_only,
+                         "sensitive": c.is_sensitive} for c in res.configs}
+
+    # Kafka's broker learns a group config from the controller's metadata log a moment after the change
+    out = {"group": _settle(lambda: describe(32, group),
+                            lambda g: g["share.record.lock.duration.ms"]["value"] == "20000")}
+    broker = describe(4, str(node))
+    for name in ("listeners", "log.dirs"):
+        broker[name]["value"] = "<this machine>"
+    out["broker"] = broker
+    return out
+
+
+def _broker_names_kafka_only(results: dict) -> None:
+    """Kafka describes every broker config it defines (350), we the ones we read (about 40): the names
+    only Kafka lists become one list; the names both list are compared entry by entry."""
+    kafka, ours = results["kafka"]["broker"], results["ours"]["broker"]
+    results["kafka"]["broker_names_only_in_kafka"] = sorted(set(kafka) - set(ours))
+    results["ours"]["broker_names_only_in_kafka"] = []
+    for name in set(kafka) - set(ours):
+        del kafka[name]
+
+
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareStory.java"
+
+
+def share_story_classes() -> tuple[str, str]:
+    """(classpath, directory) to run ``java/ShareStory.java`` with Kafka 4.4's clients: compiled with
+    ``javac`` once per source version into the launcher's cache, outside the work tree."""
+    from tests.kafka_ref.launcher import cache_dir, classpath
+
+    cp = classpath()
+    digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16]
+    out = cache_dir() / f"share-story-{digest}"
+    if not (out / "ShareStory.class").exists():
+        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="share-story-"))
+        done = subprocess.run(["javac", "-d", str(tmp), "-cp", cp, str(JAVA_SOURCE)], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another worker compiled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cp, str(out)
+
+
+def java_share_consumer(s: Side) -> dict:
+    """Kafka 4.4's own ``KafkaShareConsumer`` (explicit mode; java/ShareStory.java): ten records,
+    ACCEPT 0-3, RELEASE 4-5, REJECT 6-7, ACCEPT 8-9; then the redelivered 4 (RELEASE: archived at the
+    limit of 2) and 5 (ACCEPT); the lag at the end."""
+    topic, group = _share_story_setup(s)
+    cp, classes = share_story_classes()
+    done = subprocess.run(["java", "-Xmx128m", "-cp", f"{cp}{os.pathsep}{classes}", "ShareStory", s.bootstrap, group,
+                           topic, "10:0-3=ACCEPT,4-5=RELEASE,6-7=REJECT", "2:4=RELEASE"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith(("record ", "commit ", "lock_ms "))]
+    return {"records": [ln[1:] for ln in lines if ln[0] == "record"],
+            "commits": [ln[1:] for ln in lines if ln[0] == "commit"],
+            "lock_ms": [ln[1:] for ln in lines if ln[0] == "lock_ms"],
+            "offsets_end": _settle(lambda: s.share_offsets(group), lambda o: _lag(o) == [(0, 10, 0)])}
+
+
+SCENARIOS = {
+    "share_group_life": (share_group_life, ("topic", "group")),
+    "consumer_group": (consumer_group, ("topic", "group")),
+    "transactions": (transactions, ("topic", "group", "txn")),
+    "describe_configs": (describe_configs, ("group",)),
+    "java_share_consumer": (java_share_consumer, ("topic", "group")),
+}
+
+
+_EPOCH = ("Kafka 4.4 creates a consumer or share group at group epoch 1 with an empty target assignment at "
+          "epoch 1 (ModernGroup's constructor, KAFKA-20268, for assignment offload), so the first join bumps it to 2; "
+          "ours start at 0 and the first join makes 1: every later epoch is one lower (clients echo epochs, never "
+          "compare them)")
+_OURS_GROUP_KEYS = "our own group configs (README 'Configuration'): Kafka has no such key"
+_STATIC_HERE = "not changeable at runtime here (IncrementalAlterConfigs refuses it), so read-only is true"
+EXPECTED: dict[tuple[str, str], str] = {
+    **{("share_group_life", f"{step}.{field}"): _EPOCH
+       for step in ("describe_one_member", "describe_two_members", "describe_empty")
+       for field in ("group_epoch", "assignment_epoch")},
+    ("share_group_life", "describe_one_member.members[0].member_epoch"): _EPOCH,
+    ("share_group_life", "describe_two_members.members[0].member_epoch"): _EPOCH,
+    ("share_group_life", "describe_two_members.members[1].member_epoch"): _EPOCH,
+    **{("consumer_group", f"{step}.{field}"): _EPOCH
+       for step in ("describe_member", "describe_left") for field in ("group_epoch", "assignment_epoch")},
+    ("consumer_group", "describe_member.members[0].member_epoch"): _EPOCH,
+    ("describe_configs", "broker_names_only_in_kafka"):
+        "Kafka describes all 350 broker configs it defines (replication, KRaft quorum, SASL/SSL variants, remote "
+        "storage, thread pools, ...); ours the ~40 it reads. Those both list are compared one by one",
+    **{("describe_configs", f"broker.{name}.read_only"): _STATIC_HERE
+       for name in ("errors.deadletterqueue.auto.create.topics.enable", "errors.deadletterqueue.topic.name.prefix",
+                    "listeners", "max.connections", "min.insync.replicas", "unclean.leader.election.enable")},
+    ("describe_configs", "broker.min.insync.replicas.source"):
+        "Kafka's formatter writes min.insync.replicas as a cluster-wide dynamic default; same value",
+    ("describe_configs", "broker.node.id.source"):
+        "Kafka reads node.id from server.properties (STATIC_BROKER_CONFIG); ours is the built-in default 1",
+    **{("describe_configs", f"group.{key}"): _OURS_GROUP_KEYS
+       for key in ("consumer.auto.offset.reset", "share.assignor.name", "share.fair.acquisition.enable",
+                   "share.redelivery.backoff.ms", "share.redelivery.backoff.max.ms")},
+    **{("describe_configs", f"group.streams.{key}"): "streams groups (KIP-1071) are not implemented"
+       for key in ("assignment.interval.ms", "assignor.name", "heartbeat.interval.ms", "initial.rebalance.delay.ms",
+                   "num.standby.replicas", "rack.aware.assignment.tags", "session.timeout.ms")},
+}
+
+
+def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> tuple[list[str], dict]:
+    fn, keys = SCENARIOS[scenario]
+    names = {k: _name(k) for k in keys}
+    results = run_on_both(fn, lambda label, bs: Side(label, bs, names), kafka_bootstrap, ours_bootstrap)
+    if scenario == "describe_configs":
+        _broker_names_kafka_only(results)
+    return differences(results["ours"], results["kafka"]), results
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_same_behaviour_as_kafka(kafka_ref, ours_behaviour, scenario):
+    found, _ = run_both(scenario, kafka_ref.bootstrap, ours_behaviour.bootstrap)
+    assert_as_expected(scenario, found, EXPECTED)
