@@ -291,3 +291,275 @@ def test_offset_for_leader_epoch_after_restart(broker_factory):
     with open(os.path.join(b.data_dir, f"{name}-0", seg), "rb") as f:
         first = f.read(61)
     assert int.from_bytes(first[12:16], "big") == 0  # the first batch's partition leader epoch
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_confluent_kafka_legacy_alter_configs(broker, wire):
+    """librdkafka's (deprecated) AdminClient.alter_configs sends AlterConfigs: the whole set."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    name = create_topic(wire, configs={"segment.ms": "3600000"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, name, set_config={"retention.ms": "7000000"})
+    assert admin.alter_configs([res])[res].result(15) is None
+    got = topic_configs(wire, name)
+    assert got["retention.ms"] == ("7000000", 1) and got["segment.ms"][1] != 1
+
+
+# ----------------------------------------------------------------------------- DescribeTopicPartitions (75)
+def describe_partitions(w, names, limit=2000, cursor=None):
+    R = DescribeTopicPartitionsRequest
+    req = R(topics=[R.TopicRequest(name=n) for n in names], response_partition_limit=limit,
+            cursor=None if cursor is None else R.Cursor(topic_name=cursor[0], partition_index=cursor[1]))
+    resp = w.request(req, 0)
+    pages = [(t.name, t.error_code, [p.partition_index for p in t.partitions]) for t in resp.topics]
+    nxt = None if resp.next_cursor is None else (resp.next_cursor.topic_name, resp.next_cursor.partition_index)
+    return pages, nxt, resp
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(broker, wire):
+    prefix = f"dtp-{uuid.uuid4().hex[:6]}"
+    a = create_topic(wire, 3, prefix=prefix + "-a")
+    b = create_topic(wire, 2, prefix=prefix + "-b")
+    c = create_topic(wire, 1, prefix=prefix + "-c")
+    names = [c, a, b, a]  # any order, a name twice: sorted, each once
+    pages, nxt, resp = describe_partitions(wire, names)
+    assert pages == [(a, 0, [0, 1, 2]), (b, 0, [0, 1]), (c, 0, [0])] and nxt is None
+    t = resp.topics[0]
+    assert not t.is_internal and t.topic_id != bytes(16) and t.topic_authorized_operations > 0
+    p = t.partitions[0]
+    assert (p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes, p.offline_replicas,
+            p.eligible_leader_replicas, p.last_known_elr) == (1, 0, [1], [1], [], [], [])
+    # pages of 2 partitions: the cursor walks through a, then b (ending exactly at b's end), then c
+    walked, cursor = [], None
+    for _ in range(10):
+        pages, cursor, _ = describe_partitions(wire, names, limit=2, cursor=cursor)
+        walked.append(pages)
+        if cursor is None:
+            break
+    assert walked == [[(a, 0, [0, 1])], [(a, 0, [2]), (b, 0, [0])], [(b, 0, [1]), (c, 0, [0])]]
+    pages, cursor, _ = describe_partitions(wire, [a, b], limit=3)
+    assert pages == [(a, 0, [0, 1, 2])] and cursor == (b, 0)  # full at a's end: the cursor is b's start
+    # unknown and illegal names take no room in a page; limit 0 counts as 1
+    pages, cursor, _ = describe_partitions(wire, ["no-such-topic", "bad/name", c], limit=0)
+    assert pages == [("bad/name", Errors.INVALID_TOPIC_EXCEPTION, []), (c, 0, [0])]
+    assert cursor == ("no-such-topic", 0)
+    pages, cursor, _ = describe_partitions(wire, ["no-such-topic", "bad/name", c], cursor=cursor)
+    assert pages == [("no-such-topic", Errors.UNKNOWN_TOPIC_OR_PARTITION, [])] and cursor is None
+    # a cursor outside the named topics, or with a negative partition: the whole request INVALID_REQUEST
+    pages, _, _ = describe_partitions(wire, [a, b], cursor=(c, 0))
+    assert pages == [(a, Errors.INVALID_REQUEST, []), (b, Errors.INVALID_REQUEST, [])]
+    pages, _, _ = describe_partitions(wire, [a], cursor=(a, -1))
+    assert pages == [(a, Errors.INVALID_REQUEST, [])]
+    # every topic (an empty list) from a cursor on
+    pages, _, _ = describe_partitions(wire, [], cursor=(b, 1))
+    assert [p[:3] for p in pages[:2]] == [(b, 0, [1]), (c, 0, [0])]
+    assert all(n > b for n, _, _ in pages[1:])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_describe_topics_through_clients(broker, wire):
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    name = create_topic(wire, 4)
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        out = kp.describe_topic_partitions([name], response_partition_limit=3)
+        assert [p["partition_index"] for p in out["topics"][0]["partitions"]] == [0, 1, 2]
+        assert out["next_cursor"]["topic_name"] == name and out["next_cursor"]["partition_index"] == 3
+    finally:
+        kp.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    desc = admin.describe_topics(TopicCollection([name]))[name].result(15)
+    assert [p.id for p in desc.partitions] == [0, 1, 2, 3]
+    assert all(p.leader.id == 1 and [r.id for r in p.isr] == [1] for p in desc.partitions)
+
+
+# ----------------------------------------------------------------------------- ElectLeaders (43)
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_elect_leaders(broker, wire, version):
+    name = create_topic(wire, 2)
+    R = ElectLeadersRequest
+    for election in ([0] if version == 0 else [0, 1]):
+        req = R(election_type=election, topic_partitions=[R.TopicPartitions(topic=name, partitions=[0, 1, 5]),
+                                                          R.TopicPartitions(topic="nope", partitions=[0])])
+        resp = wire.request(req, version)
+        got = [(r.topic, p.partition_id, p.error_code) for r in resp.replica_election_results for p in r.partition_result]
+        assert got == [(name, 0, Errors.ELECTION_NOT_NEEDED), (name, 1, Errors.ELECTION_NOT_NEEDED),
+                       (name, 5, Errors.UNKNOWN_TOPIC_OR_PARTITION), ("nope", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION)]
+        assert resp.error_code == 0
+    every = R(election_type=0)
+    every.topic_partitions = None
+    resp = wire.request(every, version)
+    assert name in [r.topic for r in resp.replica_election_results]
+    assert all(not r.partition_result for r in resp.replica_election_results)
+    if version >= 1:
+        resp = wire.request(R(election_type=5, topic_partitions=[R.TopicPartitions(topic=name, partitions=[0])]), version)
+        assert resp.error_code == Errors.UNKNOWN_SERVER_ERROR
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_elect_leaders_through_clients(broker, wire):
+    from confluent_kafka import ElectionType, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    name = create_topic(wire, 2)
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        resp = kp.elect_leaders(0, {name: [0, 1]})  # ELECTION_NOT_NEEDED is no error to it
+        assert [p.error_code for r in resp.replica_election_results for p in r.partition_result] == [84, 84]
+    finally:
+        kp.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)]).result(15)
+        codes = {tp.partition: (tp.error.code() if tp.error else 0) for tp in result}
+    except KafkaException as e:  # older librdkafka: the partition's error raised
+        codes = {0: e.args[0].code()}
+    assert codes == {0: Errors.ELECTION_NOT_NEEDED}
+
+
+# ----------------------------------------------------------------------------- reassignments (45, 46)
+@pytest.mark.parametrize("version", [0, 1])
+def test_alter_partition_reassignments(broker, wire, version):
+    name = create_topic(wire, 2)
+    R = AlterPartitionReassignmentsRequest
+    cases = [(0, [1]), (1, None), (0, [2]), (0, []), (0, [1, 1]), (7, [1])]
+    req = R(topics=[R.ReassignableTopic(name=name, partitions=[R.ReassignablePartition(partition_index=p, replicas=r)
+                                                               for p, r in cases]),
+                    R.ReassignableTopic(name="nope", partitions=[R.ReassignablePartition(partition_index=0,
+                                                                                         replicas=[1])])])
+    resp = wire.request(req, version)
+    got = [(t.name, p.partition_index, p.error_code) for t in resp.responses for p in t.partitions]
+    assert got == [(name, 0, 0), (name, 1, Errors.NO_REASSIGNMENT_IN_PROGRESS),
+                   (name, 0, Errors.INVALID_REPLICA_ASSIGNMENT), (name, 0, Errors.INVALID_REPLICA_ASSIGNMENT),
+                   (name, 0, Errors.INVALID_REPLICA_ASSIGNMENT), (name, 7, Errors.UNKNOWN_TOPIC_OR_PARTITION),
+                   ("nope", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert "no such broker is registered" in resp.responses[0].partitions[2].error_message
+    assert resp.error_code == 0 and resp.responses[0].partitions[0].error_message is None
+    L = ListPartitionReassignmentsRequest
+    listed = wire.request(L(topics=[L.ListPartitionReassignmentsTopics(name=name, partition_indexes=[0, 1])]), 0)
+    assert listed.error_code == 0 and listed.topics == []
+    every = L()
+    every.topics = None
+    assert wire.request(every, 0).topics == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_reassignments_through_kafka_python(broker, wire):
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    name = create_topic(wire)
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        out = kp.alter_partition_reassignments({TopicPartition(name, 0): [1], TopicPartition(name, 1): [1]})
+        assert {tp.partition: err and err.errno for tp, err in out.items()} == {0: None, 1: 3}, out
+        assert kp.list_partition_reassignments() == {}
+    finally:
+        kp.close()
+
+
+# ----------------------------------------------------------------------------- DescribeQuorum (55)
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_describe_quorum(broker, wire, version):
+    R = DescribeQuorumRequest
+    req = R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(partition_index=0)])])
+    resp = wire.request(req, version)
+    assert resp.error_code == 0
+    (t,) = resp.topics
+    (p,) = t.partitions
+    assert (t.topic_name, p.partition_index, p.error_code, p.leader_id, p.leader_epoch) == \
+        ("__cluster_metadata", 0, 0, 1, 1)
+    (v,) = p.current_voters
+    assert v.replica_id == 1 and v.log_end_offset == p.high_watermark >= 0 and p.observers == []
+    if version >= 1:
+        assert v.last_fetch_timestamp > 0 and v.last_caught_up_timestamp > 0
+    if version >= 2:
+        (n,) = resp.nodes
+        host, port = broker.bootstrap.rsplit(":", 1)
+        assert n.node_id == 1 and [(x.host, x.port) for x in n.listeners] == [(host, int(port))]
+    bad = R(topics=[R.TopicData(topic_name="other", partitions=[R.PartitionData(partition_index=0)])])
+    (bp,) = wire.request(bad, version).topics[0].partitions
+    assert bp.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_describe_quorum_and_features_through_kafka_python(broker):
+    from kafka.admin import KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        q = kp.describe_metadata_quorum()
+        (p,) = q["topics"][0]["partitions"]
+        assert p["leader_id"] == 1 and [v["replica_id"] for v in p["current_voters"]] == [1]
+        assert kp.describe_features()["share.version"]["finalized"] == (2, 2)
+    finally:
+        kp.close()
+
+
+# ----------------------------------------------------------------------------- UpdateFeatures (57)
+def update(w, version, *updates, validate_only=False):
+    R = UpdateFeaturesRequest
+    req = R(feature_updates=[R.FeatureUpdateKey(feature=f, max_version_level=lvl, upgrade_type=t,
+                                                allow_downgrade=t != 1) for f, lvl, t in updates],
+            validate_only=validate_only)
+    resp = w.request(req, version)
+    return resp.error_code, resp.error_message, [(r.feature, r.error_code) for r in resp.results]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_update_features(broker, wire, version):
+    same = update(wire, version, ("share.version", 2, 1), ("group.version", 1, 1), ("streams.version", 0, 1))
+    assert same == (0, None, [("share.version", 0), ("group.version", 0), ("streams.version", 0)]
+                    if version <= 1 else [])
+    prefix = "The update failed for all features since the following feature had an error: Invalid update version"
+    cases = [(("share.version", 5, 1), "5 for feature share.version. Local controller 1 only supports versions 0-2"),
+             (("share.version", -1, 1), "-1 for feature share.version. A feature version cannot be less than 0."),
+             (("foo.version", 1, 1), "1 for feature foo.version. Local controller 1 does not support this feature."),
+             (("foo.version", 0, 1), "0 for feature foo.version. Feature foo.version not found."),
+             (("transaction.version", 3, 1), "3 for feature transaction.version. Local controller 1 only supports "
+                                             "versions 0-2")]
+    if version == 0:  # v0 carries no upgrade type: always an upgrade
+        cases.append((("share.version", 1, 2), "1 for feature share.version. Can't downgrade the version of this "
+                                               "feature without setting the upgrade type to either safe or unsafe "
+                                               "downgrade."))
+    else:
+        cases.append((("share.version", 0, 2), "0 for feature share.version. sharebroker cannot change the "
+                                               "finalized level (2)."))
+    if version >= 1:
+        cases += [(("share.version", 1, 1), "1 for feature share.version. Can't downgrade the version of this "
+                                            "feature without setting the upgrade type to either safe or unsafe downgrade."),
+                  (("kraft.version", 1, 0), "1 for feature kraft.version. The controller does not support the "
+                                            "given upgrade type.")]
+    for upd, message in cases:
+        for validate_only in (False, True):
+            code, msg, results = update(wire, version, ("group.version", 1, 1), upd, validate_only=validate_only)
+            assert (code, msg, results) == (Errors.INVALID_UPDATE_VERSION, f"{prefix} {message}", []), upd
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_update_features_through_kafka_python(broker):
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import InvalidUpdateVersionError
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        kp.update_features({"transaction.version": 2})
+        with pytest.raises(InvalidUpdateVersionError):
+            kp.update_features({"transaction.version": 1})
+        assert kp.describe_features()["transaction.version"]["finalized"] == (2, 2)
+    finally:
+        kp.close()
+
+
+# ----------------------------------------------------------------------------- ApiVersions
+def test_api_versions_advertises_the_operations_apis(wire):
+    resp = wire.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+    got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert {key: got.get(key) for key in (23, 33, 34, 35, 43, 45, 46, 55, 57, 75)} == {
+        23: (2, 4), 33: (0, 2), 34: (1, 2), 35: (1, 5), 43: (0, 2), 45: (0, 1), 46: (0, 0), 55: (0, 2),
+        57: (0, 2), 75: (0, 0)}
