@@ -421,22 +421,12 @@ SCENARIOS = {
 
 # Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
 _NOT_SERVED = {
-    "OFFSET_FOR_LEADER_EPOCH": (23, "one node whose leader epochs never move: no log divergence to detect"),
     "WRITE_TXN_MARKERS": (27, "broker-to-broker: markers are written locally"),
-    "ALTER_CONFIGS": (33, "the legacy whole-resource AlterConfigs is not served; IncrementalAlterConfigs is"),
-    "ALTER_REPLICA_LOG_DIRS": (34, "one log directory"),
-    "DESCRIBE_LOG_DIRS": (35, "one log directory: not served"),
     "CREATE_DELEGATION_TOKEN": (38, "no delegation tokens"),
     "RENEW_DELEGATION_TOKEN": (39, "no delegation tokens"),
     "EXPIRE_DELEGATION_TOKEN": (40, "no delegation tokens"),
     "DESCRIBE_DELEGATION_TOKEN": (41, "no delegation tokens"),
-    "ELECT_LEADERS": (43, "one replica per partition: nothing to elect"),
-    "ALTER_PARTITION_REASSIGNMENTS": (45, "one broker: nothing to reassign"),
-    "LIST_PARTITION_REASSIGNMENTS": (46, "one broker: nothing to reassign"),
-    "DESCRIBE_QUORUM": (55, "no KRaft quorum"),
-    "UPDATE_FEATURES": (57, "fixed feature levels"),
     "UNREGISTER_BROKER": (64, "no KRaft quorum"),
-    "DESCRIBE_TOPIC_PARTITIONS": (75, "not served yet: Metadata answers the same"),
     "ADD_RAFT_VOTER": (80, "no KRaft quorum"),
     "REMOVE_RAFT_VOTER": (81, "no KRaft quorum"),
     "STREAMS_GROUP_HEARTBEAT": (88, "streams groups (KIP-1071) not implemented"),
