@@ -8,7 +8,8 @@ a resource named twice (both get INVALID_REQUEST), a key given twice, a null val
 resource type (BROKER_LOGGER cannot be set this way), a broker name other than ours or "".  Then
 ALTER_CONFIGS on the TOPIC / GROUP, or on the CLUSTER for BROKER resources, else TOPIC_ / GROUP_ /
 CLUSTER_AUTHORIZATION_FAILED (ControllerApis.authorizeAlterResource).  ``validate_only``
-checks without applying.  BROKER: the one node and the cluster default ("") are one set of
+checks without applying.  (Kafka 4.4 itself never answers a request naming a resource twice: its
+AlterConfigsResponse.errors throws on the duplicate while counting errors.)  BROKER: the one node and the cluster default ("") are one set of
 dynamic configs here.  CLIENT_METRICS resources are not served (INVALID_REQUEST).
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _precheck(resource, node_id: int) -> str | None:
     if resource.resource_type not in (2, 4, 32):
         return f"Unknown resource type {resource.resource_type}"
     if resource.resource_type == 4 and resource.resource_name not in ("", str(node_id)):
-        return f"Unexpected broker id, expected {node_id} or empty string, but received {resource.resource_name}"
+        return f"Unexpected broker id, expected {node_id}, but received {resource.resource_name}"
     return None
 
 

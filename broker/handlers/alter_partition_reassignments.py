@@ -22,7 +22,6 @@ from protocol.messages.registry import ApiKey
 
 _T = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 _P = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
-_NO_REASSIGNMENT = "No partition reassignment is in progress."
 
 
 def _check(logs, node: int, topic: str, part, allow_rf_change: bool) -> tuple[int, str | None]:
@@ -32,8 +31,8 @@ def _check(logs, node: int, topic: str, part, allow_rf_change: bool) -> tuple[in
     if not 0 <= part.partition_index < info.partitions:
         return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{part.partition_index}."
     replicas = part.replicas
-    if replicas is None:
-        return Errors.NO_REASSIGNMENT_IN_PROGRESS, _NO_REASSIGNMENT
+    if replicas is None:  # the exception's message is the error's default: sent as null (ApiError.fromThrowable)
+        return Errors.NO_REASSIGNMENT_IN_PROGRESS, None
     if not replicas:
         return Errors.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
     previous = None

@@ -45,7 +45,7 @@ async def describe_quorum(ctx, req):
         return DescribeQuorumResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
                                       error_message="Cluster authorization failed.")
     if not _valid(req):
-        return DescribeQuorumResponse(error_message=None, topics=[
+        return DescribeQuorumResponse(error_message="", topics=[
             _T(topic_name=t.topic_name, partitions=[
                 _P(partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
                    error_message=_UNKNOWN)
@@ -53,12 +53,12 @@ async def describe_quorum(ctx, req):
     node = ctx.components.node.node_id
     now = int(time.time() * 1000)
     voter = _V(replica_id=node, log_end_offset=FEATURES_EPOCH, last_fetch_timestamp=now, last_caught_up_timestamp=now)
-    part = _P(partition_index=0, error_message=None, leader_id=node, leader_epoch=LEADER_EPOCH,
+    part = _P(partition_index=0, error_message="", leader_id=node, leader_epoch=LEADER_EPOCH,
               high_watermark=FEATURES_EPOCH, current_voters=[voter], observers=[])
     nodes = []
     if ctx.api_version >= 2:
         host, port = ctx.endpoint()
         name = ctx.listener.name if ctx.listener is not None else "PLAINTEXT"
         nodes = [_N(node_id=node, listeners=[_L(name=name, host=host, port=port)])]
-    return DescribeQuorumResponse(error_message=None, topics=[_T(topic_name=METADATA_TOPIC, partitions=[part])],
+    return DescribeQuorumResponse(error_message="", topics=[_T(topic_name=METADATA_TOPIC, partitions=[part])],
                                   nodes=nodes)

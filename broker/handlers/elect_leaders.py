@@ -24,7 +24,7 @@ PREFERRED, UNCLEAN = 0, 1
 _NOT_NEEDED = "Leader election not needed for topic partition."  # Errors.ELECTION_NOT_NEEDED's message
 
 
-def _error_response(req, code: int, message: str):
+def _error_response(req, code: int, message: str | None):
     results = [_R(topic=t.topic, partition_result=[_P(partition_id=p, error_code=code, error_message=message)
                                                    for p in t.partitions])
                for t in req.topic_partitions or ()]
@@ -36,8 +36,7 @@ async def elect_leaders(ctx, req):
     if not allowed_cluster(ctx, "ALTER"):
         return _error_response(req, Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if req.election_type not in (PREFERRED, UNCLEAN):
-        return _error_response(req, Errors.UNKNOWN_SERVER_ERROR,
-                               f"Unknown election type {req.election_type}")
+        return _error_response(req, Errors.UNKNOWN_SERVER_ERROR, None)  # no message (ApiError.fromThrowable)
     logs = ctx.components.logs
     if req.topic_partitions is None:
         return ElectLeadersResponse(replica_election_results=[_R(topic=n, partition_result=[])

@@ -76,5 +76,6 @@ async def update_features(ctx, req):
             return UpdateFeaturesResponse(
                 error_code=Errors.INVALID_UPDATE_VERSION, results=[],
                 error_message=f"The update failed for all features since the following feature had an error: {reason}")
-    results = [_R(feature=u.feature, error_message=None) for u in req.feature_updates] if ctx.api_version <= 1 else []
+    # v0-1: each feature with NONE and, as Kafka, Errors.NONE.message(): "NONE"
+    results = [_R(feature=u.feature, error_message="NONE") for u in req.feature_updates] if ctx.api_version <= 1 else []
     return UpdateFeaturesResponse(error_message=None, results=results)
