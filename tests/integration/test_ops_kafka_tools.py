@@ -3,7 +3,8 @@ launcher uses, ``tests/kafka_ref``) against sharebroker, for the operations APIs
 ``kafka-log-dirs`` (DescribeLogDirs), ``kafka-leader-election`` (ElectLeaders),
 ``kafka-reassign-partitions --list`` (ListPartitionReassignments), ``kafka-features describe``
 (ApiVersions' features), ``kafka-metadata-quorum describe`` (DescribeQuorum) and ``kafka-topics
---describe`` (DescribeTopicPartitions).  Each tool is a JVM start (5-10 s here).  Skipped where
+--describe`` (DescribeTopicPartitions), and the Java consumer of ``kafka-console-consumer`` validating its
+committed position with OffsetForLeaderEpoch.  Each tool is a JVM start (5-10 s here).  Skipped where
 Java or Maven is missing, as the reference-Kafka tests are.
 """
 from __future__ import annotations
@@ -104,3 +105,44 @@ def test_kafka_topics_describe(tools_cp, broker):
     parts = [line.split("\t") for line in out.splitlines() if "Partition: " in line]
     assert [[f.strip() for f in p if f.strip()][1:5] for p in parts] == [
         ["Partition: 0", "Leader: 1", "Replicas: 1", "Isr: 1"], ["Partition: 1", "Leader: 1", "Replicas: 1", "Isr: 1"]]
+
+
+def test_java_consumer_validates_its_committed_position(tools_cp, tmp_path):
+    """Kafka 4.4's Java consumer (``kafka-console-consumer``) resuming from an offset committed with
+    leader epoch 0 validates it with OffsetForLeaderEpoch (KIP-320), which it skips on a broker that
+    does not serve v3+, and goes on from exactly there."""
+    import urllib.request
+
+    b = BrokerProcess(tmp_path / "java-consumer", config={"sharebroker.metrics.listener": "127.0.0.1:0"})
+    b.start()
+    try:
+        admin_topic(b.bootstrap, "jc", 1)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+
+        def produce(values):
+            for i in values:
+                p.produce("jc", value=b"m%d" % i)
+            assert p.flush(15) == 0
+
+        def consume(n: int) -> list[str]:
+            r = subprocess.run(["java", "-Xmx256m", "-cp", tools_cp, "org.apache.kafka.tools.consumer.ConsoleConsumer",
+                                "--bootstrap-server", b.bootstrap, "--topic", "jc", "--group", "jg", "--from-beginning",
+                                "--max-messages", str(n), "--timeout-ms", "30000"],
+                               capture_output=True, text=True, timeout=180)
+            assert r.returncode == 0, r.stderr
+            return r.stdout.split()
+
+        def validations() -> int:
+            text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+            rows = [line for line in text.splitlines()
+                    if line.startswith('kafka_network_requestmetrics_requests_total{request="OffsetForLeaderEpoch"}')]
+            return int(float(rows[0].split()[-1])) if rows else 0
+
+        produce(range(10))
+        assert consume(10) == [f"m{i}" for i in range(10)]  # commits offset 10 with leader epoch 0
+        assert validations() == 0
+        produce(range(10, 15))
+        assert consume(5) == [f"m{i}" for i in range(10, 15)]
+        assert validations() >= 1
+    finally:
+        b.stop()
