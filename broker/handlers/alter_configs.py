@@ -18,11 +18,9 @@ from collections import Counter
 
 from broker.configs import replace_ops
 from broker.dispatch import handler
-from broker.handlers.incremental_alter_configs import _maybe_await
-from broker.log.config import ConfigError
-from broker.log.errors import LogError
+from broker.handlers.incremental_alter_configs import alter_outcome
 from broker.security.authorize import config_resource_error
-from protocol.errors import Errors, KafkaError
+from protocol.errors import Errors
 from protocol.lazy_messages import AlterConfigsResponse
 from protocol.messages.registry import ApiKey
 
@@ -69,11 +67,5 @@ async def alter_configs(ctx, req):
             out.append(result(denied))
             continue
         ops = replace_ops(res.overrides(r.resource_name), {x.name: x.value for x in r.configs})
-        try:
-            await _maybe_await(res.alter(r.resource_name, ops, req.validate_only))
-            out.append(result())
-        except (LogError, KafkaError) as e:
-            out.append(result(e.code, str(e)))
-        except ConfigError as e:
-            out.append(result(Errors.INVALID_CONFIG, str(e)))
+        out.append(result(*await alter_outcome(res, r.resource_name, ops, req.validate_only)))
     return AlterConfigsResponse(responses=out)

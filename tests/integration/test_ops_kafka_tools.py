@@ -17,17 +17,13 @@ import pytest
 from confluent_kafka import Producer
 
 from broker.testing import BrokerProcess
-from tests.kafka_ref.launcher import classpath, missing_tools
-from tests.reference import NO_KAFKA_ENV
+from tests.kafka_ref.launcher import classpath
+from tests.reference import skip_without_kafka
 
 
 @pytest.fixture(scope="module")
 def tools_cp():
-    if os.environ.get(NO_KAFKA_ENV) == "1":
-        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"Kafka's tools need {' and '.join(missing)} on PATH (resolved with Maven)")
+    skip_without_kafka()
     return classpath()
 
 
