@@ -120,6 +120,24 @@ def test_alter_configs_refusals_as_kafka_preprocess(broker, wire):
     assert code == Errors.INVALID_REQUEST  # not a dynamic config
 
 
+def test_alter_configs_group_set(wire):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def overrides():
+        R = DescribeConfigsRequest
+        r = wire.request(R(resources=[R.DescribeConfigsResource(resource_type=GROUP, resource_name=group)]), 4)
+        return {c.name: c.value for c in r.results[0].configs if c.config_source == 8}  # GROUP_CONFIG
+
+    both = [("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", "20000")]
+    assert alter_configs(wire, 2, (GROUP, group, both)) == [(0, None)]
+    assert overrides() == dict(both)
+    assert alter_configs(wire, 2, (GROUP, group, [("share.record.lock.duration.ms", "25000")])) == [(0, None)]
+    assert overrides() == {"share.record.lock.duration.ms": "25000"}
+    code, _ = alter_configs(wire, 2, (GROUP, group, [("share.record.lock.duration.ms", "x")]))[0]
+    assert code == Errors.INVALID_CONFIG and overrides() == {"share.record.lock.duration.ms": "25000"}
+    assert alter_configs(wire, 2, (GROUP, group, [])) == [(0, None)] and overrides() == {}
+
+
 def test_alter_configs_broker_dynamic_set(broker_factory):
     b = broker_factory()
     with WireClient(b.bootstrap) as w:
