@@ -38,7 +38,8 @@ the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_i
 protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) and ``_stored_records``;
 ``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``;
 ``sharebroker_quota_throttle_time_ms_total{quota_type, user, client_id}`` (the throttle times added
-up, for ``rate()``).
+up, for ``rate()``); per partition ``sharebroker_log_corrupt_batches_total`` and
+``sharebroker_log_truncated_segments_total`` (damage at rest: ``broker/log/damage.py``).
 Storage faults (broker/log/README.md, "Failed writes"), per partition and only where non-zero:
 ``sharebroker_log_storage_errors_total`` (write steps that failed) and
 ``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
@@ -285,6 +286,16 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "gauge", help_)
         for topic, partition, plog in logs:
             w.sample(name, value(plog), topic=topic, partition=partition)
+    for suffix, help_, attr in (
+            ("corrupt_batches_total", "Damaged batches found in the partition's segments since start-up (recovery, "
+                                      "or the check of a sealed segment a read touched); fetches skip them.",
+             "corrupt_batches"),
+            ("truncated_segments_total", "Sealed segments found shorter than written (cut under the broker).",
+             "truncated_segments")):
+        name = f"sharebroker_log_{suffix}"
+        w.family(name, "counter", help_)
+        for topic, partition, plog in logs:
+            w.sample(name, getattr(plog.damage, attr), topic=topic, partition=partition)
 
 
 def _storage_faults(w: _Writer, c) -> None:

@@ -629,8 +629,8 @@ class Connection(asyncio.BufferedProtocol):
                     pass
                 except OSError:  # the connection broke: the transport will notice and close
                     self._sock_fd = -1
-            if sent < part.size:
-                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent))
+            if sent < part.size:  # zeros for bytes a file cut under us lost keep the frame whole
+                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent).ljust(part.size - sent, b"\0"))
         if pending:
             t.writelines(pending)
 

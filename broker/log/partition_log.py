@@ -14,7 +14,7 @@ memoryview slices of one ``os.pread`` per contiguous range.
 Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
 tail of the last segment after its last index entry; otherwise every segment
 at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
-or corrupt tail is truncated (later segments are dropped, as Kafka does).
+or corrupt tail is truncated (later segments are kept: ``damage.py``).
 Producer state comes from the latest producer snapshot (written at each roll
 and at close) plus a scan of the batches after it (``producer_state_load``
 says which snapshot and how many batches); only without a usable snapshot is
@@ -58,16 +58,16 @@ from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK
 
 from .background import Inline
 from .config import LogConfig, as_log_config
+from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .files import atomic_write, fsync_dir
-from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
+from .loading import CHECKPOINT_FILE, LogLoading
+from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
 from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
-from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
-                      rename_segment_files, scan)
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint"
 _OFF_LEN = struct.Struct(">qi")
 _DELTA = struct.Struct(">i")
 _NEED = 27  # header bytes needed to know base offset, size and lastOffsetDelta
@@ -82,7 +82,7 @@ def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
 
 
-class PartitionLog:
+class PartitionLog(LogLoading):
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
@@ -119,12 +119,13 @@ class PartitionLog:
         self.storage_errors = 0  # write steps that failed (KAFKA_STORAGE_ERROR answers); a metric
         self._failing = 0  # failures since the last successful append (one log line per run of them)
         self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
+        self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
         os.makedirs(dir_path, exist_ok=True)
         self._load(clean_shutdown)
 
     def set_background(self, background) -> None:
         """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
-        self._bg = background or Inline()
+        self._bg = self.damage.background = background or Inline()
 
     # ---------------------------------------------------------------- offsets
     @property
@@ -165,134 +166,6 @@ class PartitionLog:
         for seg in self._segments:
             seg.interval = self.config.index_interval_bytes
         self._roll_jitter = self._new_jitter()
-
-    # ---------------------------------------------------------------- loading
-    def _load(self, clean: bool) -> None:
-        cfg = self.config
-        now = self.clock()
-        swapped = self._complete_swaps()
-        names = os.listdir(self.dir)
-        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
-        for n in names:
-            stem = n.split(".", 1)[0]
-            if n.endswith(".tmp") or (n.endswith((".index", ".timeindex")) and stem.isdigit()
-                                      and int(stem) not in bases):
-                os.unlink(os.path.join(self.dir, n))
-        ckpt_start, ckpt_point = self._read_checkpoint()
-        self._recovery_point = ckpt_point
-        if not bases:
-            seg = Segment.create(self.dir, max(ckpt_start, 0), cfg.segment_index_bytes, cfg.index_interval_bytes, now)
-            self._segments, self._bases = [seg], [seg.base_offset]
-        else:
-            for base in bases:
-                self._segments.append(Segment.open(self.dir, base, cfg.segment_index_bytes,
-                                                   cfg.index_interval_bytes, now))
-            self._bases = list(bases)
-            self._recover(clean, swapped)
-        active = self._segments[-1]
-        active.open_for_append()
-        self._leo = active.next_offset
-        self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
-        promised = max(ckpt_start, ckpt_point)
-        if promised > self._leo:
-            self.startup_shortfall = promised - self._leo
-            log.error("%s-%d: the files hold less than the checkpoint promises: log end offset %d, but the "
-                      "checkpoint names log start offset %d and recovery point %d (%d offsets lost: the files "
-                      "were truncated or lost outside the broker, e.g. by fsck)", self.topic, self.partition,
-                      self._leo, ckpt_start, ckpt_point, self.startup_shortfall)
-        self._load_producer_state(now, names)
-        if clean:
-            self._recovery_point = self._leo  # close() flushed everything
-        else:
-            # Kafka's LogLoader: only a flush moves the recovery point. Sealed segments above it were
-            # re-scanned but never fsynced: the next maintenance pass syncs them before moving it.
-            self._recovery_point = min(self._recovery_point, self._leo)
-            self._pending_flush = [seg for seg, nxt in zip(self._segments, self._bases[1:])
-                                   if nxt > self._recovery_point]
-        self._try_checkpoint()  # a full disk must not keep the broker from starting
-
-    def _complete_swaps(self) -> set[int]:
-        """Finish or roll back a segment replacement a crash interrupted (see the module docstring);
-        returns the base offsets of the segments swapped in here (to be re-scanned)."""
-        names = os.listdir(self.dir)
-        swaps = sorted(int(n.split(".", 1)[0]) for n in names
-                       if n.endswith(".log" + SWAP_SUFFIX) and n.split(".", 1)[0].isdigit())
-        for n in names:
-            stem = n.split(".", 1)[0]
-            if n.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
-                    n.endswith(SWAP_SUFFIX) and not (stem.isdigit() and int(stem) in swaps)):
-                os.unlink(os.path.join(self.dir, n))
-        for base in swaps:
-            path = os.path.join(self.dir, f"{base:020d}.log{SWAP_SUFFIX}")
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                _end, next_offset, _reason = scan(fd, 0, os.fstat(fd).st_size, base, False, lambda _p, _h: None)
-            finally:
-                os.close(fd)
-            end = max(next_offset, base + 1)
-            for n in os.listdir(self.dir):
-                stem, dot, suffix = n.partition(".")
-                if stem.isdigit() and base <= int(stem) < end and dot + suffix in SEGMENT_SUFFIXES:
-                    os.unlink(os.path.join(self.dir, n))  # a replaced segment not yet renamed .deleted
-            rename_segment_files(self.dir, base, SWAP_SUFFIX, "")
-            log.info("%s-%d: completed the interrupted replacement by the cleaned segment at %d", self.topic,
-                     self.partition, base)
-        return set(swaps)
-
-    def _recover(self, clean: bool, rescan: set[int] = frozenset()) -> None:
-        segs = self._segments
-        i = 0
-        while i < len(segs):
-            seg = segs[i]
-            last = i == len(segs) - 1
-            trusted = seg.base_offset not in rescan and (
-                clean or (not last and segs[i + 1].base_offset <= self._recovery_point))
-            if last:
-                seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
-            elif not trusted or not seg.index_files_plausible():
-                truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
-                seg.seal()  # the maximum entry as a roll writes it; entries leave memory
-                # compaction leaves gaps: a segment may end before the next one's base offset
-                if truncated or seg.next_offset > segs[i + 1].base_offset:
-                    log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
-                              self.partition, seg.log_path, len(segs) - i - 1)
-                    for later in segs[i + 1:]:
-                        later.delete()
-                    del segs[i + 1:], self._bases[i + 1:]
-            i += 1
-
-    def _load_producer_state(self, now: int, names: list[str]) -> None:
-        """Kafka's rebuildProducerState (``producer_state.load_producer_state``); a snapshot at the log end
-        is written when batches were read."""
-        snaps = self._snapshots = SnapshotFiles(self.dir, names)
-        snaps.remove_stray(self._bases)
-        ps, start, self.producer_state_load = load_producer_state(snaps, self._segments, self._bases, self._leo)
-        self.producer_state = ps
-        ps.truncate_head(self._log_start)
-        # expired producers stay expired across a restart: the same rule on the same timestamps
-        ps.remove_expired(now, self.producer_id_expiration_ms)
-        if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
-            try:
-                snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
-            except OSError as e:  # an optimisation: the next start scans from an older snapshot
-                log.warning("%s-%d: cannot write a producer snapshot: %s", self.topic, self.partition, e)
-
-    def _read_checkpoint(self) -> tuple[int, int]:
-        try:
-            fd = os.open(os.path.join(self.dir, CHECKPOINT_FILE), os.O_RDONLY)
-            try:
-                parts = os.read(fd, 4096).split()
-            finally:
-                os.close(fd)
-            if len(parts) == 3 and parts[0] == b"v1":
-                self._ckpt_written = (int(parts[1]), int(parts[2]))
-                return self._ckpt_written
-            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
-        except FileNotFoundError:
-            pass
-        except ValueError:
-            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
-        return 0, 0
 
     def _write_checkpoint(self) -> None:
         """Persist log start offset and recovery point atomically, if they changed.
@@ -519,6 +392,8 @@ class PartitionLog:
         except OSError as e:
             new.delete()
             raise self._storage_error("roll (sealing the segment)", old.log_path, e) from e
+        old.check = UNCHECKED  # sealed: checked whole when a read first touches it (damage.py)
+        new.check = CHECKED  # every batch it gets is checked on produce
         self._pending_flush.append(old)
         self._segments.append(new)
         self._bases.append(new.base_offset)
@@ -565,8 +440,13 @@ class PartitionLog:
 
         ``lazy=True`` reads only batch headers (one small ``pread`` per batch);
         the refs' ``data`` is read on first use. For a sender that uses
-        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python.
+        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python. Damaged batches of
+        sealed segments are left out (``damage.py``): the answer has a gap of offsets there.
         """
+        refs = self._read(offset, max_bytes, max_offset, min_one, lazy)
+        return self.damage.verify(refs) if refs and self.damage.checking else refs
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool, lazy: bool) -> list[BatchRef]:
         limit = self._read_limit(offset, max_offset)
         if lazy:
             return self._read_headers(offset, max_bytes, limit, min_one)
@@ -578,6 +458,10 @@ class PartitionLog:
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])  # checked once in the background; cut under us?
+            if seg.damage is not None:  # the header walk steps over damaged batches
+                return out + self._read_headers(offset, max_bytes - total, limit, min_one and not out)
             end = seg.size
             pos = seg.lookup_position(offset)
             budget = max(max_bytes - total, 0)
@@ -594,6 +478,8 @@ class PartitionLog:
                         break
                 base, length = _OFF_LEN.unpack_from(data, off)
                 size = length + 12
+                if size < HEADER_SIZE:  # a damaged length: nothing past it until the check says
+                    return out
                 last = base + _DELTA.unpack_from(data, off + 23)[0]
                 if last < offset:
                     off += size
@@ -604,8 +490,8 @@ class PartitionLog:
                     base_pos += off
                     data = memoryview(seg.read(base_pos, min(end - base_pos, max(size, budget))))
                     off = 0
-                    if len(data) < size:
-                        return out  # cannot happen for validated data; never serve a partial batch
+                    if len(data) < size:  # cut under us: the check records the damage, reads then skip it
+                        return out  # never serve a partial batch, nor what follows it, before that
                 out.append(BatchRef(base, last, data[off:off + size], seg.fd, base_pos + off, size))
                 total += size
                 off += size
@@ -634,12 +520,18 @@ class PartitionLog:
         pread = os.pread
         while offset < limit and i < len(segs):
             seg = segs[i]
-            fd, end = seg.fd, seg.size
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])
+            fd, end, damage = seg.fd, seg.size, seg.damage
             pos = seg.lookup_position(offset)
             while pos + HEADER_SIZE <= end:
+                if damage is not None and (pos := skip_damage(damage, pos)) + HEADER_SIZE > end:
+                    break
                 head = pread(fd, HEADER_SIZE, pos)
-                base, length = _OFF_LEN.unpack_from(head, 0)
+                base, length = _OFF_LEN.unpack_from(head, 0) if len(head) == HEADER_SIZE else (0, end)
                 size = length + 12
+                if size < HEADER_SIZE or pos + size > end:  # a damaged length or a cut: nothing past it
+                    return out  # until the check says where the next batch starts
                 last = base + _DELTA.unpack_from(head, 23)[0]
                 if last >= offset:
                     if last >= limit or ((out or not min_one) and total + size > max_bytes):

@@ -95,7 +95,8 @@ class Segment:
     __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
-                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail")
+                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail",
+                 "check", "damage", "check_mtime")
 
     def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                  suffix: str = ""):
@@ -128,6 +129,10 @@ class Segment:
         self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
         self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
         self.next_offset = base_offset  # exact only for the active segment and after a scan
+        # damage at rest (damage.py's DamageWatch writes both; recovery sets ``check`` on what it re-scans)
+        self.check: str | None = None
+        self.damage: tuple[list[int], list[int]] | None = None
+        self.check_mtime: int | None = None  # st_mtime_ns of the log file when it was checked
 
     # ------------------------------------------------------------------ paths
     def path(self, suffix: str) -> str:
@@ -582,6 +587,8 @@ class Segment:
                 if len(chunk) < HEADER_SIZE:
                     return
             hdr = HEADER.unpack_from(chunk, off)
+            if hdr[1] + LOG_OVERHEAD < HEADER_SIZE:
+                return  # a damaged length field (damage.py): never walk backwards
             yield position, hdr
             position += hdr[1] + LOG_OVERHEAD
 
