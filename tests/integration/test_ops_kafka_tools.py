@@ -29,7 +29,7 @@ def tools_cp():
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("ops-tools"))
+    b = BrokerProcess(tmp_path_factory.mktemp("ops-tools"), config={"sharebroker.metrics.listener": "127.0.0.1:0"})
     b.start()
     admin_topic(b.bootstrap, "tools-t", 2)
     p = Producer({"bootstrap.servers": b.bootstrap})
@@ -96,19 +96,29 @@ def test_kafka_metadata_quorum_describe(tools_cp, broker):
     assert row[0] == "1" and row[3] == "0" and row[-1] == "Leader"
 
 
+def requests_served(b: BrokerProcess, api: str) -> int:
+    """How many ``api`` requests the broker has handled (its /metrics)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+    rows = [line for line in text.splitlines()
+            if line.startswith(f'kafka_network_requestmetrics_requests_total{{request="{api}"}}')]
+    return int(float(rows[0].split()[-1])) if rows else 0
+
+
 def test_kafka_topics_describe(tools_cp, broker):
+    before = requests_served(broker, "DescribeTopicPartitions")
     out = kafka_tool(tools_cp, "TopicCommand", "--bootstrap-server", broker.bootstrap, "--describe", "--topic", "tools-t")
     parts = [line.split("\t") for line in out.splitlines() if "Partition: " in line]
     assert [[f.strip() for f in p if f.strip()][1:5] for p in parts] == [
         ["Partition: 0", "Leader: 1", "Replicas: 1", "Isr: 1"], ["Partition: 1", "Leader: 1", "Replicas: 1", "Isr: 1"]]
+    assert requests_served(broker, "DescribeTopicPartitions") > before  # Java's Admin.describeTopics asked with it
 
 
 def test_java_consumer_validates_its_committed_position(tools_cp, tmp_path):
     """Kafka 4.4's Java consumer (``kafka-console-consumer``) resuming from an offset committed with
     leader epoch 0 validates it with OffsetForLeaderEpoch (KIP-320), which it skips on a broker that
     does not serve v3+, and goes on from exactly there."""
-    import urllib.request
-
     b = BrokerProcess(tmp_path / "java-consumer", config={"sharebroker.metrics.listener": "127.0.0.1:0"})
     b.start()
     try:
@@ -128,17 +138,11 @@ def test_java_consumer_validates_its_committed_position(tools_cp, tmp_path):
             assert r.returncode == 0, r.stderr
             return r.stdout.split()
 
-        def validations() -> int:
-            text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
-            rows = [line for line in text.splitlines()
-                    if line.startswith('kafka_network_requestmetrics_requests_total{request="OffsetForLeaderEpoch"}')]
-            return int(float(rows[0].split()[-1])) if rows else 0
-
         produce(range(10))
         assert consume(10) == [f"m{i}" for i in range(10)]  # commits offset 10 with leader epoch 0
-        assert validations() == 0
+        assert requests_served(b, "OffsetForLeaderEpoch") == 0
         produce(range(10, 15))
         assert consume(5) == [f"m{i}" for i in range(10, 15)]
-        assert validations() >= 1
+        assert requests_served(b, "OffsetForLeaderEpoch") >= 1
     finally:
         b.stop()
