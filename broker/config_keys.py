@@ -41,6 +41,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("log.dirs", LIST),
     _k("log.dir", STRING),
     _k("num.partitions", INT, minimum=1),
+    _k("max.request.partition.size.limit", INT, minimum=1),  # DescribeTopicPartitions' page size cap
     _k("default.replication.factor", INT, minimum=1),
     _k("auto.create.topics.enable", BOOLEAN),
     _k("delete.topic.enable", BOOLEAN),

@@ -1,4 +1,4 @@
-"""Config resources for DescribeConfigs / IncrementalAlterConfigs / ListConfigResources.
+"""Config resources for DescribeConfigs, IncrementalAlterConfigs, AlterConfigs (legacy) and ListConfigResources.
 
 One class per resource type, registered in the broker's :class:`ConfigResources`
 (one per broker, built with the other components):
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from typing import Callable, Mapping, NamedTuple
 
 from broker.config import BrokerConfig
 from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
@@ -85,6 +85,23 @@ def apply_ops(current: dict[str, str], ops, list_keys: set[str],
         else:
             raise ConfigError(f"Unknown config operation {kind}")
     return out
+
+
+class ConfigOp(NamedTuple):
+    """One IncrementalAlterConfigs-shaped operation built here (the message classes have the same fields)."""
+
+    name: str
+    config_operation: int
+    value: str | None
+
+
+def replace_ops(current: Mapping[str, str], configs: Mapping[str, str]) -> list[ConfigOp]:
+    """The operations that make ``configs`` the whole set of a resource's overrides (the legacy
+    AlterConfigs form, as Kafka's ConfigurationControlManager.legacyAlterConfigResource): every
+    current key the new set leaves out is deleted, every key of the new set is set."""
+    ops = [ConfigOp(k, DELETE, None) for k in current if k not in configs]
+    ops += [ConfigOp(k, SET, v) for k, v in configs.items()]
+    return ops
 
 
 _RETENTION_UNITS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
@@ -205,6 +222,11 @@ class TopicConfigs:
             out.append(ConfigEntry(key, value, source, synonyms=syn, type_=_type_of(cdef)))
         return out
 
+    def overrides(self, name: str) -> dict[str, str]:
+        """The topic's own configs (none for an unknown topic: ``alter`` answers that)."""
+        info = self.logs.topic(name)
+        return dict(info.configs) if info is not None else {}
+
     def alter(self, name: str, ops, validate_only: bool) -> None:
         info = self.logs.topic(name)
         if info is None:
@@ -260,6 +282,10 @@ class BrokerConfigs:
             out.append(ConfigEntry(key, None if sensitive else syn[0][1], syn[0][2], sensitive=sensitive,
                                    read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn))
         return out
+
+    def overrides(self, name: str) -> dict[str, str]:
+        """The dynamic broker configs (the one node's and the cluster default are one set here)."""
+        return dict(self.settings.dynamic)
 
     def alter(self, name: str, ops, validate_only: bool) -> None:
         # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change

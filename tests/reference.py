@@ -104,14 +104,20 @@ class SharedKafkaRef:
             time.sleep(0.5)
 
 
-@pytest.fixture(scope="session")
-def kafka_ref():
-    """A running reference Apache Kafka 4.4.0 (``tests.kafka_ref.KafkaRef``; ``.bootstrap``)."""
+def skip_without_kafka() -> None:
+    """Skip, with the reason, where the reference Kafka (or Kafka's tools) cannot run: turned off, or
+    ``java`` / ``mvn`` missing."""
     if os.environ.get(NO_KAFKA_ENV) == "1":
         pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
     missing = missing_tools()
     if missing:
         pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing)} on PATH (resolved with Maven)")
+
+
+@pytest.fixture(scope="session")
+def kafka_ref():
+    """A running reference Apache Kafka 4.4.0 (``tests.kafka_ref.KafkaRef``; ``.bootstrap``)."""
+    skip_without_kafka()
     shared = SharedKafkaRef(os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}")
     ref = shared.acquire()
     try:

@@ -29,6 +29,9 @@ APIS = [
     "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn", "DescribeTransactions",
     "ListTransactions", "DescribeProducers", "DescribeClientQuotas", "AlterClientQuotas",
+    "AlterConfigs", "DescribeLogDirs", "AlterReplicaLogDirs", "OffsetForLeaderEpoch",
+    "DescribeTopicPartitions", "ElectLeaders", "AlterPartitionReassignments",
+    "ListPartitionReassignments", "DescribeQuorum", "UpdateFeatures",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

@@ -41,14 +41,19 @@ async def incremental_alter_configs(ctx, req):
         if dupes:
             out.append(result(Errors.INVALID_REQUEST, f"Error due to duplicate config keys : {','.join(dupes)}"))
             continue
-        try:
-            await _maybe_await(res.alter(r.resource_name, r.configs, req.validate_only))
-            out.append(result())
-        except (LogError, KafkaError) as e:
-            out.append(result(e.code, str(e)))
-        except ConfigError as e:
-            out.append(result(Errors.INVALID_CONFIG, str(e)))
+        out.append(result(*await alter_outcome(res, r.resource_name, r.configs, req.validate_only)))
     return IncrementalAlterConfigsResponse(responses=out)
+
+
+async def alter_outcome(res, name: str, ops, validate_only: bool) -> tuple[int, str | None]:
+    """Apply ``ops`` to one config resource (AlterConfigs shares it): (0, None) or the error code and message."""
+    try:
+        await _maybe_await(res.alter(name, ops, validate_only))
+    except (LogError, KafkaError) as e:
+        return e.code, str(e)
+    except ConfigError as e:
+        return Errors.INVALID_CONFIG, str(e)
+    return Errors.NONE, None
 
 
 async def _maybe_await(x):

@@ -31,6 +31,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -39,15 +40,23 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -55,6 +64,7 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
@@ -90,6 +100,7 @@ MODULES = {
     20: ("protocol.messages.delete_topics", "DeleteTopicsRequest", "DeleteTopicsResponse"),
     21: ("protocol.messages.delete_records", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     22: ("protocol.messages.init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
+    23: ("protocol.messages.offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse"),
     24: ("protocol.messages.add_partitions_to_txn", "AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse"),
     25: ("protocol.messages.add_offsets_to_txn", "AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse"),
     26: ("protocol.messages.end_txn", "EndTxnRequest", "EndTxnResponse"),
@@ -98,15 +109,23 @@ MODULES = {
     30: ("protocol.messages.create_acls", "CreateAclsRequest", "CreateAclsResponse"),
     31: ("protocol.messages.delete_acls", "DeleteAclsRequest", "DeleteAclsResponse"),
     32: ("protocol.messages.describe_configs", "DescribeConfigsRequest", "DescribeConfigsResponse"),
+    33: ("protocol.messages.alter_configs", "AlterConfigsRequest", "AlterConfigsResponse"),
+    34: ("protocol.messages.alter_replica_log_dirs", "AlterReplicaLogDirsRequest", "AlterReplicaLogDirsResponse"),
+    35: ("protocol.messages.describe_log_dirs", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     36: ("protocol.messages.sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
     37: ("protocol.messages.create_partitions", "CreatePartitionsRequest", "CreatePartitionsResponse"),
     42: ("protocol.messages.delete_groups", "DeleteGroupsRequest", "DeleteGroupsResponse"),
+    43: ("protocol.messages.elect_leaders", "ElectLeadersRequest", "ElectLeadersResponse"),
     44: ("protocol.messages.incremental_alter_configs", "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse"),
+    45: ("protocol.messages.alter_partition_reassignments", "AlterPartitionReassignmentsRequest", "AlterPartitionReassignmentsResponse"),
+    46: ("protocol.messages.list_partition_reassignments", "ListPartitionReassignmentsRequest", "ListPartitionReassignmentsResponse"),
     47: ("protocol.messages.offset_delete", "OffsetDeleteRequest", "OffsetDeleteResponse"),
     48: ("protocol.messages.describe_client_quotas", "DescribeClientQuotasRequest", "DescribeClientQuotasResponse"),
     49: ("protocol.messages.alter_client_quotas", "AlterClientQuotasRequest", "AlterClientQuotasResponse"),
     50: ("protocol.messages.describe_user_scram_credentials", "DescribeUserScramCredentialsRequest", "DescribeUserScramCredentialsResponse"),
     51: ("protocol.messages.alter_user_scram_credentials", "AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse"),
+    55: ("protocol.messages.describe_quorum", "DescribeQuorumRequest", "DescribeQuorumResponse"),
+    57: ("protocol.messages.update_features", "UpdateFeaturesRequest", "UpdateFeaturesResponse"),
     60: ("protocol.messages.describe_cluster", "DescribeClusterRequest", "DescribeClusterResponse"),
     61: ("protocol.messages.describe_producers", "DescribeProducersRequest", "DescribeProducersResponse"),
     65: ("protocol.messages.describe_transactions", "DescribeTransactionsRequest", "DescribeTransactionsResponse"),
@@ -114,6 +133,7 @@ MODULES = {
     68: ("protocol.messages.consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"),
     69: ("protocol.messages.consumer_group_describe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"),
     74: ("protocol.messages.list_config_resources", "ListConfigResourcesRequest", "ListConfigResourcesResponse"),
+    75: ("protocol.messages.describe_topic_partitions", "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse"),
     76: ("protocol.messages.share_group_heartbeat", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse"),
     77: ("protocol.messages.share_group_describe", "ShareGroupDescribeRequest", "ShareGroupDescribeResponse"),
     78: ("protocol.messages.share_fetch", "ShareFetchRequest", "ShareFetchResponse"),

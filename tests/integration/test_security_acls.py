@@ -1,6 +1,7 @@
 """ACLs (StandardAuthorizer semantics) and SCRAM credential admin through real clients and the wire."""
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -274,3 +275,67 @@ def test_without_an_authorizer_acl_apis_say_security_disabled(sharebroker):
                          AclPermissionType.ALLOW)
     with pytest.raises(Exception):
         admin.create_acls([binding])[binding].result(15)
+
+
+# ------------------------------------------------------------------ operations APIs (issue 27)
+def test_operations_apis_authorize_as_kafka(broker, pki):
+    """Each answers its own authorization error without the ACL (CLUSTER DESCRIBE / ALTER, TOPIC
+    DESCRIBE / ALTER_CONFIGS, as KafkaApis / ControllerApis) and serves the request with it."""
+    from protocol.messages.alter_configs import AlterConfigsRequest as AC
+    from protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest as APR
+    from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest as ARL
+    from protocol.messages.describe_log_dirs import DescribeLogDirsRequest as DLD
+    from protocol.messages.describe_quorum import DescribeQuorumRequest as DQ
+    from protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest as DTP
+    from protocol.messages.elect_leaders import ElectLeadersRequest as EL
+    from protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest as LPR
+    from protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest as OLE
+    from protocol.messages.update_features import UpdateFeaturesRequest as UF
+
+    topic = new_topic(broker, pki, "ops")
+    denied = Errors.CLUSTER_AUTHORIZATION_FAILED
+
+    def answers(w):
+        ole = w.request(OLE(topics=[OLE.OffsetForLeaderTopic(topic=topic, partitions=[
+            OLE.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]), 4)
+        return {
+            "DescribeLogDirs": w.request(DLD(topics=None), 4).error_code,
+            "AlterReplicaLogDirs": w.request(ARL(dirs=[ARL.AlterReplicaLogDir(path=os.path.abspath(broker.data_dir),
+                                                                              topics=[ARL.AlterReplicaLogDirTopic(
+                                                                                  name=topic, partitions=[0])])]),
+                                             2).results[0].partitions[0].error_code,
+            "ElectLeaders": w.request(EL(topic_partitions=[EL.TopicPartitions(topic=topic, partitions=[0])]),
+                                      2).error_code,
+            "AlterPartitionReassignments": w.request(APR(topics=[APR.ReassignableTopic(name=topic, partitions=[
+                APR.ReassignablePartition(partition_index=0, replicas=[1])])]), 1).error_code,
+            "ListPartitionReassignments": w.request(LPR(topics=None), 0).error_code,
+            "DescribeQuorum": w.request(DQ(topics=[DQ.TopicData(topic_name="__cluster_metadata", partitions=[
+                DQ.PartitionData(partition_index=0)])]), 2).error_code,
+            "UpdateFeatures": w.request(UF(feature_updates=[UF.FeatureUpdateKey(feature="share.version",
+                                                                                max_version_level=2)]), 2).error_code,
+            "OffsetForLeaderEpoch": ole.topics[0].partitions[0].error_code,
+            "DescribeTopicPartitions": w.request(DTP(topics=[DTP.TopicRequest(name=topic)]), 0).topics[0].error_code,
+            "AlterConfigs": w.request(AC(resources=[AC.AlterConfigsResource(resource_type=2, resource_name=topic,
+                                                                            configs=[])]), 2).responses[0].error_code,
+        }
+
+    with login(broker, "bob") as w:
+        assert answers(w) == {
+            "DescribeLogDirs": denied, "AlterReplicaLogDirs": denied, "ElectLeaders": denied,
+            "AlterPartitionReassignments": denied, "ListPartitionReassignments": denied, "DescribeQuorum": denied,
+            "UpdateFeatures": denied, "OffsetForLeaderEpoch": Errors.TOPIC_AUTHORIZATION_FAILED,
+            "DescribeTopicPartitions": Errors.TOPIC_AUTHORIZATION_FAILED,
+            "AlterConfigs": Errors.TOPIC_AUTHORIZATION_FAILED}
+    granted = [allow(broker, pki, "User:bob", op, "kafka-cluster", rtype=ResourceType.BROKER)
+               for op in (AclOperation.DESCRIBE, AclOperation.ALTER)]
+    granted += [allow(broker, pki, "User:bob", op, topic) for op in (AclOperation.DESCRIBE, AclOperation.ALTER_CONFIGS)]
+    try:
+        with login(broker, "bob") as w:
+            got = answers(w)
+        assert got == {k: 0 for k in got}, got
+    finally:
+        admin = admin_client(broker, pki)
+        for b in granted:
+            f = AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                 b.permission_type)
+            admin.delete_acls([f])[f].result(15)

@@ -1,0 +1,64 @@
+"""DescribeQuorum (55) v0-2: the KRaft metadata quorum as a single-node Kafka in combined mode
+describes it: one voter, this node, leader of ``__cluster_metadata``-0 (KafkaRaftClient /
+RaftUtil.singletonDescribeQuorumResponse), no observers.
+
+There is no metadata log here (topics and configs live in ``meta/``): the leader epoch is 1 (the
+first election of a new quorum) and the high watermark and the voter's log end offset are the
+finalized-features epoch ApiVersions reports (``api_versions.FEATURES_EPOCH``: in Kafka that epoch
+is the metadata offset of the last feature change, which nothing here changes), so the quorum
+never lags.  The voter's last fetch and caught-up times are now (the leader's own, as Kafka); v2
+adds its directory id (none: the zero id) and the node with the listener the request came on.
+A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
+partition.  DESCRIBE on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED at the top level.  Kafka
+brokers forward this to the controller; ApiVersions advertises it the same way.
+"""
+from __future__ import annotations
+
+import time
+
+from broker.dispatch import handler
+from broker.handlers.api_versions import FEATURES_EPOCH
+from broker.security.authorize import allowed_cluster
+from protocol.errors import Errors
+from protocol.lazy_messages import DescribeQuorumResponse
+from protocol.messages.registry import ApiKey
+
+METADATA_TOPIC = "__cluster_metadata"
+LEADER_EPOCH = 1
+_T = DescribeQuorumResponse.TopicData
+_P = DescribeQuorumResponse.PartitionData
+_V = DescribeQuorumResponse.ReplicaState
+_N = DescribeQuorumResponse.Node
+_L = DescribeQuorumResponse.Listener
+_UNKNOWN = "This server does not host this topic-partition."  # Errors.UNKNOWN_TOPIC_OR_PARTITION's message
+
+
+def _valid(req) -> bool:
+    """RaftUtil.hasValidTopicPartition: exactly one topic, the metadata topic, with exactly partition 0."""
+    return (len(req.topics) == 1 and req.topics[0].topic_name == METADATA_TOPIC
+            and len(req.topics[0].partitions) == 1 and req.topics[0].partitions[0].partition_index == 0)
+
+
+@handler(ApiKey.DESCRIBE_QUORUM, versions=(0, 2))
+async def describe_quorum(ctx, req):
+    if not allowed_cluster(ctx, "DESCRIBE"):
+        return DescribeQuorumResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                      error_message="Cluster authorization failed.")
+    if not _valid(req):
+        return DescribeQuorumResponse(error_message="", topics=[
+            _T(topic_name=t.topic_name, partitions=[
+                _P(partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                   error_message=_UNKNOWN)
+                for p in t.partitions]) for t in req.topics])
+    node = ctx.components.node.node_id
+    now = int(time.time() * 1000)
+    voter = _V(replica_id=node, log_end_offset=FEATURES_EPOCH, last_fetch_timestamp=now, last_caught_up_timestamp=now)
+    part = _P(partition_index=0, error_message="", leader_id=node, leader_epoch=LEADER_EPOCH,
+              high_watermark=FEATURES_EPOCH, current_voters=[voter], observers=[])
+    nodes = []
+    if ctx.api_version >= 2:
+        host, port = ctx.endpoint()
+        name = ctx.listener.name if ctx.listener is not None else "PLAINTEXT"
+        nodes = [_N(node_id=node, listeners=[_L(name=name, host=host, port=port)])]
+    return DescribeQuorumResponse(error_message="", topics=[_T(topic_name=METADATA_TOPIC, partitions=[part])],
+                                  nodes=nodes)
