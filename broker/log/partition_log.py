@@ -50,15 +50,17 @@ import time
 from bisect import bisect_right
 from typing import Callable
 
-from protocol.records import (CONTROL_COMMIT, CONTROL_MASK, COMPRESSION_NONE, COMPRESSION_MASK, HEADER,
-                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK,
+                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK,
                               UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
                               control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
 from .background import Inline
+from .batch_ref import BatchRef
 from .config import LogConfig, as_log_config
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
+from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
@@ -71,6 +73,7 @@ _OFF_LEN = struct.Struct(">qi")
 _DELTA = struct.Struct(">i")
 _NEED = 27  # header bytes needed to know base offset, size and lastOffsetDelta
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86400000
+SPARE_RETRY_S = 1.0  # after a failed spare-file creation; a roll without spare files creates them itself
 
 
 def _now_ms() -> int:
@@ -79,84 +82,6 @@ def _now_ms() -> int:
 
 def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
-
-
-class BatchRef:
-    """One stored batch as returned by ``read``; ``data`` is the whole batch, byte-for-byte.
-
-    ``fd`` / ``position`` / ``size`` locate the batch in its segment file, for a
-    sender that wants ``os.sendfile``. The fd belongs to the log: use it in the
-    same event-loop callback that called ``read`` (a later retention pass may close
-    it). Refs from ``read(..., lazy=True)`` hold only the header until ``data`` is
-    first used, which then costs one ``pread`` (same rule about the fd).
-    """
-
-    __slots__ = ("base_offset", "last_offset", "_data", "fd", "position", "size")
-
-    def __init__(self, base_offset: int, last_offset: int, data: memoryview | None, fd: int = -1,
-                 position: int = -1, size: int = -1):
-        self.base_offset = base_offset
-        self.last_offset = last_offset
-        self._data = data
-        self.fd = fd
-        self.position = position
-        self.size = len(data) if data is not None and size < 0 else size
-
-    @property
-    def data(self) -> memoryview:
-        d = self._data
-        if d is None or len(d) < self.size:
-            d = self._data = memoryview(os.pread(self.fd, self.size, self.position))
-        return d
-
-    @property
-    def _head(self) -> memoryview:
-        """At least the batch header (61 bytes): the data, or what a lazy read kept."""
-        d = self._data
-        return d if d is not None else self.data
-
-    def header(self) -> BatchInfo:
-        return BatchInfo(0, HEADER.unpack_from(self._head, 0))
-
-    @property
-    def attributes(self) -> int:
-        h = self._head
-        return h[22] | (h[21] << 8)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self._head[22] & CONTROL_MASK)
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self._head[22] & TRANSACTIONAL_MASK)
-
-    @property
-    def producer_id(self) -> int:
-        return struct.unpack_from(">q", self._head, 43)[0]
-
-    @property
-    def max_timestamp(self) -> int:
-        return struct.unpack_from(">q", self._head, 35)[0]
-
-    @property
-    def records_count(self) -> int:
-        return struct.unpack_from(">i", self._head, 57)[0]
-
-    def __repr__(self) -> str:
-        return f"BatchRef({self.base_offset}..{self.last_offset}, {self.size} bytes)"
-
-
-def file_spans(refs: list[BatchRef]) -> list[tuple[int, int, int]]:
-    """(fd, position, length) runs covering ``refs`` in order, contiguous batches merged:
-    what a sender needs for ``os.sendfile`` (see BatchRef about the fd's lifetime)."""
-    spans: list[list[int]] = []
-    for r in refs:
-        if spans and spans[-1][0] == r.fd and spans[-1][1] + spans[-1][2] == r.position:
-            spans[-1][2] += r.size
-        else:
-            spans.append([r.fd, r.position, r.size])
-    return [tuple(s) for s in spans]
 
 
 class AppendResult:
@@ -209,10 +134,15 @@ class PartitionLog:
         self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
         self._spare: SpareFiles | None = None  # next segment's files, made on the worker
         self._spare_pending = False
+        self._spare_retry_at = 0.0  # time.monotonic() before which _prepare_spare does not try again
         self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
         self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
         os.makedirs(dir_path, exist_ok=True)
-        self._load(clean_shutdown)
+        try:
+            self._load(clean_shutdown)
+        except BaseException:
+            self._close_quietly()  # a log that could not open keeps no descriptor
+            raise
 
     def set_background(self, background) -> None:
         """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
@@ -393,7 +323,7 @@ class PartitionLog:
 
     def _on_bg_error(self, _result, exc) -> None:
         if exc is not None and not isinstance(exc, FileNotFoundError):
-            log.error("%s-%d: background file sync failed: %r", self.topic, self.partition, exc)
+            STORAGE.report("background file sync", self.dir, exc)
 
     # ----------------------------------------------------------------- append
     def validate(self, records, now_ms: int | None = None) -> list[BatchInfo]:
@@ -481,11 +411,16 @@ class PartitionLog:
             max_ts = max(max_ts, batch_ts)
             metas.append((rel, offset, batch_ts, info.size))
             offset += info.last_offset_delta + 1
-        self._maybe_roll(len(buf), max_ts, offset - 1, now)
+        try:
+            self._maybe_roll(len(buf), max_ts, offset - 1, now)
+        except OSError as e:
+            STORAGE.report("segment roll", self.dir, e)
+            raise LogError(KAFKA_STORAGE_ERROR, f"roll of {self.topic}-{self.partition} failed: {e}") from e
         seg = self._segments[-1]
         try:
             seg.append(buf, metas)
         except OSError as e:
+            STORAGE.report("append", seg.log_path, e)
             raise LogError(KAFKA_STORAGE_ERROR, f"write to {seg.log_path} failed: {e}") from e
         ps = self.producer_state
         for info, (rel, base, ts, size) in zip(infos, metas):
@@ -541,31 +476,42 @@ class PartitionLog:
         if old.size == 0:
             return
         now = self.clock() if now_ms is None else now_ms
-        old.seal()
-        self._pending_flush.append(old)
         cfg = self.config
         spare, self._spare = self._spare, None
+        # The new segment first: if its files cannot be made (at the open-file limit even after the
+        # reserve made room), nothing changed and the old segment stays active.
         if spare is not None:
             new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now, spare)
         else:
-            new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+            new = FD_RESERVE.run(lambda: Segment.create(self.dir, self._leo, cfg.segment_index_bytes,
+                                                        cfg.index_interval_bytes, now))
+        old.seal()
+        self._pending_flush.append(old)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
-        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
-        self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
+        FD_RESERVE.refill()  # the old segment's index files are closed: room to take the reserve back
+        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop);
+        # one that cannot be written only means a longer scan at the next start
+        try:
+            self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
+        except OSError as e:
+            STORAGE.report("writing a producer snapshot", self.dir, e)
 
     def _prepare_spare(self) -> None:
         """With a background worker, make the next segment's files there (a roll then only renames)."""
         if not self._bg.threaded or self._spare is not None or self._spare_pending or self._closed:
             return
+        if time.monotonic() < self._spare_retry_at:
+            return  # the last try failed (e.g. at the open-file limit): not again on every append
         self._spare_pending = True
         path = self.dir
 
         def done(spare, exc):
             self._spare_pending = False
             if exc is not None:
-                log.warning("%s-%d: cannot prepare the next segment's files: %r", self.topic, self.partition, exc)
+                self._spare_retry_at = time.monotonic() + SPARE_RETRY_S
+                STORAGE.report("creating the next segment's files", path, exc)
             elif self._closed or self._spare is not None:
                 self._bg.submit(spare.discard)
             else:
@@ -889,6 +835,7 @@ class PartitionLog:
         try:
             jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
         except OSError as e:
+            STORAGE.report("fsync", self.dir, e)
             self._pending_flush = segments + self._pending_flush
             self._finish_flush_future(fut, e)
             return
@@ -903,7 +850,7 @@ class PartitionLog:
     def _flush_done(self, target: int, segments: list[Segment], fut, exc) -> None:
         self._flushing = False
         if exc is not None:
-            log.error("%s-%d: fsync failed: %r", self.topic, self.partition, exc)
+            STORAGE.report("fsync", self.dir, exc)
             if not self._closed:  # try these again with the next flush
                 live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
                 self._pending_flush = live + self._pending_flush
@@ -968,6 +915,14 @@ class PartitionLog:
         self._finish_flush_future(self._next_flush, None)
         for seg in self._segments:
             seg.close()
+        self._closed = True
+
+    def _close_quietly(self) -> None:
+        for seg in self._segments:
+            try:
+                seg.close()
+            except OSError:
+                pass
         self._closed = True
 
     def delete(self) -> None:

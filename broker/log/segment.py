@@ -139,9 +139,19 @@ class Segment:
                suffix: str = "") -> "Segment":
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
-        seg.fd = os.open(seg.log_path, flags, 0o644)
-        seg._new_arrays()
-        seg._open_index_writers(truncate=True)
+        try:
+            seg.fd = os.open(seg.log_path, flags, 0o644)
+            seg._new_arrays()
+            seg._open_index_writers(truncate=True)
+        except OSError:
+            # all or nothing (e.g. the open-file limit reached after the log file): no descriptor
+            # kept, no file left that a restart would take for an empty segment
+            opened = [(fd, seg.path(s)) for fd, s in ((seg.fd, ".log"), (seg._index_fd, ".index"),
+                                                        (seg._time_fd, ".timeindex")) if fd is not None]
+            for fd, _ in opened:
+                os.close(fd)
+            unlink_all([path for _, path in opened])
+            raise
         return seg
 
     @classmethod

@@ -355,7 +355,7 @@ def test_background_barrier_after_checkpoint_sync(tmp_path, n):
 
 # ------------------------------------------------------------- lazy reads / sendfile spans
 def test_lazy_read_matches_eager_read_and_gives_file_spans(tmp_path):
-    from broker.log.partition_log import file_spans
+    from broker.log.batch_ref import file_spans
 
     cfg = {"segment.bytes": 4096, "index.interval.bytes": 300}
     plog = PartitionLog(str(tmp_path / "t-0"), "t", 0, cfg, clock=Clock())
