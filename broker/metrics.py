@@ -40,6 +40,10 @@ protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) 
 ``sharebroker_quota_throttle_time_ms_total{quota_type, user, client_id}`` (the throttle times added
 up, for ``rate()``).
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
+Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed file operation reported to
+``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
+``sharebroker_accept_errors_total{error}`` (failed accepts, EMFILE at the open-file limit) and the gauge
+``sharebroker_fd_reserve_descriptors`` (descriptors held for segment rolls; below 8 after it was used).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
 from __future__ import annotations
@@ -49,6 +53,8 @@ import logging
 import time
 
 from broker import observe
+from broker.acceptor import ACCEPT_FAULTS
+from broker.log.faults import FD_RESERVE, STORAGE
 from broker.pipeline import LATENCY_BUCKETS
 from protocol.messages.registry import ApiKey
 
@@ -151,6 +157,7 @@ def render(c, connections: int, memory=None) -> bytes:
     w.family("sharebroker_connections", "gauge", "Open client connections.")
     w.sample("sharebroker_connections", connections)
     _limits(w, memory)
+    _faults(w)
     _groups(w, c)
     _share(w, c)
     _dlq(w, c)
@@ -270,6 +277,21 @@ def _limits(w: _Writer, memory) -> None:
         name = "kafka_network_socketserver_memorypoolused"
         w.family(name, "gauge", "Bytes held by requests read but not yet handled, bytes.")
         w.sample(name, memory.used)
+
+
+def _faults(w: _Writer) -> None:
+    """Storage failures and failed accepts since start-up (broker/log/faults.py, broker/acceptor.py)."""
+    name = "sharebroker_storage_errors_total"
+    w.family(name, "counter", "Failed file operations (append, segment roll, fsync, ...), by operation and errno.")
+    for (operation, error), n in sorted(STORAGE.counts.items()):
+        w.sample(name, n, operation=operation, error=error)
+    name = "sharebroker_accept_errors_total"
+    w.family(name, "counter", "Failed accepts of new connections (EMFILE: the open-file limit), by errno.")
+    for (_op, error), n in sorted(ACCEPT_FAULTS.counts.items()):
+        w.sample(name, n, error=error)
+    name = "sharebroker_fd_reserve_descriptors"
+    w.family(name, "gauge", "Descriptors held for segment rolls at the open-file limit (fewer than usual: it was used).")
+    w.sample(name, FD_RESERVE.held)
 
 
 def _logs(w: _Writer, c) -> None:

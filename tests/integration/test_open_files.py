@@ -72,7 +72,8 @@ def test_running_out_of_descriptors_at_run_time(sharebroker_factory):
     (rolls included: the descriptor reserve), connections are answered or closed at once; with the
     limit raised again the same producer, and a new client, work without a restart, and every
     acknowledged record is readable."""
-    broker = sharebroker_factory({"log.retention.check.interval.ms": 1000})
+    broker = sharebroker_factory({"log.retention.check.interval.ms": 1000,
+                                  "sharebroker.metrics.listener": "127.0.0.1:0"})
     pid, port = broker.proc.pid, broker.port
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     # small segments: the produce below rolls several times while at the limit
@@ -156,3 +157,12 @@ def test_running_out_of_descriptors_at_run_time(sharebroker_factory):
         consumer.close()
     lines = list(broker.log_lines)
     assert any("storage error" in line and "Too many open files" in line for line in lines)
+    # what an operator sees: the counters on /metrics and the section of the status page
+    import urllib.request
+
+    metrics = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    assert re.search(r'^sharebroker_storage_errors_total\{operation="segment roll",error="EMFILE"\} [1-9]', metrics,
+                     re.M), metrics
+    assert re.search(r'^sharebroker_accept_errors_total\{error="EMFILE"\} [1-9]', metrics, re.M)
+    page = urllib.request.urlopen(broker.metrics_url.removesuffix("metrics"), timeout=10).read().decode()
+    assert 'id="storage-errors"' in page and "segment roll" in page
