@@ -380,17 +380,43 @@ class LogManager:
         self._last_producer_expiry = now
         return sum(plog.remove_expired_producers(now) for plog in list(self.all_logs()))
 
-    def close(self) -> None:
-        """Drain the background worker, close every log (fsync), mark the shutdown clean, release the lock."""
+    def close(self) -> str | None:
+        """Drain the background worker, close every log (fsync), mark the shutdown clean, release the lock.
+
+        A log that cannot be closed (a read-only or failing disk) is reported to ``STORAGE`` (no
+        traceback), its descriptors are closed without writing, and the others are still closed; the
+        shutdown is then not marked clean (the next start recovers from the logs). Returns None, or one
+        line saying why the shutdown was not clean."""
         if self._lock_fd is None:
-            return
-        self.background.close()
+            return None
+        try:
+            self.background.close()  # a failed job was reported by its own callback
+        except Exception as e:
+            STORAGE.report("draining the file worker", self.data_dir, e)
         self.background = Inline()
-        for plog in self.all_logs():
-            plog.close()
-        atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")
+        failed: list[tuple[PartitionLog, OSError]] = []
+        logs = list(self.all_logs())
+        for plog in logs:
+            try:
+                plog.close()
+            except OSError as e:
+                STORAGE.report("closing a partition", plog.dir, e)
+                plog.abandon()
+                failed.append((plog, e))
+        why = None
+        if failed:
+            first, e = failed[0]
+            why = (f"{len(failed)} of {len(logs)} partitions not closed cleanly (first {first.topic}-"
+                   f"{first.partition}: {e.strerror or e}); the next start recovers them from their logs")
+        else:
+            try:
+                atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")
+            except OSError as e:
+                STORAGE.report("marking the shutdown clean", self.data_dir, e)
+                why = f"the clean-shutdown marker cannot be written ({e.strerror or e}): the next start recovers"
         os.close(self._lock_fd)
         self._lock_fd = None
+        return why
 
 
 def _remove_quietly(path: str) -> None:

@@ -141,7 +141,7 @@ class PartitionLog:
         try:
             self._load(clean_shutdown)
         except BaseException:
-            self._close_quietly()  # a log that could not open keeps no descriptor
+            self.abandon()  # a log that could not open keeps no descriptor
             raise
 
     def set_background(self, background) -> None:
@@ -917,13 +917,17 @@ class PartitionLog:
             seg.close()
         self._closed = True
 
-    def _close_quietly(self) -> None:
+    def abandon(self) -> None:
+        """Close every descriptor without writing anything more (after a failed ``close``, or a failed
+        load): what the files hold is what the next start recovers."""
+        self._spare, spare = None, self._spare
         for seg in self._segments:
-            try:
-                seg.close()
-            except OSError:
-                pass
+            seg.drop_descriptors()
+        if spare is not None:
+            for fd in spare.fds:
+                os.close(fd)
         self._closed = True
+        self._finish_flush_future(self._next_flush, None)
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory itself too)."""
