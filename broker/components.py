@@ -107,8 +107,9 @@ class Components:
     # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
-    # written by close(): None, or one line saying why the shutdown was not clean (the exit code is 1 then)
-    shutdown_problem: str | None = None
+    # written by close(): None, or one line saying why the shutdown was not clean (the exit code is 1 then);
+    # a class attribute, not a dataclass field
+    shutdown_problem = None
 
     async def wait_loaded(self) -> None:
         """Return once the coordinators have replayed their internal topics."""
