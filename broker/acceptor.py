@@ -17,7 +17,8 @@ clients then get "connection refused" until a restart). Here:
   sees when it ended.
 
 Each accepted socket is handed to ``loop.connect_accepted_socket`` (TLS handshakes included); a
-handshake that fails closes that connection only.
+handshake that fails closes that connection only. The Kafka listeners (``broker/server.py``) and the
+metrics listener (``broker/metrics.py``) both accept through it.
 """
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ import logging
 import time
 
 from broker import observe
-from broker.acceptor import ACCEPT_FAULTS
+from broker.acceptor import ACCEPT_FAULTS, Acceptor, listening_sockets
 from broker.log.faults import FD_RESERVE, STORAGE
 from broker.pipeline import LATENCY_BUCKETS
 from protocol.messages.registry import ApiKey
@@ -374,7 +374,7 @@ class MetricsServer:
         self.components = components
         self.server = server  # the Kafka listener (connection count)
         self.host, self.port = host, port
-        self._listener: asyncio.base_events.Server | None = None
+        self._acceptors: list[Acceptor] = []
         # written by _serve: its connections (a browser keeps idle ones open); each leaves when it ends
         self._clients: dict[asyncio.Task, asyncio.StreamWriter] = {}
         from broker import status_page  # the page (html with it) loads only with a metrics listener
@@ -383,8 +383,13 @@ class MetricsServer:
         self.lag_history = status_page.LagHistory(lambda: observe.group_lags(components), interval_ms / 1000.0)
 
     async def start(self) -> None:
-        self._listener = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
-        self.port = self._listener.sockets[0].getsockname()[1]
+        # our accept loop, as the Kafka listeners': it survives the open-file limit (broker/acceptor.py)
+        for sock in listening_sockets(self.host, self.port):
+            acceptor = Acceptor(sock, lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve),
+                                name="metrics")
+            acceptor.start()
+            self._acceptors.append(acceptor)
+        self.port = self._acceptors[0].port
         self.lag_history.start()
         log.info("metrics on http://%s:%d/metrics, status page on http://%s:%d/", self.host, self.port,
                  self.host, self.port)
@@ -423,10 +428,10 @@ class MetricsServer:
 
     async def close(self) -> None:
         self.lag_history.close()
-        if self._listener is not None:
-            self._listener.close()
-            for writer in list(self._clients.values()):  # idle connections end now, not cancelled at exit
-                writer.close()
-            if self._clients:
-                await asyncio.wait(list(self._clients), timeout=5)
-            await self._listener.wait_closed()
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors = []
+        for writer in list(self._clients.values()):  # idle connections end now, not cancelled at exit
+            writer.close()
+        if self._clients:
+            await asyncio.wait(list(self._clients), timeout=5)
