@@ -126,16 +126,14 @@ class Acceptor:
                     continue
                 self._accept_failed(e)
                 return
-            if FD_RESERVE.held < FD_RESERVE.size:
+            if FD_RESERVE.held < FD_RESERVE.size and not FD_RESERVE.refill():
+                # at the limit: the descriptors a segment roll needs come before a new connection
+                conn.close()
                 FD_RESERVE.refill()
-                if FD_RESERVE.held < FD_RESERVE.size:
-                    # the descriptors a segment roll needs come before a new connection
-                    conn.close()
-                    FD_RESERVE.refill()
-                    self._refused += 1
-                    self._accept_failed(OSError(errno.EMFILE, "Too many open files (the descriptor reserve "
-                                                              "for segment rolls is not full)"))
-                    return
+                self._refused += 1
+                self._accept_failed(OSError(errno.EMFILE, "Too many open files (the descriptor reserve "
+                                                          "for segment rolls is not full)"))
+                return
             if self._failing and self._recovery_check is None:
                 self._recovery_check = self._loop.call_later(RECOVERED_AFTER_S, self._check_recovered)
             self._connect(conn)

@@ -109,13 +109,15 @@ class FdReserve:
     def held(self) -> int:
         return len(self._fds)
 
-    def refill(self) -> None:
-        """Take descriptors back up to ``size`` (as many as the limit allows now)."""
+    def refill(self) -> bool:
+        """Take descriptors back up to ``size`` (as many as the limit allows now). False when the
+        open-file limit stopped it (a missing ``/dev/null`` is not a shortage: the reserve stays empty)."""
         while len(self._fds) < self.size:
             try:
                 self._fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-            except OSError:
-                return
+            except OSError as e:
+                return e.errno not in OUT_OF_FDS
+        return True
 
     def release(self) -> None:
         while self._fds:
