@@ -188,4 +188,4 @@ def _raise_open_file_limit() -> None:
     if limit is not None:
         log.info("open-file limit %d: room for about %d partitions (%d files each)", limit,
                  limit // FILES_PER_PARTITION, FILES_PER_PARTITION)
-    FD_RESERVE.refill()  # held for segment rolls and undos at the limit (broker/log/faults.py)
+    FD_RESERVE.enable()  # held for segment rolls and undos at the limit (broker/log/faults.py)

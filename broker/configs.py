@@ -90,6 +90,9 @@ def apply_ops(current: dict[str, str], ops, list_keys: set[str],
 _RETENTION_UNITS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
 _ROLL_UNITS = (("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
 _BROKER_CONFIGS_FILE = "broker-configs.json"
+# Broker synonyms of topic configs whose Kafka default is null (KafkaConfig: the value comes from another
+# unit, log.retention.hours / log.roll.hours, or is unset): DescribeConfigs lists no default synonym for them.
+_NO_BROKER_DEFAULT = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms"})
 
 
 def static_topic_defaults(config: BrokerConfig) -> dict[str, str]:
@@ -180,16 +183,25 @@ class TopicConfigs:
         info = self.logs.topic(name)
         if info is None:
             raise LogError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        return self.entries(info.configs)
+
+    def entries(self, overrides: dict[str, str]) -> list[ConfigEntry]:
+        """Every topic config of a topic with these overrides (also for one not created: CreateTopics'
+        validateOnly). Synonyms as Kafka's ConfigHelper.createTopicConfigEntry lists them: the topic's
+        override, then the broker synonym's dynamic / static value, then its default, which Kafka
+        lists only when the broker synonym has a default of its own (not ``log.retention.ms`` and the
+        others in ``_NO_BROKER_DEFAULT``) and a topic config without a broker synonym has none."""
         defaults = self.settings.topic_defaults()
         out = []
         for key, cdef in sorted(TOPIC_CONFIGS.items()):
             syn = []
-            if key in info.configs:
-                syn.append((key, info.configs[key], DYNAMIC_TOPIC))
+            if key in overrides:
+                syn.append((key, overrides[key], DYNAMIC_TOPIC))
             if cdef.synonym and key in defaults:
                 syn.append((cdef.synonym, defaults[key], self.settings.source(cdef.synonym)))
-            syn.append((cdef.synonym or key, _fmt(cdef.default), DEFAULT))
-            value, source = (syn[0][1], syn[0][2])
+            if cdef.synonym and cdef.synonym not in _NO_BROKER_DEFAULT:
+                syn.append((cdef.synonym, _fmt(cdef.default), DEFAULT))
+            value, source = (syn[0][1], syn[0][2]) if syn else (_fmt(cdef.default), DEFAULT)
             out.append(ConfigEntry(key, value, source, synonyms=syn, type_=_type_of(cdef)))
         return out
 

@@ -38,7 +38,11 @@ the number DescribeShareGroupOffsets v1 returns), ``_start_offset`` (SPSO), ``_i
 protocol}``; per dead-letter topic ``sharebroker_dlq_records_total`` (appended) and ``_stored_records``;
 ``sharebroker_connections`` and the request-latency histogram ``sharebroker_request_latency_seconds{request}``;
 ``sharebroker_quota_throttle_time_ms_total{quota_type, user, client_id}`` (the throttle times added
-up, for ``rate()``).
+up, for ``rate()``); per partition ``sharebroker_log_corrupt_batches_total`` and
+``sharebroker_log_truncated_segments_total`` (damage at rest: ``broker/log/damage.py``).
+Storage faults (broker/log/README.md, "Failed writes"), per partition and only where non-zero:
+``sharebroker_log_storage_errors_total`` (write steps that failed) and
+``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
 Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed file operation reported to
 ``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
@@ -162,6 +166,7 @@ def render(c, connections: int, memory=None) -> bytes:
     _share(w, c)
     _dlq(w, c)
     _logs(w, c)
+    _storage_faults(w, c)
     _cleaner(w, c)
     _quotas(w, c.quotas)
     return w.text()
@@ -303,6 +308,31 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "gauge", help_)
         for topic, partition, plog in logs:
             w.sample(name, value(plog), topic=topic, partition=partition)
+    for suffix, help_, attr in (
+            ("corrupt_batches_total", "Damaged batches found in the partition's segments since start-up (recovery, "
+                                      "or the check of a sealed segment a read touched); fetches skip them.",
+             "corrupt_batches"),
+            ("truncated_segments_total", "Sealed segments found shorter than written (cut under the broker).",
+             "truncated_segments")):
+        name = f"sharebroker_log_{suffix}"
+        w.family(name, "counter", help_)
+        for topic, partition, plog in logs:
+            w.sample(name, getattr(plog.damage, attr), topic=topic, partition=partition)
+
+
+def _storage_faults(w: _Writer, c) -> None:
+    """Per partition, only where non-zero: write steps that failed (answered KAFKA_STORAGE_ERROR or
+    logged), and the offsets the checkpoint promised beyond the log end found at start-up."""
+    rows = observe.storage_faults(c)
+    for name, kind, help_, column in (
+            ("sharebroker_log_storage_errors_total", "counter",
+             "Log write steps (append, roll, fsync, checkpoint) that failed, per partition.", 2),
+            ("sharebroker_log_startup_missing_offsets", "gauge",
+             "Offsets the checkpoint promised beyond the log end when the partition was loaded (lost data).", 3)):
+        w.family(name, kind, help_)
+        for row in rows:
+            if row[column]:
+                w.sample(name, row[column], topic=row[0], partition=row[1])
 
 
 _QUOTA_STATS = (  # (manager attribute, Kafka metric name, help)

@@ -91,6 +91,13 @@ def dlq_topics(c) -> list[DlqTopicView]:
     return out
 
 
+def storage_faults(c) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, failed write steps, offsets missing at start-up) of the partitions where
+    either is non-zero, sorted (broker/log/README.md, "Failed writes")."""
+    return sorted((p.topic, p.partition, p.storage_errors, p.startup_shortfall) for p in list(c.logs.all_logs())
+                  if p.storage_errors or p.startup_shortfall)
+
+
 def open_fds() -> int | None:
     """Open file descriptors of this process (Linux ``/proc``), or None where that is not available."""
     try:

@@ -629,13 +629,16 @@ class Connection(asyncio.BufferedProtocol):
                     pass
                 except OSError:  # the connection broke: the transport will notice and close
                     self._sock_fd = -1
-            if sent < part.size:
-                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent))
+            if sent < part.size:  # zeros for bytes a file cut under us lost keep the frame whole
+                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent).ljust(part.size - sent, b"\0"))
         if pending:
             t.writelines(pending)
 
     def _send_unsupported_api_versions(self, correlation_id: int) -> None:
-        resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION, api_keys=api_version_entries())
+        """KIP-511: a v0 answer carrying only ApiVersions' own range, the one the client retries within
+        (ApiVersionsRequest.getErrorResponse)."""
+        resp = ApiVersionsResponse(error_code=Errors.UNSUPPORTED_VERSION,
+                                   api_keys=[e for e in api_version_entries() if e.api_key == ApiKey.API_VERSIONS])
         b = self._response_head(correlation_id, False)
         resp.encode_into(b, 0)
         self._write_response(b)

@@ -228,6 +228,15 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
                           "dlq-topics", {1, 2}))
     else:
         out.append('<p class="empty">No dead-letter topics.</p>')
+
+    out.append('<h2 id="storage">Storage faults</h2>')
+    faults = observe.storage_faults(c)
+    if faults:  # broker/log/README.md, "Failed writes"
+        out.append(_table(["Topic", "Partition", "Failed writes", "Offsets missing at start-up"],
+                          [[_e(t), str(p), _n(errors), _n(missing)] for t, p, errors, missing in faults],
+                          "storage-faults", {1, 2, 3}))
+    else:
+        out.append('<p class="empty">No failed writes since start-up.</p>')
     out.append(_faults_section())
     out.append("</body></html>")
     return "".join(out).encode()
@@ -237,7 +246,7 @@ def _faults_section() -> str:
     """Storage failures and failed accepts since start-up, by operation and error, with the latest one."""
     rows = [[_e(op), _e(err), _n(n)] for (op, err), n in sorted(STORAGE.counts.items())]
     rows += [[_e(f"{op} (connections)"), _e(err), _n(n)] for (op, err), n in sorted(ACCEPT_FAULTS.counts.items())]
-    out = ['<h2 id="storage-errors">Storage errors</h2>']
+    out = ['<h2 id="storage-errors">Storage errors by operation</h2>']
     if not rows:
         out.append('<p class="empty">No storage error since start-up.</p>')
         return "".join(out)

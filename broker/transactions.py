@@ -37,6 +37,13 @@ DEFAULT_REMOVE_EXPIRED_INTERVAL_MS = 3600000
 DEFAULT_ERROR, GENERIC_ERROR_SUPPORTED, ADD_PARTITION = range(3)
 
 
+def fenced_code(code: int, version: int, first_version: int) -> int:
+    """PRODUCER_FENCED as a request ``version`` older than ``first_version`` (the one that introduced it)
+    understands: INVALID_PRODUCER_EPOCH, as KafkaApis answers InitProducerId below v4 and EndTxn,
+    AddPartitionsToTxn and AddOffsetsToTxn below v2 (aiokafka sends v0 and knows no code 90)."""
+    return Errors.INVALID_PRODUCER_EPOCH if code == Errors.PRODUCER_FENCED and version < first_version else code
+
+
 def produce_operation(version: int) -> int:
     """``produceRequestVersionToTransactionSupportedOperation``: v12+ adds, v11 knows TRANSACTION_ABORTABLE."""
     return ADD_PARTITION if version > 11 else GENERIC_ERROR_SUPPORTED if version > 10 else DEFAULT_ERROR

@@ -345,8 +345,11 @@ class CoordinatorRuntime:
                 await coro
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                _log.exception("%s: %s failed", self.name, what)
+            except Exception as exc:
+                if isinstance(getattr(exc, "code", None), int):  # an answer-shaped failure, e.g. a full disk
+                    _log.warning("%s: %s failed: %s", self.name, what, exc)
+                else:
+                    _log.exception("%s: %s failed", self.name, what)
 
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)

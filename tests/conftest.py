@@ -13,6 +13,9 @@ is registered in ``BrokerProcess.started``; after each test, and at the end of e
 module-scoped brokers stopped after their last test), the lines each broker logged since the
 previous check must hold no Python traceback: an internal error is a bug whatever the test was
 about.
+
+``kafka_ref`` (``tests/reference.py``): a reference Apache Kafka 4.4.0 started once for the whole run
+and shared by the xdist workers.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import os
 import pytest
 
 from broker.testing import BrokerProcess
+from tests.reference import kafka_ref  # noqa: F401  (the reference Apache Kafka 4.4 session fixture)
 
 
 WORKERS_ENV = "SHAREBROKER_TEST_WORKERS"

@@ -7,11 +7,13 @@ KIP-890 part 1): several transactions; ``VerifyOnly`` answers whether the
 partitions are already in the ongoing transaction (INVALID_TXN_STATE if not)
 without adding them.  WRITE on the TRANSACTIONAL_ID (v0-3; v4+ CLUSTER_ACTION on
 the cluster, as Kafka) and WRITE on each TOPIC, else the *_AUTHORIZATION_FAILED codes.
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2 (KafkaApis.handleAddPartitionsToTxnRequest).
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.security.authorize import allowed, allowed_cluster
+from broker.transactions import fenced_code
 from protocol.errors import Errors
 from protocol.lazy_messages import AddPartitionsToTxnResponse
 from protocol.messages.registry import ApiKey
@@ -38,7 +40,7 @@ async def _one(ctx, tid: str, pid: int, epoch: int, topics, verify_only: bool = 
         elif verify_only:
             codes = {tp: c.transactions.verify(tid, pid, epoch, tp) for tp in wanted}
         else:
-            err = await c.transactions.add_partitions(tid, pid, epoch, wanted)
+            err = fenced_code(await c.transactions.add_partitions(tid, pid, epoch, wanted), ctx.api_version, 2)
             codes = {tp: err for tp in wanted}
     out: dict[str, list] = {}
     for (t, p), code in codes.items():

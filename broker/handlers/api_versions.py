@@ -1,11 +1,15 @@
-"""ApiVersions (18) v0-4: the served API ranges, straight from the handler table.
+"""ApiVersions (18) v0-5: the served API ranges, straight from the handler table.
 
 A request at a version we do not serve is answered by the server itself with a v0
 response carrying UNSUPPORTED_VERSION and the ranges (KIP-511).  v3+ also lists
-supported and finalized features as a Kafka 4.4 broker does (group.version finalized at 1 and
+supported (below v4 only those with a minimum above 0, KAFKA-17492) and finalized features as a
+Kafka 4.4 broker does (group.version finalized at 1 and
 share.version at 2, the level with the share-group dead-letter queue of KIP-1191, so clients use
 KIP-848 and share groups).  Client
-software name/version are validated as Kafka does (INVALID_REQUEST otherwise).
+software name/version are validated as Kafka does (INVALID_REQUEST otherwise, with no ranges, as
+ApiVersionsRequest.getErrorResponse).  v5 (KIP-1242): a client naming the cluster id and node id it
+means to reach gets REBOOTSTRAP_REQUIRED when they are not ours (INVALID_REQUEST when it names only
+one of them).
 """
 from __future__ import annotations
 
@@ -32,17 +36,24 @@ FEATURES = {
 FEATURES_EPOCH = 1
 
 
-@handler(ApiKey.API_VERSIONS, versions=(0, 4))
+@handler(ApiKey.API_VERSIONS, versions=(0, 5))
 async def api_versions(ctx, req):
+    if ctx.api_version >= 3:
+        if not all(_SOFTWARE.match(v or "") for v in (req.client_software_name, req.client_software_version)):
+            return ApiVersionsResponse(error_code=Errors.INVALID_REQUEST, api_keys=[])
+    if ctx.api_version >= 5 and (req.cluster_id is not None or req.node_id != -1):
+        node = ctx.components.node
+        if (req.cluster_id is None) != (req.node_id == -1):  # both or neither (ApiVersionsRequest.isValid)
+            return ApiVersionsResponse(error_code=Errors.INVALID_REQUEST, api_keys=[])
+        if req.cluster_id != node.cluster_id or req.node_id != node.node_id:  # KIP-1242
+            return ApiVersionsResponse(error_code=Errors.REBOOTSTRAP_REQUIRED, api_keys=[])
     resp = ApiVersionsResponse(api_keys=api_version_entries())
     if ctx.api_version >= 3:
-        for value in (req.client_software_name, req.client_software_version):
-            if not _SOFTWARE.match(value or ""):
-                resp.error_code = Errors.INVALID_REQUEST
-                return resp
+        # below v4 a feature whose minimum is 0 is left out: older clients fail to read it (KAFKA-17492,
+        # ApiVersionsResponse.maybeFilterSupportedFeatureKeys)
         resp.supported_features = [
             ApiVersionsResponse.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
-            for n, (lo, hi, _) in FEATURES.items()]
+            for n, (lo, hi, _) in FEATURES.items() if lo > 0 or ctx.api_version >= 4]
         resp.finalized_features_epoch = FEATURES_EPOCH
         resp.finalized_features = [
             ApiVersionsResponse.FinalizedFeatureKey(name=n, max_version_level=lvl, min_version_level=lvl)

@@ -2,12 +2,14 @@
 
 Errors: INVALID_TOPIC_EXCEPTION (bad name), TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS
 (< 1), INVALID_REPLICATION_FACTOR (anything but -1/1: one broker), INVALID_REQUEST
-(a name listed twice, or assignments together with a partition count), INVALID_REPLICA_ASSIGNMENT
+(a name listed twice: one answer for it, ``__cluster_metadata``, or assignments together with a
+partition count), INVALID_REPLICA_ASSIGNMENT
 (assignments naming another broker or skipping partitions), INVALID_CONFIG, and
 POLICY_VIOLATION for every topic when the request asks for more than 10,000
 partitions in total (Kafka's limit per request).  -1
 partitions / replication factor take the broker defaults.  v5+ return the
-resulting configs; v7 the topic id.  ``validateOnly`` checks without creating.
+resulting configs; v7 the topic id.  ``validateOnly`` checks without creating, and answers
+the configs and a topic id as Kafka's controller does.
 Authorization (as Kafka): CREATE on the CLUSTER or on the topic, else
 TOPIC_AUTHORIZATION_FAILED; without DESCRIBE_CONFIGS on the topic the created topic's
 configs are withheld (TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED).
@@ -17,6 +19,7 @@ and the answer throttled.
 """
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 from broker.configs import TOPIC
@@ -30,6 +33,7 @@ from protocol.lazy_messages import CreateTopicsResponse
 from protocol.messages.registry import ApiKey
 
 _R = CreateTopicsResponse.CreatableTopicResult
+CLUSTER_METADATA = "__cluster_metadata"  # KRaft's metadata log: never a topic clients can create
 
 
 def _fail(name: str, code: int, message: str | None) -> _R:
@@ -56,9 +60,16 @@ async def create_topics(ctx, req):
     cluster_create = allowed_cluster(ctx, "CREATE")
     mutations = ctx.quota.mutations(ctx.api_version, strict_since=6) if ctx.quota is not None else None
     for t in req.topics:
-        if counts[t.name] > 1:
-            out.append(_fail(t.name, Errors.INVALID_REQUEST, "Create topics request from client contains "
-                                                             "multiple topics with the same name"))
+        if counts[t.name] > 1:  # one answer per name, as Kafka's ControllerApis.createTopics
+            if counts[t.name] != -1:
+                out.append(_fail(t.name, Errors.INVALID_REQUEST, "Duplicate topic name."))
+                counts[t.name] = -1
+            continue
+        if counts[t.name] == -1:
+            continue
+        if t.name == CLUSTER_METADATA:
+            out.append(_fail(t.name, Errors.INVALID_REQUEST, f"Creation of internal topic {CLUSTER_METADATA} is "
+                                                             f"prohibited."))
             continue
         if not cluster_create and not allowed(ctx, "CREATE", "TOPIC", t.name):
             out.append(_fail(t.name, Errors.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
@@ -122,7 +133,6 @@ def _create(c, t, validate_only: bool, mutations) -> _R:
         return _fail(t.name, Errors.INVALID_CONFIG, str(e))
     if mutations is not None and not mutations.record(partitions):  # controller_mutation_rate, validate-only too
         return _fail(t.name, Errors.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
-    topic_id = bytes(16)
     if not validate_only:
         try:
             info = c.topics.create(t.name, partitions, configs)
@@ -132,9 +142,10 @@ def _create(c, t, validate_only: bool, mutations) -> _R:
             return _fail(t.name, Errors.INVALID_CONFIG, str(e))
         topic_id = info.topic_id.bytes
         entries = c.configs.get(TOPIC).describe(t.name)
-    else:
-        entries = []
-    return _R(name=t.name, topic_id=topic_id, num_partitions=partitions, replication_factor=1,
+    else:  # as Kafka's controller: the configs it would have, and an id it would have given
+        topic_id = uuid.uuid4().bytes
+        entries = c.configs.get(TOPIC).entries(configs)
+    return _R(name=t.name, topic_id=topic_id, error_message=None, num_partitions=partitions, replication_factor=1,
               configs=[CreateTopicsResponse.CreatableTopicConfigs(
                   name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
                   is_sensitive=e.sensitive) for e in entries])

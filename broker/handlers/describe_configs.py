@@ -52,6 +52,7 @@ async def describe_configs(ctx, req):
                 continue
             syn = [_S(name=n, value=v, source=s) for n, v, s in e.synonyms] if req.include_synonyms else []
             configs.append(_C(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                              is_sensitive=e.sensitive, synonyms=syn, config_type=e.type))
+                              is_sensitive=e.sensitive, synonyms=syn, config_type=e.type,
+                              documentation=None))  # null unless asked for (ConfigHelper); we have none
         out.append(_R(resource_type=r.resource_type, resource_name=r.resource_name, configs=configs))
     return DescribeConfigsResponse(results=out)

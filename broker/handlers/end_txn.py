@@ -5,12 +5,14 @@ Answered once the transaction is complete: Prepare{Commit,Abort} logged on
 Complete{Commit,Abort} logged (Kafka answers after the Prepare record; with the
 markers local, completing first spares the client CONCURRENT_TRANSACTIONS retries).
 v5+ is transaction.version 2 (KIP-890): the epoch is bumped and returned.
-WRITE on the TRANSACTIONAL_ID, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+WRITE on the TRANSACTIONAL_ID, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED. PRODUCER_FENCED is
+INVALID_PRODUCER_EPOCH below v2 (KafkaApis.handleEndTxnRequest).
 """
 from __future__ import annotations
 
 from broker.dispatch import handler
 from broker.security.authorize import allowed
+from broker.transactions import fenced_code
 from protocol.errors import Errors
 from protocol.lazy_messages import EndTxnResponse
 from protocol.messages.registry import ApiKey
@@ -22,4 +24,4 @@ async def end_txn(ctx, req):
         return EndTxnResponse(error_code=Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     err, pid, epoch = await ctx.components.transactions.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed, tv2=ctx.api_version >= 5)
-    return EndTxnResponse(error_code=err, producer_id=pid, producer_epoch=epoch)
+    return EndTxnResponse(error_code=fenced_code(err, ctx.api_version, 2), producer_id=pid, producer_epoch=epoch)

@@ -25,7 +25,7 @@ import asyncio
 from broker.dispatch import handler
 from broker.fetch_sessions import SessionPartition
 from broker.log.errors import LogError
-from broker.log.batch_ref import file_spans
+from broker.log.partition_log import file_spans
 from protocol.errors import Errors
 from protocol.lazy_messages import FetchResponse  # the real class once Fetch is first served (dispatch.Handler)
 from protocol.messages.registry import ApiKey

@@ -219,7 +219,7 @@ async def produce(ctx, req):
     for topic_name, resp, durable in fsyncs:
         try:
             await durable
-        except OSError as e:  # the data is written but its fsync failed: as Kafka, a storage error
+        except (OSError, LogError) as e:  # the data is written but its fsync failed: as Kafka, a storage error
             logger.error("fsync of %s-%d failed: %s", topic_name, resp.index, e)
             resp.error_code, resp.error_message = Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {e}"
     return ProduceResponse(responses=out)

@@ -12,7 +12,8 @@ files, :data:`STORAGE`; the server keeps another for failed accepts.
 (a segment roll, the undo of a refused topic) meets the open-file limit (EMFILE / ENFILE), the
 reserve is closed, the open is tried again in the room it made, and the reserve is taken back
 afterwards as far as descriptors allow (``refill()``, also called by the log maintenance and the
-server's accept retries, so it fills up again once descriptors come back). :data:`FD_RESERVE`.
+server's accept retries, so it fills up again once descriptors come back). :data:`FD_RESERVE`, enabled
+by the broker at start-up (it holds nothing in tests and tools that do not enable it).
 """
 from __future__ import annotations
 
@@ -77,6 +78,11 @@ class FaultLog:
         if now - state[0] >= self.summary_s:
             self._summarise(key, state, now)
 
+    def count(self, operation: str, path: str, exc: BaseException) -> None:
+        """Count a failure that the caller logs itself (e.g. once per partition and run of failures)."""
+        self.counts[(operation, error_name(exc))] += 1
+        self.last = (time.time(), operation, path, _reason(exc))
+
     def flush(self) -> None:
         """Log the summaries still owed (repeats since the last line), and forget quiet keys."""
         now = self.clock()
@@ -104,6 +110,11 @@ class FdReserve:
         self.size = size
         self._fds: list[int] = []
         self.used = 0  # how many times the reserve made room
+        self.enabled = False  # set by enable() (the broker at start-up); until then it holds nothing
+
+    def enable(self) -> None:
+        self.enabled = True
+        self.refill()
 
     @property
     def held(self) -> int:
@@ -112,12 +123,16 @@ class FdReserve:
     def refill(self) -> bool:
         """Take descriptors back up to ``size`` (as many as the limit allows now). False when the
         open-file limit stopped it (a missing ``/dev/null`` is not a shortage: the reserve stays empty)."""
-        while len(self._fds) < self.size:
+        while self.enabled and len(self._fds) < self.size:
             try:
                 self._fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
             except OSError as e:
                 return e.errno not in OUT_OF_FDS
         return True
+
+    def disable(self) -> None:
+        self.enabled = False
+        self.release()
 
     def release(self) -> None:
         while self._fds:

@@ -11,15 +11,16 @@ import logging
 import os
 from typing import Callable
 
+from . import fileio
 from .faults import STORAGE
 
 log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = fileio.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        fileio.fsync(fd)
     finally:
         os.close(fd)
 
@@ -28,11 +29,11 @@ def fsync_path_and_dir(path: str) -> None:
     """fsync a (just renamed) file and its directory; a file already replaced or removed is fine."""
     for p, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
         try:
-            fd = os.open(p, flags)
+            fd = fileio.open(p, flags)
         except FileNotFoundError:
             return
         try:
-            os.fsync(fd)
+            fileio.fsync(fd)
         finally:
             os.close(fd)
 
@@ -49,20 +50,29 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
     hears how they went, default: an error is logged). ``await background.barrier()`` waits until
     they are done. Between the rename and that fsync a power failure can leave the old content
     or, on file systems without ext4's rename-over data ordering (auto_da_alloc), an empty file.
+    If a step here fails, the tmp file is removed, ``path`` keeps its old content and the OSError
+    is raised.
     """
     threaded = background is not None and background.threaded
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.fchmod(fd, mode)  # a tmp file left by a crash keeps its old mode through O_TRUNC
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if not threaded:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, mode)  # a tmp file left by a crash keeps its old mode through O_TRUNC
+            view = memoryview(data)
+            while view:
+                view = view[fileio.write(fd, view):]
+            if not threaded:
+                fileio.fsync(fd)
+        finally:
+            os.close(fd)
+        fileio.replace(tmp, path)
+    except OSError:  # the old content stays; no partial tmp file is left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     if threaded:
         background.submit(lambda: fsync_path_and_dir(path), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
     else:

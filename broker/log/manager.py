@@ -368,7 +368,7 @@ class LogManager:
             try:
                 if plog.maintenance(now, expire_producers=expire):
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
-            except OSError as e:
+            except (OSError, LogError) as e:  # the failed step was undone: the next pass tries again
                 STORAGE.report("log maintenance", plog.dir, e)
         FD_RESERVE.refill()  # descriptors may be back: take the reserve up again
         STORAGE.flush()

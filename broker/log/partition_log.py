@@ -4,16 +4,17 @@ Single node, so the high watermark is the log end offset after every append;
 the last stable offset is held back by open transactions. Appends rewrite
 baseOffset / leader epoch (and LogAppendTime) of the validated batches in place
 in the request frame (one copy into a bytearray when the bytes are read-only),
-and ``os.write`` them to the active segment: when
+and write them to the active segment (``fileio.write``): when
 ``append`` returns the bytes are in the page cache (they survive kill -9).
-fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments in the
-maintenance pass, and at close. Reads return whole batches byte-for-byte as
+An append or a roll is all or nothing (README.md, "Failed writes").
+fsync only per ``flush.messages`` / ``flush.ms``, for rolled segments right
+after the roll, and at close. Reads return whole batches byte-for-byte as
 memoryview slices of one ``os.pread`` per contiguous range.
 
 Start-up: a clean shutdown (``clean_shutdown=True``) trusts everything but the
 tail of the last segment after its last index entry; otherwise every segment
 at or after the checkpointed recovery point is re-scanned with CRC32C. A torn
-or corrupt tail is truncated (later segments are dropped, as Kafka does).
+or corrupt tail is truncated (later segments are kept: ``damage.py``).
 Producer state comes from the latest producer snapshot (written at each roll
 and at close) plus a scan of the batches after it (``producer_state_load``
 says which snapshot and how many batches); only without a usable snapshot is
@@ -50,25 +51,24 @@ import time
 from bisect import bisect_right
 from typing import Callable
 
-from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK,
-                              HEADER_SIZE, LOG_APPEND_TIME, TIMESTAMP_TYPE_MASK,
-                              UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
+from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK, HEADER_SIZE, LOG_APPEND_TIME,
+                              TIMESTAMP_TYPE_MASK, UNSUPPORTED_COMPRESSION_TYPE, BatchInfo, RecordsError, build_control_batch,
                               control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
 from .background import Inline
-from .batch_ref import BatchRef
 from .config import LogConfig, as_log_config
+from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
 from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir
-from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles, load_producer_state
-from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, SpareFiles,
-                      rename_segment_files, scan)
+from .loading import CHECKPOINT_FILE, LogLoading
+from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
+from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint"
 _OFF_LEN = struct.Struct(">qi")
 _DELTA = struct.Struct(">i")
 _NEED = 27  # header bytes needed to know base offset, size and lastOffsetDelta
@@ -84,27 +84,7 @@ def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
 
 
-class AppendResult:
-    """Offsets of an append. ``durable`` is None, or (background fsync only) a future done once a
-    ``flush.messages`` fsync covering this append finished; await it before answering if the
-    answer must mean "on disk" (it fails with LogError(KAFKA_STORAGE_ERROR) if the fsync failed)."""
-
-    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "duplicate", "durable")
-
-    def __init__(self, base_offset, last_offset, log_append_time, log_start_offset, duplicate=False, durable=None):
-        self.base_offset = base_offset
-        self.last_offset = last_offset
-        self.log_append_time = log_append_time
-        self.log_start_offset = log_start_offset
-        self.duplicate = duplicate
-        self.durable = durable
-
-    def __repr__(self) -> str:
-        return (f"AppendResult(base={self.base_offset}, last={self.last_offset}, lat={self.log_append_time}, "
-                f"lso={self.log_start_offset}, duplicate={self.duplicate})")
-
-
-class PartitionLog:
+class PartitionLog(LogLoading):
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
@@ -137,6 +117,12 @@ class PartitionLog:
         self._spare_retry_at = 0.0  # time.monotonic() before which _prepare_spare does not try again
         self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
         self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
+        # offsets the checkpoint promised beyond the log end found at start-up (data lost); written once by _load
+        self.startup_shortfall = 0
+        self.storage_errors = 0  # write steps that failed (KAFKA_STORAGE_ERROR answers); a metric
+        self._failing = 0  # failures since the last successful append (one log line per run of them)
+        self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
+        self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
         os.makedirs(dir_path, exist_ok=True)
         try:
             self._load(clean_shutdown)
@@ -146,7 +132,7 @@ class PartitionLog:
 
     def set_background(self, background) -> None:
         """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
-        self._bg = background or Inline()
+        self._bg = self.damage.background = background or Inline()
 
     # ---------------------------------------------------------------- offsets
     @property
@@ -188,123 +174,6 @@ class PartitionLog:
             seg.interval = self.config.index_interval_bytes
         self._roll_jitter = self._new_jitter()
 
-    # ---------------------------------------------------------------- loading
-    def _load(self, clean: bool) -> None:
-        cfg = self.config
-        now = self.clock()
-        swapped = self._complete_swaps()
-        names = os.listdir(self.dir)
-        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
-        for n in names:
-            stem = n.split(".", 1)[0]
-            if n.endswith(".tmp") or (n.endswith((".index", ".timeindex")) and stem.isdigit()
-                                      and int(stem) not in bases):
-                os.unlink(os.path.join(self.dir, n))
-        ckpt_start, self._recovery_point = self._read_checkpoint()
-        if not bases:
-            seg = Segment.create(self.dir, max(ckpt_start, 0), cfg.segment_index_bytes, cfg.index_interval_bytes, now)
-            self._segments, self._bases = [seg], [seg.base_offset]
-        else:
-            for base in bases:
-                self._segments.append(Segment.open(self.dir, base, cfg.segment_index_bytes,
-                                                   cfg.index_interval_bytes, now))
-            self._bases = list(bases)
-            self._recover(clean, swapped)
-        active = self._segments[-1]
-        active.open_for_append()
-        self._leo = active.next_offset
-        self._log_start = min(max(ckpt_start, self._segments[0].base_offset), self._leo)
-        self._load_producer_state(now, names)
-        if clean:
-            self._recovery_point = self._leo  # close() flushed everything
-        else:
-            # Kafka's LogLoader: only a flush moves the recovery point. Sealed segments above it were
-            # re-scanned but never fsynced: the next maintenance pass syncs them before moving it.
-            self._recovery_point = min(self._recovery_point, self._leo)
-            self._pending_flush = [seg for seg, nxt in zip(self._segments, self._bases[1:])
-                                   if nxt > self._recovery_point]
-        self._write_checkpoint()
-
-    def _complete_swaps(self) -> set[int]:
-        """Finish or roll back a segment replacement a crash interrupted (see the module docstring);
-        returns the base offsets of the segments swapped in here (to be re-scanned)."""
-        names = os.listdir(self.dir)
-        swaps = sorted(int(n.split(".", 1)[0]) for n in names
-                       if n.endswith(".log" + SWAP_SUFFIX) and n.split(".", 1)[0].isdigit())
-        for n in names:
-            stem = n.split(".", 1)[0]
-            if n.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
-                    n.endswith(SWAP_SUFFIX) and not (stem.isdigit() and int(stem) in swaps)):
-                os.unlink(os.path.join(self.dir, n))
-        for base in swaps:
-            path = os.path.join(self.dir, f"{base:020d}.log{SWAP_SUFFIX}")
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                _end, next_offset, _reason = scan(fd, 0, os.fstat(fd).st_size, base, False, lambda _p, _h: None)
-            finally:
-                os.close(fd)
-            end = max(next_offset, base + 1)
-            for n in os.listdir(self.dir):
-                stem, dot, suffix = n.partition(".")
-                if stem.isdigit() and base <= int(stem) < end and dot + suffix in SEGMENT_SUFFIXES:
-                    os.unlink(os.path.join(self.dir, n))  # a replaced segment not yet renamed .deleted
-            rename_segment_files(self.dir, base, SWAP_SUFFIX, "")
-            log.info("%s-%d: completed the interrupted replacement by the cleaned segment at %d", self.topic,
-                     self.partition, base)
-        return set(swaps)
-
-    def _recover(self, clean: bool, rescan: set[int] = frozenset()) -> None:
-        segs = self._segments
-        i = 0
-        while i < len(segs):
-            seg = segs[i]
-            last = i == len(segs) - 1
-            trusted = seg.base_offset not in rescan and (
-                clean or (not last and segs[i + 1].base_offset <= self._recovery_point))
-            if last:
-                seg.recover(verify_crc=True, from_last_index_entry=trusted and seg.indexes_sane())
-            elif not trusted or not seg.index_files_plausible():
-                truncated = seg.recover(verify_crc=True, from_last_index_entry=False)
-                seg.seal()  # the maximum entry as a roll writes it; entries leave memory
-                # compaction leaves gaps: a segment may end before the next one's base offset
-                if truncated or seg.next_offset > segs[i + 1].base_offset:
-                    log.error("%s-%d: corrupt segment %s; dropping %d later segment(s)", self.topic,
-                              self.partition, seg.log_path, len(segs) - i - 1)
-                    for later in segs[i + 1:]:
-                        later.delete()
-                    del segs[i + 1:], self._bases[i + 1:]
-            i += 1
-
-    def _load_producer_state(self, now: int, names: list[str]) -> None:
-        """Kafka's rebuildProducerState (``producer_state.load_producer_state``); a snapshot at the log end
-        is written when batches were read."""
-        snaps = self._snapshots = SnapshotFiles(self.dir, names)
-        snaps.remove_stray(self._bases)
-        ps, start, self.producer_state_load = load_producer_state(snaps, self._segments, self._bases, self._leo)
-        self.producer_state = ps
-        ps.truncate_head(self._log_start)
-        # expired producers stay expired across a restart: the same rule on the same timestamps
-        ps.remove_expired(now, self.producer_id_expiration_ms)
-        if start < self._leo:  # not fsynced: start-up would wait for one fsync per partition
-            snaps.write(self._leo, ps.snapshot(), self._bg, sync=False)
-
-    def _read_checkpoint(self) -> tuple[int, int]:
-        try:
-            fd = os.open(os.path.join(self.dir, CHECKPOINT_FILE), os.O_RDONLY)
-            try:
-                parts = os.read(fd, 4096).split()
-            finally:
-                os.close(fd)
-            if len(parts) == 3 and parts[0] == b"v1":
-                self._ckpt_written = (int(parts[1]), int(parts[2]))
-                return self._ckpt_written
-            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
-        except FileNotFoundError:
-            pass
-        except ValueError:
-            log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
-        return 0, 0
-
     def _write_checkpoint(self) -> None:
         """Persist log start offset and recovery point atomically, if they changed.
 
@@ -320,6 +189,36 @@ class PartitionLog:
         atomic_write(os.path.join(self.dir, CHECKPOINT_FILE), f"v1 {state[0]} {state[1]}\n".encode(), self._bg,
                      on_error=self._on_bg_error)
         self._ckpt_written = state
+
+    def _try_checkpoint(self) -> bool:
+        """``_write_checkpoint`` where a failure must not fail the caller: the failure is logged and
+        the checkpoint stays stale (a longer recovery, never lost data) until a later write, at the
+        latest the next maintenance pass, succeeds. Returns True if the file is up to date."""
+        try:
+            self._write_checkpoint()
+        except OSError as e:
+            self.storage_errors += 1
+            if not self._ckpt_failing:
+                log.error("%s-%d: cannot write the checkpoint file: %s (retried by later flushes and the next "
+                          "maintenance pass)", self.topic, self.partition, e)
+            self._ckpt_failing += 1
+            return False
+        if self._ckpt_failing:
+            log.warning("%s-%d: checkpoint file written again after %d failed attempts", self.topic, self.partition,
+                        self._ckpt_failing)
+            self._ckpt_failing = 0
+        return True
+
+    def _storage_error(self, operation: str, path: str, exc: OSError) -> LogError:
+        """A write step failed and was undone: count it, say it (once per run of failures: the
+        next successful append says when writes work again) and return the error to answer."""
+        self.storage_errors += 1
+        self._failing += 1
+        STORAGE.count(operation, path, exc)
+        if self._failing == 1:
+            log.error("%s-%d: %s of %s failed: %s; answering KAFKA_STORAGE_ERROR until a write succeeds",
+                      self.topic, self.partition, operation, path, exc)
+        return LogError(KAFKA_STORAGE_ERROR, f"{operation} of {path} failed: {exc}")
 
     def _on_bg_error(self, _result, exc) -> None:
         if exc is not None and not isinstance(exc, FileNotFoundError):
@@ -411,17 +310,16 @@ class PartitionLog:
             max_ts = max(max_ts, batch_ts)
             metas.append((rel, offset, batch_ts, info.size))
             offset += info.last_offset_delta + 1
-        try:
-            self._maybe_roll(len(buf), max_ts, offset - 1, now)
-        except OSError as e:
-            STORAGE.report("segment roll", self.dir, e)
-            raise LogError(KAFKA_STORAGE_ERROR, f"roll of {self.topic}-{self.partition} failed: {e}") from e
+        self._maybe_roll(len(buf), max_ts, offset - 1, now)  # a failed roll raises LogError, changing nothing
         seg = self._segments[-1]
         try:
-            seg.append(buf, metas)
+            seg.append(buf, metas)  # all or nothing
         except OSError as e:
-            STORAGE.report("append", seg.log_path, e)
-            raise LogError(KAFKA_STORAGE_ERROR, f"write to {seg.log_path} failed: {e}") from e
+            raise self._storage_error("append", seg.log_path, e) from e
+        if self._failing:
+            log.warning("%s-%d: appends work again after %d failed", self.topic, self.partition, self._failing)
+            self._failing = 0
+        # from here on nothing fails: in-memory state moves only now that the bytes are written
         ps = self.producer_state
         for info, (rel, base, ts, size) in zip(infos, metas):
             if info.producer_id < 0:
@@ -439,7 +337,10 @@ class PartitionLog:
         self._unflushed += offset - first
         durable = None
         if self._unflushed >= self.config.flush_messages:
-            durable = self.request_flush()
+            try:
+                durable = self.request_flush()
+            except OSError as e:  # synchronous (no worker): written and in the log, but not on disk
+                raise self._storage_error("fsync", seg.log_path, e) from e
         return AppendResult(first, offset - 1, log_append_time, self._log_start, durable=durable)
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
@@ -471,32 +372,48 @@ class PartitionLog:
         return random.randrange(min(j, self.config.segment_ms)) if j > 0 else 0
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        """Start a new active segment at the log end offset (no-op if the active one is empty).
+
+        All or nothing: the new segment's files are made first and the old segment is sealed
+        after; if either fails, the new files are removed, the old segment stays the active one
+        (usable as before) and LogError(KAFKA_STORAGE_ERROR) is raised; the next append that
+        needs a roll tries again. Then, as Kafka's ``UnifiedLog.roll``, a producer snapshot at the
+        new base offset and (with the worker) an fsync of the rolled segment right away; a failure
+        of either is logged, not raised (the snapshot is an optimisation; the maintenance pass
+        retries the fsync)."""
         old = self._segments[-1]
         if old.size == 0:
             return
         now = self.clock() if now_ms is None else now_ms
         cfg = self.config
         spare, self._spare = self._spare, None
-        # The new segment first: if its files cannot be made (at the open-file limit even after the
-        # reserve made room), nothing changed and the old segment stays active.
-        if spare is not None:
-            new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now, spare)
-        else:
-            new = FD_RESERVE.run(lambda: Segment.create(self.dir, self._leo, cfg.segment_index_bytes,
-                                                        cfg.index_interval_bytes, now))
-        old.seal()
+        try:
+            if spare is not None:
+                new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now,
+                                    spare)
+            else:  # at the open-file limit the descriptor reserve makes room (faults.py)
+                new = FD_RESERVE.run(lambda: Segment.create(self.dir, self._leo, cfg.segment_index_bytes,
+                                                            cfg.index_interval_bytes, now))
+        except OSError as e:
+            raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
+        try:
+            old.seal()
+        except OSError as e:
+            new.delete()
+            raise self._storage_error("roll (sealing the segment)", old.log_path, e) from e
+        old.check = UNCHECKED  # sealed: checked whole when a read first touches it (damage.py)
+        new.check = CHECKED  # every batch it gets is checked on produce
         self._pending_flush.append(old)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
         FD_RESERVE.refill()  # the old segment's index files are closed: room to take the reserve back
-        # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop);
-        # one that cannot be written only means a longer scan at the next start
-        try:
+        try:  # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
             self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
-        except OSError as e:
+        except OSError as e:  # only means a longer scan at the next start
             STORAGE.report("writing a producer snapshot", self.dir, e)
+        if self._bg.threaded and not self._flushing:  # Kafka: flushUptoOffsetExclusive(new base) at once
+            self._start_flush(new.base_offset, list(self._pending_flush))
 
     def _prepare_spare(self) -> None:
         """With a background worker, make the next segment's files there (a roll then only renames)."""
@@ -535,8 +452,13 @@ class PartitionLog:
 
         ``lazy=True`` reads only batch headers (one small ``pread`` per batch);
         the refs' ``data`` is read on first use. For a sender that uses
-        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python.
+        ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python. Damaged batches of
+        sealed segments are left out (``damage.py``): the answer has a gap of offsets there.
         """
+        refs = self._read(offset, max_bytes, max_offset, min_one, lazy)
+        return self.damage.verify(refs) if refs and self.damage.checking else refs
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool, lazy: bool) -> list[BatchRef]:
         limit = self._read_limit(offset, max_offset)
         if lazy:
             return self._read_headers(offset, max_bytes, limit, min_one)
@@ -548,6 +470,10 @@ class PartitionLog:
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])  # checked once in the background; cut under us?
+            if seg.damage is not None:  # the header walk steps over damaged batches
+                return out + self._read_headers(offset, max_bytes - total, limit, min_one and not out)
             end = seg.size
             pos = seg.lookup_position(offset)
             budget = max(max_bytes - total, 0)
@@ -564,6 +490,8 @@ class PartitionLog:
                         break
                 base, length = _OFF_LEN.unpack_from(data, off)
                 size = length + 12
+                if size < HEADER_SIZE:  # a damaged length: nothing past it until the check says
+                    return out
                 last = base + _DELTA.unpack_from(data, off + 23)[0]
                 if last < offset:
                     off += size
@@ -574,8 +502,8 @@ class PartitionLog:
                     base_pos += off
                     data = memoryview(seg.read(base_pos, min(end - base_pos, max(size, budget))))
                     off = 0
-                    if len(data) < size:
-                        return out  # cannot happen for validated data; never serve a partial batch
+                    if len(data) < size:  # cut under us: the check records the damage, reads then skip it
+                        return out  # never serve a partial batch, nor what follows it, before that
                 out.append(BatchRef(base, last, data[off:off + size], seg.fd, base_pos + off, size))
                 total += size
                 off += size
@@ -604,12 +532,18 @@ class PartitionLog:
         pread = os.pread
         while offset < limit and i < len(segs):
             seg = segs[i]
-            fd, end = seg.fd, seg.size
+            if seg.check is not CHECKED or seg is not segs[-1]:
+                self.damage.touch(seg, seg is segs[-1])
+            fd, end, damage = seg.fd, seg.size, seg.damage
             pos = seg.lookup_position(offset)
             while pos + HEADER_SIZE <= end:
+                if damage is not None and (pos := skip_damage(damage, pos)) + HEADER_SIZE > end:
+                    break
                 head = pread(fd, HEADER_SIZE, pos)
-                base, length = _OFF_LEN.unpack_from(head, 0)
+                base, length = _OFF_LEN.unpack_from(head, 0) if len(head) == HEADER_SIZE else (0, end)
                 size = length + 12
+                if size < HEADER_SIZE or pos + size > end:  # a damaged length or a cut: nothing past it
+                    return out  # until the check says where the next batch starts
                 last = base + _DELTA.unpack_from(head, 23)[0]
                 if last >= offset:
                     if last >= limit or ((out or not min_one) and total + size > max_bytes):
@@ -681,8 +615,12 @@ class PartitionLog:
         if offset < 0 or offset > self.high_watermark:
             raise LogError(OFFSET_OUT_OF_RANGE, f"offset {offset} is out of range for {self.topic}-{self.partition}")
         if offset > self._log_start:
-            self._log_start = offset
-            self._write_checkpoint()
+            before, self._log_start = self._log_start, offset
+            try:  # durable before anything depends on it: a restart must not bring the records back
+                self._write_checkpoint()
+            except OSError as e:
+                self._log_start = before
+                raise self._storage_error("checkpoint", os.path.join(self.dir, CHECKPOINT_FILE), e) from e
             self._delete_prefix(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset))
             self.producer_state.truncate_head(self._log_start)
         return self._log_start
@@ -734,10 +672,13 @@ class PartitionLog:
             if seg in self._pending_flush:
                 self._pending_flush.remove(seg)
             seg.delete(self._bg if self._bg.threaded else None)
-        self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
+        try:
+            self._snapshots.delete([seg.base_offset for seg in doomed], self._bg)  # a snapshot goes with its segment
+        except OSError as e:  # left as strays: removed at the next start
+            log.warning("%s-%d: cannot delete producer snapshots: %s", self.topic, self.partition, e)
         if self._bases[0] > self._log_start:
-            self._log_start = self._bases[0]
-            self._write_checkpoint()
+            self._log_start = self._bases[0]  # the segments are gone: the checkpoint follows when it can
+            self._try_checkpoint()
         self.producer_state.truncate_head(self._log_start)
         log.info("%s-%d: deleted %d segment(s); log start offset %d", self.topic, self.partition, n,
                  self._log_start)
@@ -794,9 +735,9 @@ class PartitionLog:
     # ------------------------------------------------------------ durability
     def flush(self) -> None:
         """fsync everything written so far and advance the recovery point (synchronously)."""
-        for seg in self._pending_flush:
-            seg.flush()
-        self._pending_flush.clear()
+        while self._pending_flush:  # one that fails stays pending
+            self._pending_flush[0].flush()
+            del self._pending_flush[0]
         self._segments[-1].flush()
         self._unflushed = 0
         self._last_flush_ms = self.clock()
@@ -835,31 +776,48 @@ class PartitionLog:
         try:
             jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
         except OSError as e:
-            STORAGE.report("fsync", self.dir, e)
-            self._pending_flush = segments + self._pending_flush
+            self.storage_errors += 1
+            STORAGE.report("starting an fsync", self.dir, e)
+            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
             self._finish_flush_future(fut, e)
             return
+        # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
+        directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
         self._flushing = True
 
         def run():
             for job in jobs:
                 job()
+            if directory is not None:
+                try:
+                    fsync_dir(directory)
+                except FileNotFoundError:  # renamed away: the topic is being deleted
+                    pass
 
         self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc))
 
     def _flush_done(self, target: int, segments: list[Segment], fut, exc) -> None:
+        """On the loop after a background fsync: move the recovery point (checkpoint failures are
+        logged and retried later) and always complete ``fut``, whatever else fails."""
         self._flushing = False
-        if exc is not None:
-            STORAGE.report("fsync", self.dir, exc)
-            if not self._closed:  # try these again with the next flush
-                live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
-                self._pending_flush = live + self._pending_flush
-        elif not self._closed and target > self._recovery_point:
-            self._recovery_point = target
-            self._write_checkpoint()
-        self._finish_flush_future(fut, exc)
-        if self._next_flush is not None and not self._closed:
+        try:
+            if exc is not None:
+                self.storage_errors += 1
+                STORAGE.report("fsync", self.dir, exc)
+                if not self._closed:  # try these again with the next flush
+                    live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
+                    self._pending_flush = live + self._pending_flush
+            elif not self._closed and target > self._recovery_point:
+                self._recovery_point = target
+                self._try_checkpoint()
+        finally:
+            self._finish_flush_future(fut, exc)
+        if self._closed:
+            return
+        if self._next_flush is not None:
             self._start_flush(self._leo)
+        elif exc is None and self._pending_flush:  # rolled meanwhile (a failure waits for maintenance)
+            self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
 
     def _finish_flush_future(self, fut, exc) -> None:
         if fut is None or fut.done():
@@ -878,6 +836,7 @@ class PartitionLog:
         """
         now = self.clock() if now_ms is None else now_ms
         moved = self.apply_retention(now)
+        self._try_checkpoint()  # one that failed earlier (a no-op when it is up to date)
         if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
             self.request_flush()
         elif self._pending_flush and not self._flushing:
@@ -885,13 +844,13 @@ class PartitionLog:
             if self._bg.threaded:
                 self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
             else:
-                for seg in self._pending_flush:
-                    seg.flush()
-                self._pending_flush.clear()
+                while self._pending_flush:
+                    self._pending_flush[0].flush()
+                    del self._pending_flush[0]
                 point = self._segments[-1].base_offset
                 if point > self._recovery_point:
                     self._recovery_point = point
-                    self._write_checkpoint()
+                    self._try_checkpoint()
         if expire_producers:
             self.remove_expired_producers(now)
         return moved

@@ -44,6 +44,7 @@ from typing import NamedTuple
 from protocol.records import (CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coordinator_epoch, control_record_type,
                               crc32c)
 
+from . import fileio
 from .faults import STORAGE
 
 log = logging.getLogger(__name__)
@@ -377,17 +378,19 @@ class SnapshotFiles:
 
     def write(self, offset: int, data: bytes, background=None, sync: bool = True) -> None:
         """Write the snapshot at ``offset``: on ``background`` when given and threaded, else now; ``sync``
-        fsyncs it (without, a power failure may leave it torn: start-up then falls back to an older one)."""
-        if offset not in self.offsets:
-            self.offsets.append(offset)
-            self.offsets.sort()
+        fsyncs it (without, a power failure may leave it torn: start-up then falls back to an older one).
+        A failure raises OSError (on the worker: logged) and leaves no file behind; ``offsets`` then
+        names a snapshot that is missing, which every reader and ``delete`` tolerate."""
         name = self.name(offset)
         if background is None or not background.threaded:
             _write_file(self.dir, name, data, sync=sync)
-            return
-        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True),
-                          lambda _r, exc: _report("writing a producer snapshot", self.dir, exc))
+        else:
+            dir_fd = fileio.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+            background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True),
+                              lambda _r, exc: _report("writing a producer snapshot", self.dir, exc))
+        if offset not in self.offsets:
+            self.offsets.append(offset)
+            self.offsets.sort()
 
     def delete(self, offsets, background=None) -> None:
         doomed = [o for o in offsets if o in self.offsets]
@@ -407,19 +410,25 @@ def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir:
     """tmp, fsync (``sync``), rename, in ``directory`` (a path or a directory descriptor). Not
     ``files.atomic_write``: a background job must write into the directory it was given even if that
     one has been renamed away meanwhile (a deleted topic), never into one that replaced it."""
-    dir_fd = directory if isinstance(directory, int) else os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    dir_fd = directory if isinstance(directory, int) else fileio.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    tmp = name + ".tmp"
     try:
-        tmp = name + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+        fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[fileio.write(fd, view):]
             if sync:
-                os.fsync(fd)
+                fileio.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        fileio.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        try:
+            _unlink(dir_fd, [tmp])
+        except OSError:
+            pass  # a leftover *.tmp file is removed at start-up
+        raise
     finally:
         if close_dir or not isinstance(directory, int):
             os.close(dir_fd)

@@ -10,7 +10,7 @@ The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
 Where the entries live (RSS does not grow with retained data):
   * the active segment (and a segment being recovered) keeps them in compact
     ``array``s (4 bytes per offset, 12 per time entry) searched with bisect;
-    it appends them to its files with os.write once INDEX_WRITE_BATCH of them
+    it appends them to its files (``fileio.write``) once INDEX_WRITE_BATCH of them
     are pending (one write per ~64 batches instead of two per batch), and always
     before a seal, an fsync or a close. A crash can leave the files short of the
     log: recovery re-scans from the last entry on disk and adds the missing ones
@@ -33,6 +33,7 @@ file last, so a ``.log.swap`` implies its index files are ``.swap`` too) and
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -42,6 +43,8 @@ from bisect import bisect_left, bisect_right
 
 
 from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, crc32c
+
+from . import fileio
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ def segment_name(base_offset: int, suffix: str) -> str:
 def _write_all(fd: int, data) -> None:
     mv = memoryview(data)
     while mv:
-        n = os.write(fd, mv)
+        n = fileio.write(fd, mv)
         mv = mv[n:]
 
 
@@ -92,7 +95,8 @@ class Segment:
     __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
-                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn")
+                 "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail",
+                 "check", "damage", "check_mtime")
 
     def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                  suffix: str = ""):
@@ -108,6 +112,7 @@ class Segment:
         self.idx_rel = self.idx_pos = self.time_ts = self.time_rel = None
         self._maps: list[mmap.mmap] = []  # the mappings behind mapped columns; closed by _drop_entries
         self._torn = False  # an index file did not hold whole entries when loaded (never sane)
+        self._torn_tail = False  # a failed write could not be cut back (set by _cut_files; append retries)
         # largest batch timestamp and the base offset of its batch; None: not read yet (a sealed
         # segment reads them from its time index's last entry on first use)
         self._max_ts: int | None = -1
@@ -124,6 +129,10 @@ class Segment:
         self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
         self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
         self.next_offset = base_offset  # exact only for the active segment and after a scan
+        # damage at rest (damage.py's DamageWatch writes both; recovery sets ``check`` on what it re-scans)
+        self.check: str | None = None
+        self.damage: tuple[list[int], list[int]] | None = None
+        self.check_mtime: int | None = None  # st_mtime_ns of the log file when it was checked
 
     # ------------------------------------------------------------------ paths
     def path(self, suffix: str) -> str:
@@ -137,32 +146,40 @@ class Segment:
     @classmethod
     def create(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                suffix: str = "") -> "Segment":
+        """Create the three files (truncated) and open them; all or nothing: if one cannot be
+        created, those made are closed and removed and the OSError is raised."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         try:
-            seg.fd = os.open(seg.log_path, flags, 0o644)
-            seg._new_arrays()
+            seg.fd = fileio.open(seg.log_path, flags, 0o644)
             seg._open_index_writers(truncate=True)
         except OSError:
-            # all or nothing (e.g. the open-file limit reached after the log file): no descriptor
-            # kept, no file left that a restart would take for an empty segment
-            opened = [(fd, seg.path(s)) for fd, s in ((seg.fd, ".log"), (seg._index_fd, ".index"),
-                                                        (seg._time_fd, ".timeindex")) if fd is not None]
-            for fd, _ in opened:
-                os.close(fd)
-            unlink_all([path for _, path in opened])
+            for fd in (seg.fd, seg._index_fd, seg._time_fd):
+                if fd is not None:
+                    os.close(fd)
+            unlink_all([seg.path(suffix) for suffix in SEGMENT_SUFFIXES])
             raise
+        seg._new_arrays()
         return seg
 
     @classmethod
     def adopt(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
               spare: "SpareFiles") -> "Segment":
         """Make ``spare`` (empty files made ahead of time) the segment at ``base_offset``: three
-        renames, no file creation (creating files can wait for the journal while fsyncs run)."""
+        renames, no file creation (creating files can wait for the journal while fsyncs run).
+        All or nothing: if a rename fails, the spare files are closed and removed (under either
+        name) and the OSError is raised."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
-        for tmp, suffix in zip(spare.paths, (".log", ".index", ".timeindex")):
-            os.rename(tmp, seg.path(suffix))
+        targets = [seg.path(suffix) for suffix in SEGMENT_SUFFIXES]
+        try:
+            for tmp, target in zip(spare.paths, targets):
+                fileio.rename(tmp, target)
+        except OSError:
+            spare.discard()
+            unlink_all(targets)
+            raise
         seg.fd, seg._index_fd, seg._time_fd = spare.fds
+        spare.fds = []
         seg._new_arrays()
         return seg
 
@@ -172,7 +189,7 @@ class Segment:
         """Open an existing segment; its indexes are read when needed (``open_for_append`` / ``recover``
         load them, a lookup on a sealed segment maps them)."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
-        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
+        seg.fd = fileio.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         seg.size = os.fstat(seg.fd).st_size
         seg._max_ts = seg._max_ts_offset = None
         return seg
@@ -308,8 +325,8 @@ class Segment:
 
     def _open_index_writers(self, truncate: bool = False) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC | (os.O_TRUNC if truncate else 0)
-        self._index_fd = os.open(self.path(".index"), flags, 0o644)
-        self._time_fd = os.open(self.path(".timeindex"), flags, 0o644)
+        self._index_fd = fileio.open(self.path(".index"), flags, 0o644)
+        self._time_fd = fileio.open(self.path(".timeindex"), flags, 0o644)
 
     def _rewrite_indexes(self) -> None:
         """Replace both index files with the in-memory entries (after recovery).
@@ -321,9 +338,12 @@ class Segment:
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
             tmp = self.path(suffix + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(b"".join(entry.pack(x, y) for x, y in zip(a, b)))
-            os.replace(tmp, self.path(suffix))
+            fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+            try:
+                _write_all(fd, b"".join(entry.pack(x, y) for x, y in zip(a, b)))
+            finally:
+                os.close(fd)
+            fileio.replace(tmp, self.path(suffix))
         self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
     def open_for_append(self) -> None:
@@ -334,26 +354,54 @@ class Segment:
             self._open_index_writers()
 
     def _write_pending_indexes(self) -> None:
-        """Append the entries not yet in the index files (the active segment only)."""
+        """Append the entries not yet in the index files (the active segment only). All or nothing:
+        if a write fails, both files are cut back to the entries written before and the OSError
+        is raised (the entries stay pending)."""
         if self._index_fd is None:
             return
-        i, n = self._idx_written, len(self.idx_rel)
-        if n > i:
-            _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
-                                                for k in range(i, n)))
-            self._idx_written = n
-        i, n = self._time_written, len(self.time_ts)
-        if n > i:
-            _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
-                                               for k in range(i, n)))
-            self._time_written = n
+        i0, t0 = self._idx_written, self._time_written
+        try:
+            n = len(self.idx_rel)
+            if n > i0:
+                _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
+                                                    for k in range(i0, n)))
+                self._idx_written = n
+            n = len(self.time_ts)
+            if n > t0:
+                _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
+                                                   for k in range(t0, n)))
+                self._time_written = n
+        except OSError:
+            self._idx_written, self._time_written = i0, t0
+            self._cut_files()
+            raise
+
+    def _cut_files(self) -> None:
+        """Cut the log and index files back to what this object holds (``size``, the entries
+        written), undoing a write step that failed. If that fails too, ``_torn_tail`` makes the
+        next append try again first (the files are opened O_APPEND: data after the size this
+        object knows would put the next batch at the wrong position)."""
+        try:
+            if self.fd is not None:
+                fileio.ftruncate(self.fd, self.size)
+            if self._index_fd is not None:
+                fileio.ftruncate(self._index_fd, self._idx_written * OFFSET_ENTRY.size)
+                fileio.ftruncate(self._time_fd, self._time_written * TIME_ENTRY.size)
+            self._torn_tail = False
+        except OSError as e:
+            self._torn_tail = True
+            log.error("segment %s: cannot cut back a failed write (%s); the next append tries again",
+                      self.log_path, e)
 
     def _close_index_writers(self) -> None:
-        self._write_pending_indexes()
-        for fd in (self._index_fd, self._time_fd):
-            if fd is not None:
-                os.close(fd)
-        self._index_fd = self._time_fd = None
+        """Write the pending entries and close the index files (closed even if the write fails)."""
+        try:
+            self._write_pending_indexes()
+        finally:
+            for fd in (self._index_fd, self._time_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._index_fd = self._time_fd = None
 
     # --------------------------------------------------------------- recovery
     def recover(self, verify_crc: bool, from_last_index_entry: bool, on_batch=None) -> int:
@@ -399,7 +447,7 @@ class Segment:
         truncated = self.size - end
         if truncated:
             log.warning("segment %s: %s at position %d; truncating %d bytes", self.log_path, reason, end, truncated)
-            os.ftruncate(self.fd, end)
+            fileio.ftruncate(self.fd, end)
             self.size = end
         if not self._same_indexes(before):
             self._rewrite_indexes()
@@ -461,21 +509,34 @@ class Segment:
         self.bytes_since_index += size
 
     def append(self, data, batches: list[tuple[int, int, int, int]]) -> None:
-        """Write ``data`` (whole batches) at the end; ``batches`` = (rel_pos, base, max_ts, size)."""
+        """Write ``data`` (whole batches) at the end; ``batches`` = (rel_pos, base, max_ts, size).
+
+        All or nothing: if a write of the batches or of index entries fails, the files are cut
+        back to where they ended, every position of this object is left as it was, and the
+        OSError is raised."""
+        if self._torn_tail:
+            self._cut_files()
+            if self._torn_tail:
+                raise OSError(errno.EIO, f"{self.log_path} holds the tail of a failed write that cannot be cut")
         pos0 = self.size
+        before = (len(self.idx_rel), len(self.time_ts), self._max_ts, self._max_ts_offset, self.bytes_since_index,
+                  self.rolling_timestamp)
         try:
             _write_all(self.fd, data)
+            self.size = pos0 + len(data)
+            if pos0 == 0 and batches:
+                self.rolling_timestamp = batches[0][2]
+            for rel_pos, base, max_ts, size in batches:
+                self._track(base, max_ts, pos0 + rel_pos, size)
+            if (len(self.idx_rel) - self._idx_written >= INDEX_WRITE_BATCH
+                    or len(self.time_ts) - self._time_written >= INDEX_WRITE_BATCH):
+                self._write_pending_indexes()
         except OSError:
-            os.ftruncate(self.fd, pos0)  # never leave a partial batch behind
+            n_idx, n_time, self._max_ts, self._max_ts_offset, self.bytes_since_index, self.rolling_timestamp = before
+            del self.idx_rel[n_idx:], self.idx_pos[n_idx:], self.time_ts[n_time:], self.time_rel[n_time:]
+            self.size = pos0
+            self._cut_files()  # never leave a partial batch or entry behind
             raise
-        self.size = pos0 + len(data)
-        if pos0 == 0 and batches:
-            self.rolling_timestamp = batches[0][2]
-        for rel_pos, base, max_ts, size in batches:
-            self._track(base, max_ts, pos0 + rel_pos, size)
-        if (len(self.idx_rel) - self._idx_written >= INDEX_WRITE_BATCH
-                or len(self.time_ts) - self._time_written >= INDEX_WRITE_BATCH):
-            self._write_pending_indexes()
 
     def index_full(self) -> bool:
         if not self.loaded:
@@ -485,12 +546,19 @@ class Segment:
     def seal(self) -> None:
         """Make the last time-index entry the segment's maximum; stop writing indexes and let the
         entries go from memory (lookups map the files from now on)."""
-        if self.loaded and self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
-            self.time_ts.append(self._max_ts)
-            self.time_rel.append(self._max_ts_offset - self.base_offset)
-            if self._time_fd is None:
-                self._rewrite_indexes()
-        self._close_index_writers()  # writes the pending entries, the maximum last
+        n_time = len(self.time_ts) if self.loaded else 0
+        try:
+            if self.loaded and self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
+                self.time_ts.append(self._max_ts)
+                self.time_rel.append(self._max_ts_offset - self.base_offset)
+                if self._time_fd is None:
+                    self._rewrite_indexes()
+            self._write_pending_indexes()  # the maximum last; all or nothing
+        except OSError:  # still active and usable: as before the call
+            if self.loaded:
+                del self.time_ts[n_time:], self.time_rel[n_time:]
+            raise
+        self._close_index_writers()
         self._drop_entries()
 
     # ------------------------------------------------------------------ reads
@@ -519,6 +587,8 @@ class Segment:
                 if len(chunk) < HEADER_SIZE:
                     return
             hdr = HEADER.unpack_from(chunk, off)
+            if hdr[1] + LOG_OVERHEAD < HEADER_SIZE:
+                return  # a damaged length field (damage.py): never walk backwards
             yield position, hdr
             position += hdr[1] + LOG_OVERHEAD
 
@@ -543,14 +613,14 @@ class Segment:
         syncs the unlinked inodes, which is harmless, and never a reused fd number.
         """
         self._write_pending_indexes()
-        fds = [os.dup(self.fd)]
+        fds = [fileio.dup(self.fd)]
         try:
             for suffix, writer in ((".index", self._index_fd), (".timeindex", self._time_fd)):
                 if writer is not None:
-                    fds.append(os.dup(writer))
+                    fds.append(fileio.dup(writer))
                     continue
                 try:
-                    fds.append(os.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
+                    fds.append(fileio.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
                 except FileNotFoundError:
                     pass
         except OSError:
@@ -614,10 +684,10 @@ class SpareFiles:
         self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in (".log", ".index", ".timeindex")]
         self.fds: list[int] = []
         try:
-            self.fds.append(os.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
+            self.fds.append(fileio.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
                                     0o644))
             for path in self.paths[1:]:
-                self.fds.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
+                self.fds.append(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
                                         0o644))
         except OSError:
             self.discard()
@@ -653,7 +723,7 @@ def _read_file(path: str) -> bytes:
 def _fsync_close(fds: list[int]) -> None:
     try:
         for fd in fds:
-            os.fsync(fd)
+            fileio.fsync(fd)
     finally:
         for fd in fds:
             os.close(fd)
@@ -673,7 +743,7 @@ def rename_segment_files(dir_path: str, base_offset: int, old_suffix: str, new_s
     for suffix in (".index", ".timeindex", ".log"):
         name = os.path.join(dir_path, segment_name(base_offset, suffix))
         try:
-            os.rename(name + old_suffix, name + new_suffix)
+            fileio.rename(name + old_suffix, name + new_suffix)
         except FileNotFoundError:
             if suffix == ".log":
                 raise

@@ -5,7 +5,8 @@ Membership follows KIP-932 / Kafka 4.4:
 - member ids come from the client (at most 36 characters); epoch 0 joins (the first
   request must list SubscribedTopicNames), -1 leaves, anything else must be the
   member's current (or previous) epoch (FENCED_MEMBER_EPOCH otherwise, UNKNOWN_MEMBER_ID
-  for an unknown member);
+  for an unknown member, GROUP_ID_NOT_FOUND when the group does not exist, as Kafka's
+  getOrMaybeCreateShareGroup / shareGroup);
 - a join, a leave, a subscription change, an expired member or a change in the
   subscribed topics' metadata bumps the group epoch; the target assignment is then
   recomputed with the group's assignor (``share.assignor.name`` if it is one of
@@ -285,7 +286,9 @@ class ShareGroupManager:
 
     def _leave(self, gid: str, mid: str) -> tuple[HbResp, list]:
         g = self._committed_group(gid)
-        if g is None or mid not in g.members:
+        if g is None:  # Kafka's shareGroupLeave: shareGroup(groupId) throws for an unknown group
+            raise group_not_found(gid, None)
+        if mid not in g.members:
             raise _unknown_member(mid, gid)
         resp = HbResp(member_id=mid, member_epoch=-1, heartbeat_interval_ms=self._config(gid, HEARTBEAT_INTERVAL))
         return resp, self._remove_member(g.copy(), mid)
@@ -312,8 +315,8 @@ class ShareGroupManager:
         member takes its target.  Initializing share state comes after, off this write."""
         gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
         committed = self._committed_group(gid)
-        if committed is None and epoch != 0:
-            raise _unknown_member(mid, gid)
+        if committed is None and epoch != 0:  # Kafka's getOrMaybeCreateShareGroup(groupId, false)
+            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Share group {gid} not found.")
         g = committed.copy() if committed is not None else ShareGroup(gid)
         m = g.members.get(mid)
         max_size = self.cfg.share_max_size

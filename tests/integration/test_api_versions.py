@@ -22,7 +22,11 @@ def test_advertised_ranges_are_the_handler_table(sharebroker):
     finalized = {f.name: f.max_version_level for f in r.finalized_features}
     assert finalized["share.version"] == 2 and finalized["group.version"] == 1  # 2: DLQ (KIP-1191)
     assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2
-    supported = {f.name: (f.min_version, f.max_version) for f in r.supported_features}
+    # v3: only supported features with a minimum above 0 (KAFKA-17492); v4 lists them all
+    assert {f.name for f in r.supported_features} == {"metadata.version"}
+    with WireClient(sharebroker.bootstrap) as w:
+        r4 = w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0"), 4)
+    supported = {f.name: (f.min_version, f.max_version) for f in r4.supported_features}
     assert all(supported[n][0] <= lvl <= supported[n][1] for n, lvl in finalized.items())
 
 
@@ -30,3 +34,28 @@ def test_invalid_client_software_name_is_refused(sharebroker):
     with WireClient(sharebroker.bootstrap) as w:
         r = w.request(ApiVersionsRequest(client_software_name="bad name!", client_software_version="1"), 3)
     assert r.error_code == Errors.INVALID_REQUEST
+
+
+def test_v5_checks_the_cluster_and_node_the_client_means(sharebroker):
+    """KIP-1242: a v5 request naming another cluster id or node id gets REBOOTSTRAP_REQUIRED (no ranges);
+    naming only one of them is INVALID_REQUEST; naming this broker, or neither, gets the ranges."""
+    from protocol.messages.metadata import MetadataRequest
+
+    with WireClient(sharebroker.bootstrap) as w:
+        md = w.request(MetadataRequest(topics=[]), 12)
+
+        def ask(**kw):
+            return w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0",
+                                                **kw), 5)
+
+        for kw, code in (({"cluster_id": "AAAAAAAAAAAAAAAAAAAAAA", "node_id": md.controller_id},
+                          Errors.REBOOTSTRAP_REQUIRED),
+                         ({"cluster_id": md.cluster_id, "node_id": md.controller_id + 1}, Errors.REBOOTSTRAP_REQUIRED),
+                         ({"node_id": md.controller_id}, Errors.INVALID_REQUEST),
+                         ({"cluster_id": md.cluster_id}, Errors.INVALID_REQUEST)):
+            r = ask(**kw)
+            assert (r.error_code, r.api_keys) == (code, []), kw
+        for kw in ({"cluster_id": md.cluster_id, "node_id": md.controller_id}, {}):
+            r = ask(**kw)
+            assert r.error_code == 0 and any(k.api_key == ApiKey.API_VERSIONS and k.max_version == 5
+                                             for k in r.api_keys), kw

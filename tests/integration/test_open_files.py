@@ -132,9 +132,9 @@ def test_running_out_of_descriptors_at_run_time(sharebroker_factory):
         # one more file open); then its rolls fail, answered with a retriable error, until the limit
         # is raised
         produce("at-limit", 1500, wait=False)
-        until(lambda: producer.poll(0.1) is not None and any("segment roll" in line and "failed" in line
-                                                             for line in broker.log_lines), 60,
-              "a segment roll to fail at the limit")
+        until(lambda: producer.poll(0.1) is not None and any("roll (creating the next segment)" in line
+                                                             and "failed" in line for line in broker.log_lines),
+              60, "a segment roll to fail at the limit")
         assert len(acked) > 200, "nothing was acknowledged at the limit"
     finally:
         _set_soft_nofile(pid, 1 << 20)
@@ -172,8 +172,8 @@ def test_running_out_of_descriptors_at_run_time(sharebroker_factory):
     import urllib.request
 
     metrics = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
-    assert re.search(r'^sharebroker_storage_errors_total\{operation="segment roll",error="EMFILE"\} [1-9]', metrics,
-                     re.M), metrics
+    assert re.search(r'^sharebroker_storage_errors_total\{operation="roll \(creating the next segment\)",'
+                     r'error="EMFILE"\} [1-9]', metrics, re.M), metrics
     assert re.search(r'^sharebroker_accept_errors_total\{error="EMFILE"\} [1-9]', metrics, re.M)
     page = urllib.request.urlopen(broker.metrics_url.removesuffix("metrics"), timeout=10).read().decode()
-    assert 'id="storage-errors"' in page and "segment roll" in page
+    assert 'id="storage-errors"' in page and "roll (creating the next segment)" in page

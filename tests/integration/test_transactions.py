@@ -193,6 +193,29 @@ def test_error_codes_of_misuse(sharebroker):
         assert d.transaction_states[1].error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND
 
 
+def test_fenced_code_old_versions_understand(sharebroker):
+    """PRODUCER_FENCED (90) came with InitProducerId v4 and EndTxn / AddPartitionsToTxn / AddOffsetsToTxn
+    v2: older versions get INVALID_PRODUCER_EPOCH in its place (KafkaApis), as aiokafka (v0) needs."""
+    from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+
+    bs = sharebroker.bootstrap
+    topic = create_topic(bs)
+    tid = unique("tx")
+    fenced, old_code = Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH
+    with WireClient(bs) as w:
+        pid = _wire_init(w, tid).producer_id
+        assert _wire_init(w, tid).producer_epoch == 1  # epoch 0 is now fenced
+        for version, code in ((0, old_code), (1, old_code), (2, fenced), (3, fenced)):
+            assert _add(w, tid, pid, 0, topic, version=version) == code, version
+            assert _end(w, tid, pid, 0, False, version=version).error_code == code, version
+            r = w.request(AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=0,
+                                                 group_id=unique("g")), version)
+            assert r.error_code == code, version
+        # KIP-360 InitProducerId naming a stale epoch (v3+)
+        for version, code in ((3, old_code), (4, fenced), (5, fenced)):
+            assert _wire_init(w, tid, version=version, pid=pid, epoch=0).error_code == code, version
+
+
 def test_zombie_is_fenced(sharebroker):
     bs = sharebroker.bootstrap
     topic = create_topic(bs)

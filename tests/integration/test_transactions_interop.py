@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.integration.test_transactions import consume_all
 from tests.support import create_topic, unique
 
@@ -34,6 +36,36 @@ def test_aiokafka_transactions_interoperate(sharebroker):
     values = consume_all(bs, topic, "read_committed", 21)
     assert sorted(values) == sorted([b"aio-c-%d" % i for i in range(20)] + [b"aio-last"])
     assert len(consume_all(bs, topic, "read_uncommitted", 26)) == 26
+
+
+def test_aiokafka_fenced_producer_sees_producer_fenced(sharebroker):
+    """aiokafka sends EndTxn / AddPartitionsToTxn / AddOffsetsToTxn v0, which predate PRODUCER_FENCED:
+    a zombie must get INVALID_PRODUCER_EPOCH, which it raises as ProducerFenced (not UnknownError)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import ProducerFenced
+
+    bs = sharebroker.bootstrap
+    topic = create_topic(bs)
+    tid = unique("aio-fenced")
+
+    async def run():
+        old = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=tid, enable_idempotence=True)
+        await old.start()
+        new = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=tid, enable_idempotence=True)
+        try:
+            await old.begin_transaction()
+            await new.start()  # InitProducerId bumps the epoch: `old` is a zombie
+            async with new.transaction():
+                await new.send(topic, b"fresh", partition=0)
+            await old.send(topic, b"zombie", partition=0)  # its AddPartitionsToTxn v0 is fenced
+            await old.commit_transaction()
+        finally:
+            await new.stop()
+            await old.stop()
+
+    with pytest.raises(ProducerFenced):
+        asyncio.run(run())
+    assert consume_all(bs, topic, "read_committed", 1) == [b"fresh"]
 
 
 def test_kafka_python_transactions_interoperate(sharebroker):

@@ -51,7 +51,7 @@ async def test_accepting_at_the_open_file_limit(monkeypatch, caplog):
     monkeypatch.setattr(acceptor_mod, "ACCEPT_FAULTS", FaultLog(logging.getLogger("t.accept"), "accept error"))
     monkeypatch.setattr(acceptor_mod, "RETRY_S", 0.05)
     monkeypatch.setattr(acceptor_mod, "RECOVERED_AFTER_S", 0.2)
-    FD_RESERVE.refill()
+    FD_RESERVE.enable()
     [sock] = listening_sockets("127.0.0.1", 0)
     fake = AtTheLimit(sock)
     acc = Acceptor(fake, Proto, name="test")
@@ -76,4 +76,4 @@ async def test_accepting_at_the_open_file_limit(monkeypatch, caplog):
         acc.close()
         for t in Proto.made:
             t.close()
-        FD_RESERVE.release()
+        FD_RESERVE.disable()

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from broker.log import ConfigError, DataDirLockedError, LogError, LogManager, PartitionLog
+from broker.log import fileio
 from broker.log.producer_state import INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from protocol import records as R
 from protocol.records import build_batch, iter_records, validate_records
@@ -325,7 +326,9 @@ def test_index_entries_written_in_batches_and_rebuilt_after_a_crash(tmp_path):
     assert (path / "00000000000000000000.index").stat().st_size // OFFSET_ENTRY.size == entries
 
 
-def test_unclean_recovery_of_middle_segment_drops_later_segments(tmp_path, caplog):
+def test_unclean_recovery_of_middle_segment_keeps_later_segments(tmp_path, caplog):
+    """Kafka's LogLoader drops every segment after a damaged one; here the later ones are kept
+    (their offsets are above the cut) and the lost offsets are a gap (more in test_log_damage.py)."""
     path = tmp_path / "t-0"
     plog = _fill(path, n=30, clean=False)
     bases = plog.segment_base_offsets
@@ -336,10 +339,10 @@ def test_unclean_recovery_of_middle_segment_drops_later_segments(tmp_path, caplo
     data[200] ^= 0xFF
     middle.write_bytes(bytes(data))
     plog = open_log(path)
-    assert plog.segment_base_offsets == bases[:2]
-    assert plog.log_end_offset < bases[2]
-    assert all_offsets(plog) == list(range(plog.log_end_offset))
-    assert "corrupt segment" in caplog.text
+    assert plog.segment_base_offsets == bases
+    assert plog.log_end_offset == 60
+    assert all_offsets(plog) == [o for o in range(60) if not bases[1] <= o < bases[2]]
+    assert "damaged segment" in caplog.text and f"offsets {bases[1]}..{bases[2] - 1} are a gap" in caplog.text
 
 
 # -------------------------------------------------------------------- producer state
@@ -469,7 +472,7 @@ def test_checkpoint_rename_is_made_durable(tmp_path, monkeypatch):
         synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fileio, "fsync", fsync)
     append(plog, batch(2))
     assert (tmp_path / "t-0" / "checkpoint").read_text().split() == ["v1", "0", "2"]
     assert str(tmp_path / "t-0") in synced

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from broker.log import LogManager, PartitionLog
+from broker.log import fileio
 from broker.log import segment as segment_mod
 from broker.log.background import Background, Inline
 from broker.log.producer_state import OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -45,14 +46,14 @@ def checkpoint(path):
 
 
 class GatedFsync:
-    """Replaces os.fsync in the log modules: records calls and blocks until released."""
+    """Replaces the log's fsync (``fileio.fsync``): records calls and blocks until released."""
 
     def __init__(self, monkeypatch):
         self.calls = []
         self.gate = threading.Event()
         self.real = os.fsync
         self.threads = set()
-        monkeypatch.setattr(segment_mod.os, "fsync", self)
+        monkeypatch.setattr(fileio, "fsync", self)
 
     def __call__(self, fd):
         if threading.current_thread() is threading.main_thread():
@@ -355,7 +356,7 @@ def test_background_barrier_after_checkpoint_sync(tmp_path, n):
 
 # ------------------------------------------------------------- lazy reads / sendfile spans
 def test_lazy_read_matches_eager_read_and_gives_file_spans(tmp_path):
-    from broker.log.batch_ref import file_spans
+    from broker.log.partition_log import file_spans
 
     cfg = {"segment.bytes": 4096, "index.interval.bytes": 300}
     plog = PartitionLog(str(tmp_path / "t-0"), "t", 0, cfg, clock=Clock())

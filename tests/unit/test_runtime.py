@@ -162,3 +162,19 @@ def test_timer_callback_exceptions_are_logged_not_raised(caplog):
     with caplog.at_level(logging.ERROR):
         fired[0]()  # must not raise into the event loop
     assert any("timer" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_timer_write_the_disk_refuses_is_a_warning_not_a_traceback(caplog):
+    """Issue 25: a full disk made every timer write of a coordinator log a traceback; a failure that
+    carries an error code (the log's LogError(KAFKA_STORAGE_ERROR)) is an expected answer."""
+    from broker.log import LogError
+
+    log = MemoryRecordLog()
+    s = State(log)
+    log.fail_next = LogError(56, "append of __consumer_offsets-0/00000000000000000000.log failed: disk full")
+    s.runtime.schedule(lambda: (None, [commit(0, 3)]), "expiry timer")
+    with caplog.at_level(logging.WARNING):
+        await s.runtime.drain()
+    failed = [r for r in caplog.records if "expiry timer failed" in r.getMessage()]
+    assert failed and failed[0].levelno == logging.WARNING and failed[0].exc_info is None
+    assert s.offsets == {}

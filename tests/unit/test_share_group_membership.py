@@ -119,7 +119,9 @@ async def test_epoch_and_request_errors():
     await env.share_hb("sg", "s1")
     assert (await env.share_hb("sg", "s1", epoch=5, topics=None)).error_code == Errors.FENCED_MEMBER_EPOCH
     assert (await env.share_hb("sg", "nope", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
-    assert (await env.share_hb("missing", "s1", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+    # no such group: GROUP_ID_NOT_FOUND, for a heartbeat and a leave (Kafka's getOrMaybeCreateShareGroup / shareGroup)
+    assert (await env.share_hb("missing", "s1", epoch=1, topics=None)).error_code == Errors.GROUP_ID_NOT_FOUND
+    assert (await env.share_hb("missing", "s1", epoch=-1, topics=None)).error_code == Errors.GROUP_ID_NOT_FOUND
     assert (await env.share_hb("sg", "s2")).error_code == Errors.GROUP_MAX_SIZE_REACHED
     assert (await env.share_hb("sg", "x" * 37)).error_code == Errors.INVALID_REQUEST
     assert (await env.share_hb("sg", "s3", topics=[])).error_code == Errors.INVALID_REQUEST

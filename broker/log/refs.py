@@ -1,5 +1,5 @@
-"""Stored batches as ``PartitionLog.read`` returns them (``BatchRef``) and the file spans a sender
-passes to ``os.sendfile`` (``file_spans``)."""
+"""What a partition log's reads and appends return: ``BatchRef`` (a stored batch), ``file_spans``
+(batches as file ranges for ``os.sendfile``) and ``AppendResult`` (the offsets of an append)."""
 from __future__ import annotations
 
 import os
@@ -84,3 +84,23 @@ def file_spans(refs: list[BatchRef]) -> list[tuple[int, int, int]]:
         else:
             spans.append([r.fd, r.position, r.size])
     return [tuple(s) for s in spans]
+
+
+class AppendResult:
+    """Offsets of an append. ``durable`` is None, or (background fsync only) a future done once a
+    ``flush.messages`` fsync covering this append finished; await it before answering if the
+    answer must mean "on disk" (it fails with LogError(KAFKA_STORAGE_ERROR) if the fsync failed)."""
+
+    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "duplicate", "durable")
+
+    def __init__(self, base_offset, last_offset, log_append_time, log_start_offset, duplicate=False, durable=None):
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.log_append_time = log_append_time
+        self.log_start_offset = log_start_offset
+        self.duplicate = duplicate
+        self.durable = durable
+
+    def __repr__(self) -> str:
+        return (f"AppendResult(base={self.base_offset}, last={self.last_offset}, lat={self.log_append_time}, "
+                f"lso={self.log_start_offset}, duplicate={self.duplicate})")
