@@ -141,11 +141,15 @@ class Acceptor:
     def _check_recovered(self) -> None:
         """Some time after an accept succeeded again: if none failed since, the episode is over."""
         self._recovery_check = None
-        if self._failing and self._loop.time() - self._failed_at >= RECOVERED_AFTER_S:
-            self._failing = False
-            log.info("accepting connections again on %s (%d refused while out of descriptors)",
-                     self.where, self._refused)
-            self._refused = 0
+        if not self._failing or self.closed:
+            return
+        quiet = self._loop.time() - self._failed_at
+        if quiet < RECOVERED_AFTER_S:  # failed again since: look again once it has been quiet long enough
+            self._recovery_check = self._loop.call_later(RECOVERED_AFTER_S - quiet, self._check_recovered)
+            return
+        self._failing = False
+        log.info("accepting connections again on %s (%d refused while out of descriptors)", self.where, self._refused)
+        self._refused = 0
 
     def _accept_failed(self, e: OSError) -> None:
         ACCEPT_FAULTS.report("accept", self.where, e)
