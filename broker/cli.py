@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         await stop
         logging.getLogger("sharebroker").info("shutting down")
         await broker.stop()
+        problem = broker.components.shutdown_problem if broker.components is not None else None
+        if problem:
+            logging.getLogger("sharebroker").error("shutdown not clean: %s", problem)
+            return 1
         return 0
 
     if uvloop is not None:

@@ -61,6 +61,7 @@ from broker.quotas import build as build_quotas
 from broker.share.manager import SharePartitionManager
 from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, Topics
 from coordinator.group import GroupCoordinator
+from coordinator.runtime import is_storage_error
 from coordinator.share_state import ShareCoordinator
 
 log = logging.getLogger("sharebroker")
@@ -106,6 +107,9 @@ class Components:
     # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
+    # written by close(): None, or one line saying why the shutdown was not clean (the exit code is 1 then);
+    # a class attribute, not a dataclass field
+    shutdown_problem = None
 
     async def wait_loaded(self) -> None:
         """Return once the coordinators have replayed their internal topics."""
@@ -123,11 +127,14 @@ class Components:
                 r = fn()
                 if isinstance(r, Awaitable):
                     await r
-            except Exception:
-                log.exception("closing %s failed", name)
+            except Exception as e:
+                if is_storage_error(e):  # reported once where it happened (broker/log/faults.py)
+                    log.warning("closing %s failed: %s", name, e)
+                else:
+                    log.exception("closing %s failed", name)
         if self.cleaner is not None:
             self.cleaner.close()  # stops its workers: a pass in the middle is redone after the restart
-        self.logs.close()  # drains the file worker first
+        self.shutdown_problem = self.logs.close()  # drains the file worker first
 
 
 def load_hold(config: BrokerConfig, listening: asyncio.Event) -> Callable[[], Awaitable[None]]:

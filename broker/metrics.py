@@ -44,6 +44,10 @@ Storage faults (broker/log/README.md, "Failed writes"), per partition and only w
 ``sharebroker_log_storage_errors_total`` (write steps that failed) and
 ``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
+Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed file operation reported to
+``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
+``sharebroker_accept_errors_total{error}`` (failed accepts, EMFILE at the open-file limit) and the gauge
+``sharebroker_fd_reserve_descriptors`` (descriptors held for segment rolls; below 8 after it was used).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
 from __future__ import annotations
@@ -53,6 +57,8 @@ import logging
 import time
 
 from broker import observe
+from broker.acceptor import ACCEPT_FAULTS, Acceptor, listening_sockets
+from broker.log.faults import FD_RESERVE, STORAGE
 from broker.pipeline import LATENCY_BUCKETS
 from protocol.messages.registry import ApiKey
 
@@ -155,6 +161,7 @@ def render(c, connections: int, memory=None) -> bytes:
     w.family("sharebroker_connections", "gauge", "Open client connections.")
     w.sample("sharebroker_connections", connections)
     _limits(w, memory)
+    _faults(w)
     _groups(w, c)
     _share(w, c)
     _dlq(w, c)
@@ -277,6 +284,21 @@ def _limits(w: _Writer, memory) -> None:
         w.sample(name, memory.used)
 
 
+def _faults(w: _Writer) -> None:
+    """Storage failures and failed accepts since start-up (broker/log/faults.py, broker/acceptor.py)."""
+    name = "sharebroker_storage_errors_total"
+    w.family(name, "counter", "Failed file operations (append, segment roll, fsync, ...), by operation and errno.")
+    for (operation, error), n in sorted(STORAGE.counts.items()):
+        w.sample(name, n, operation=operation, error=error)
+    name = "sharebroker_accept_errors_total"
+    w.family(name, "counter", "Failed accepts of new connections (EMFILE: the open-file limit), by errno.")
+    for (_op, error), n in sorted(ACCEPT_FAULTS.counts.items()):
+        w.sample(name, n, error=error)
+    name = "sharebroker_fd_reserve_descriptors"
+    w.family(name, "gauge", "Descriptors held for segment rolls at the open-file limit (fewer than usual: it was used).")
+    w.sample(name, FD_RESERVE.held)
+
+
 def _logs(w: _Writer, c) -> None:
     logs = [(plog.topic, plog.partition, plog) for plog in c.logs.all_logs()]
     for suffix, help_, value in (("logstartoffset", "First offset of the partition.", lambda p: p.log_start_offset),
@@ -382,7 +404,7 @@ class MetricsServer:
         self.components = components
         self.server = server  # the Kafka listener (connection count)
         self.host, self.port = host, port
-        self._listener: asyncio.base_events.Server | None = None
+        self._acceptors: list[Acceptor] = []
         # written by _serve: its connections (a browser keeps idle ones open); each leaves when it ends
         self._clients: dict[asyncio.Task, asyncio.StreamWriter] = {}
         from broker import status_page  # the page (html with it) loads only with a metrics listener
@@ -391,8 +413,13 @@ class MetricsServer:
         self.lag_history = status_page.LagHistory(lambda: observe.group_lags(components), interval_ms / 1000.0)
 
     async def start(self) -> None:
-        self._listener = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
-        self.port = self._listener.sockets[0].getsockname()[1]
+        # our accept loop, as the Kafka listeners': it survives the open-file limit (broker/acceptor.py)
+        for sock in listening_sockets(self.host, self.port):
+            acceptor = Acceptor(sock, lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve),
+                                name="metrics")
+            acceptor.start()
+            self._acceptors.append(acceptor)
+        self.port = self._acceptors[0].port
         self.lag_history.start()
         log.info("metrics on http://%s:%d/metrics, status page on http://%s:%d/", self.host, self.port,
                  self.host, self.port)
@@ -431,10 +458,10 @@ class MetricsServer:
 
     async def close(self) -> None:
         self.lag_history.close()
-        if self._listener is not None:
-            self._listener.close()
-            for writer in list(self._clients.values()):  # idle connections end now, not cancelled at exit
-                writer.close()
-            if self._clients:
-                await asyncio.wait(list(self._clients), timeout=5)
-            await self._listener.wait_closed()
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors = []
+        for writer in list(self._clients.values()):  # idle connections end now, not cancelled at exit
+            writer.close()
+        if self._clients:
+            await asyncio.wait(list(self._clients), timeout=5)

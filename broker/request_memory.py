@@ -175,7 +175,10 @@ _malloc_trim = None  # glibc's malloc_trim, loaded at the first trim (ctypes cos
 
 
 def _load_malloc_trim():
-    import ctypes
+    try:
+        import ctypes
+    except OSError:  # the import opens files: at the open-file limit, try again at the next trim
+        return None
 
     try:
         fn = ctypes.CDLL("libc.so.6").malloc_trim

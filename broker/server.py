@@ -29,10 +29,10 @@ import asyncio
 import collections
 import logging
 import os
-import socket
 import struct
 import time
 
+from broker.acceptor import Acceptor, listening_sockets
 from broker.dispatch import HANDLERS, RequestContext, api_version_ranges
 from broker.pipeline import ANONYMOUS
 from broker.request_memory import SMALL_FRAME_BYTES, FrameBuffers, RequestMemory, trim_heap
@@ -688,7 +688,7 @@ class Server:
         self.quotas = components.quotas
         self.per_ip: collections.Counter = collections.Counter()
         self.clock = time.monotonic
-        self._servers: list = []
+        self._acceptors: list[Acceptor] = []
         self._idle_sweep: asyncio.TimerHandle | None = None
 
     def admit(self, conn: Connection) -> str | None:
@@ -750,56 +750,30 @@ class Server:
         self._idle_sweep = asyncio.get_running_loop().call_later(interval, self._sweep)
 
     async def start(self) -> None:
-        """Bind every listener (raises OSError naming the address that failed)."""
-        loop = asyncio.get_running_loop()
+        """Bind every listener (raises OSError naming the address that failed) and start accepting
+        (``broker/acceptor.py``: our own accept loop, which survives the open-file limit)."""
         for lst in self.listeners:
             try:
-                sock = literal_address_socket(lst.host, lst.port)
-                where = dict(sock=sock) if sock is not None else dict(host=lst.host, port=lst.port, reuse_address=True)
-                srv = await loop.create_server(lambda lst=lst: Connection(self, lst), **where, backlog=1024,
-                                               ssl=lst.ssl_context)
+                socks = listening_sockets(lst.host, lst.port)
             except OSError as e:
                 await self.close()
                 raise OSError(e.errno, f"listener {lst.name} {lst.host}:{lst.port}: {e.strerror or e}") from None
-            self._servers.append(srv)
-            lst.bound(srv.sockets[0].getsockname()[1])
+            for sock in socks:
+                acceptor = Acceptor(sock, lambda lst=lst: Connection(self, lst), lst.ssl_context, lst.name)
+                self._acceptors.append(acceptor)
+                acceptor.start()
+            lst.bound(self._acceptors[-1].port)
         self.port = self.listeners[0].port
         self._schedule_sweep()
 
     async def close(self) -> None:
         if self._idle_sweep is not None:
             self._idle_sweep.cancel()
-        for srv in self._servers:
-            srv.close()
+        for acceptor in self._acceptors:
+            acceptor.close()
         for c in list(self.connections):
             c.close()
-        for srv in self._servers:
-            await srv.wait_closed()
-        self._servers = []
-
-
-def literal_address_socket(host: str, port: int) -> socket.socket | None:
-    """A socket bound to ``host``:``port`` when ``host`` is an IP address, set up as ``create_server`` sets
-    one up (SO_REUSEADDR; an IPv6 one only IPv6), so binding it looks no name up: the event loop's name
-    lookup would load the ``idna`` codec and start uvloop's resolver threads in every broker.  None for a
-    host name, which ``create_server`` resolves as before."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except OSError:
-            continue
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind((host, port))
-        except OSError as e:
-            sock.close()
-            raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: "
-                                   f"{(e.strerror or str(e)).lower()}") from None
-        return sock
-    return None
+        self._acceptors = []
 
 
 def parse_per_ip_overrides(value: str | None) -> dict[str, int]:

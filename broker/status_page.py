@@ -3,7 +3,8 @@
 One small HTML page with inline CSS and inline SVG, no script and no external asset (the response's
 Content-Security-Policy forbids both): share groups with their state, members and share partitions
 (start offset, in-flight, archived, lag), consumer groups with state, members and lag, a sparkline
-of each group's lag over the last hour, and the dead-letter topics with their record counts.
+of each group's lag over the last hour, the dead-letter topics with their record counts, and the storage errors
+and failed accepts since start-up (by operation and errno, with the latest one; `broker/log/faults.py`).
 
 The numbers come from ``broker.observe``, the same views the Prometheus exposition uses; the page
 is built on request from memory (no log is read) on the metrics listener, never on a Kafka request.
@@ -20,6 +21,8 @@ from array import array
 from typing import Callable
 
 from broker import observe
+from broker.acceptor import ACCEPT_FAULTS
+from broker.log.faults import STORAGE
 from broker.share.config import DLQ_TOPIC_NAME
 
 SLOTS = 120                     # samples per group: one hour at the default interval
@@ -234,5 +237,23 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
                           "storage-faults", {1, 2, 3}))
     else:
         out.append('<p class="empty">No failed writes since start-up.</p>')
+    out.append(_faults_section())
     out.append("</body></html>")
     return "".join(out).encode()
+
+
+def _faults_section() -> str:
+    """Storage failures and failed accepts since start-up, by operation and error, with the latest one."""
+    rows = [[_e(op), _e(err), _n(n)] for (op, err), n in sorted(STORAGE.counts.items())]
+    rows += [[_e(f"{op} (connections)"), _e(err), _n(n)] for (op, err), n in sorted(ACCEPT_FAULTS.counts.items())]
+    out = ['<h2 id="storage-errors">Storage errors by operation</h2>']
+    if not rows:
+        out.append('<p class="empty">No storage error since start-up.</p>')
+        return "".join(out)
+    out.append(_table(["Operation", "Error", "Count"], rows, "storage-errors", {2}))
+    for fault in (STORAGE, ACCEPT_FAULTS):
+        if fault.last is not None:
+            at, op, path, reason = fault.last
+            out.append(f'<p class="meta">latest: {_e(time.strftime("%H:%M:%S UTC", time.gmtime(at)))} '
+                       f"{_e(op)} {_e(path)}: {_e(reason)}</p>")
+    return "".join(out)

@@ -9,6 +9,7 @@ dropping a deleted topic's state).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from broker.delayed import Watchers
@@ -126,14 +127,25 @@ class Topics:
 
 
 def _warn_storage(e: LogError) -> None:
-    """A partition could not be opened: say so in the broker log, naming the open-file limit when it is that."""
+    """A partition could not be opened: say so in the broker log, naming the open-file limit when it is
+    that; at most one line every ``WARN_EVERY_S`` seconds, saying how many refusals it stands for."""
     if e.code != KAFKA_STORAGE_ERROR:
         return
+    now = time.monotonic()
+    if now - _refusals[0] < WARN_EVERY_S:
+        _refusals[1] += 1
+        return
+    more = f" ({_refusals[1]} more refused since the last warning)" if _refusals[1] else ""
+    _refusals[0], _refusals[1] = now, 0
     hint = ""
     if "Too many open files" in str(e):
         hint = (f" (the open-file limit, {open_file_limit()}, is reached: each partition keeps about "
                 f"{FILES_PER_PARTITION} files open; raise it with `ulimit -n`)")
-    log.warning("%s%s", e, hint)
+    log.warning("%s%s%s", e, hint, more)
+
+
+WARN_EVERY_S = 10.0
+_refusals = [-WARN_EVERY_S, 0]  # [time.monotonic() of the last warning, refusals not logged since]
 
 
 FILES_PER_PARTITION = 3

@@ -64,6 +64,20 @@ class Record:
         return f"Record({self.record_type}, {self.key!r}, v{self.value_version}, {self.value!r})"
 
 
+def is_storage_error(exc: BaseException) -> bool:
+    """A failed append that the log layer has already reported (``broker/log/faults.STORAGE``: logged
+    once with its path, counted, floods summarised): an OSError or an error carrying KAFKA_STORAGE_ERROR.
+    A coordinator logs these at debug level only, so a full disk costs a line every few seconds, not one
+    per request."""
+    return isinstance(exc, OSError) or getattr(exc, "code", None) == Errors.KAFKA_STORAGE_ERROR
+
+
+def log_append_failure(logger: logging.Logger, msg: str, *args, exc: BaseException) -> None:
+    """Log a failed coordinator write: at debug for a storage error (reported where it happened), else
+    as a warning."""
+    logger.log(logging.DEBUG if is_storage_error(exc) else logging.WARNING, msg, *args)
+
+
 def encode_record(key, value, value_version: int | None = None) -> tuple[bytes, bytes | None]:
     """Frame a key struct and value struct (or None) as coordinator record bytes."""
     record_type = type(key).API_KEY
@@ -310,7 +324,8 @@ class CoordinatorRuntime:
                 except Exception as exc:
                     if on_error is None:
                         raise
-                    _log.warning("%s: appending %d records failed: %r", self.name, len(records), exc)
+                    log_append_failure(_log, "%s: appending %d records failed: %r", self.name, len(records), exc,
+                                       exc=exc)
                     return on_error(response, exc)
                 if replay:
                     for offset, r in enumerate(records, last - len(records) + 1):

@@ -12,6 +12,7 @@ import os
 from typing import Callable
 
 from . import fileio
+from .faults import STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,13 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
             pass
         raise
     if threaded:
-        background.submit(lambda: fsync_path_and_dir(path), on_error or log_bg_error)
+        background.submit(lambda: fsync_path_and_dir(path), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
     else:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def log_bg_error(_result, exc) -> None:
-    """The default outcome callback of a background metadata fsync: an error is logged."""
+def log_bg_error(_result, exc, path: str = "") -> None:
+    """The default outcome callback of a background metadata fsync: an error is reported to
+    ``faults.STORAGE`` (logged once with the path, counted)."""
     if exc is not None:
-        log.error("background metadata sync failed: %r", exc)
+        STORAGE.report("metadata sync", path or "(metadata)", exc)

@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Mapping
 from .config import LogConfig, validate_topic_configs
 from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
 from .background import Background, Inline
+from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir, log_bg_error
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
@@ -232,7 +233,8 @@ class LogManager:
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, object] | None = None,
                      topic_id: uuid.UUID | None = None) -> TopicInfo:
-        """Create a topic; raises LogError (17/36/37) or ConfigError (40)."""
+        """Create a topic; raises LogError (17/36/37/56) or ConfigError (40): all or nothing."""
+        FD_RESERVE.refill()  # descriptors may be back since the reserve last made room
         validate_topic_name(name)
         if name in self._topics:
             raise LogError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -243,7 +245,7 @@ class LogManager:
         info = TopicInfo(name, topic_id or new_topic_id(), overrides)
         cfg = self._config_for(overrides)
         self._add_logs(info, partitions, cfg)
-        self._persist(info)
+        self._persist_or_undo(info, 0)
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         return info
@@ -258,15 +260,39 @@ class LogManager:
                     self._remove_dir(path)  # stale leftovers must not resurface as data
                 info.logs.append(self._open_log(info.name, p, cfg, clean=True))
         except OSError as e:
-            # Undo without fsyncs or new descriptors (the cause may be the open-file limit).
-            for plog in info.logs[before:]:
-                plog.delete()
-            del info.logs[before:]
-            failed = os.path.join(self.data_dir, f"{info.name}-{len(info.logs)}")
-            if os.path.exists(failed):
-                shutil.rmtree(failed, ignore_errors=True)
+            STORAGE.report("creating a partition", os.path.join(self.data_dir, f"{info.name}-{len(info.logs)}"), e)
+            self._undo_logs(info, before)
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions {before}..{total - 1} of "
                                                 f"{info.name}: {e.strerror or e}") from None
+
+    def _persist_or_undo(self, info: TopicInfo, before: int) -> None:
+        """Write the topic's metadata; if that fails, remove the partitions from ``before`` on."""
+        try:
+            self._persist(info)
+        except OSError as e:
+            STORAGE.report("writing topic metadata", self._meta_path(info), e)
+            self._undo_logs(info, before)
+            _remove_quietly(self._meta_path(info) + ".tmp")
+            raise LogError(KAFKA_STORAGE_ERROR, f"cannot write the metadata of {info.name}: "
+                                                f"{e.strerror or e}") from None
+
+    def _undo_logs(self, info: TopicInfo, before: int) -> None:
+        """Close and remove partitions ``before``.. of ``info`` and the directory of the one that
+        failed to open: all or nothing. Without fsyncs; closing the opened logs gives descriptors
+        back, and the reserve makes room when even listing a directory meets the open-file limit."""
+        for plog in info.logs[before:]:
+            try:
+                FD_RESERVE.run(plog.delete)
+            except OSError as e:
+                STORAGE.report("removing a refused partition", plog.dir, e)
+        leftover = [os.path.join(self.data_dir, f"{info.name}-{p}") for p in range(before, len(info.logs) + 1)]
+        del info.logs[before:]
+        for path in leftover:
+            if os.path.exists(path):
+                try:
+                    FD_RESERVE.run(lambda path=path: shutil.rmtree(path))
+                except OSError as e:
+                    STORAGE.report("removing a refused partition", path, e)
 
     def delete_topic(self, name: str) -> None:
         info = self._topics.pop(name, None)
@@ -290,8 +316,9 @@ class LogManager:
         if new_total <= len(info.logs):
             raise LogError(INVALID_PARTITIONS, f"Topic currently has {len(info.logs)} partitions, {new_total} "
                                                f"would not be an increase.")
+        before = len(info.logs)
         self._add_logs(info, new_total, self._config_for(info.configs))
-        self._persist(info)
+        self._persist_or_undo(info, before)
         return info
 
     def set_topic_configs(self, name: str, configs: Mapping[str, object]) -> TopicInfo:
@@ -342,7 +369,9 @@ class LogManager:
                 if plog.maintenance(now, expire_producers=expire):
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
             except (OSError, LogError) as e:  # the failed step was undone: the next pass tries again
-                log.error("maintenance failed for %s-%d: %s", plog.topic, plog.partition, e)
+                STORAGE.report("log maintenance", plog.dir, e)
+        FD_RESERVE.refill()  # descriptors may be back: take the reserve up again
+        STORAGE.flush()
         return moved
 
     def remove_expired_producers(self, now_ms: int | None = None) -> int:
@@ -351,14 +380,47 @@ class LogManager:
         self._last_producer_expiry = now
         return sum(plog.remove_expired_producers(now) for plog in list(self.all_logs()))
 
-    def close(self) -> None:
-        """Drain the background worker, close every log (fsync), mark the shutdown clean, release the lock."""
+    def close(self) -> str | None:
+        """Drain the background worker, close every log (fsync), mark the shutdown clean, release the lock.
+
+        A log that cannot be closed (a read-only or failing disk) is reported to ``STORAGE`` (no
+        traceback), its descriptors are closed without writing, and the others are still closed; the
+        shutdown is then not marked clean (the next start recovers from the logs). Returns None, or one
+        line saying why the shutdown was not clean."""
         if self._lock_fd is None:
-            return
-        self.background.close()
+            return None
+        try:
+            self.background.close()  # a failed job was reported by its own callback
+        except Exception as e:
+            STORAGE.report("draining the file worker", self.data_dir, e)
         self.background = Inline()
-        for plog in self.all_logs():
-            plog.close()
-        atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")
+        failed: list[tuple[PartitionLog, OSError]] = []
+        logs = list(self.all_logs())
+        for plog in logs:
+            try:
+                plog.close()
+            except OSError as e:
+                STORAGE.report("closing a partition", plog.dir, e)
+                plog.abandon()
+                failed.append((plog, e))
+        why = None
+        if failed:
+            first, e = failed[0]
+            why = (f"{len(failed)} of {len(logs)} partitions not closed cleanly (first {first.topic}-"
+                   f"{first.partition}: {e.strerror or e}); the next start recovers them from their logs")
+        else:
+            try:
+                atomic_write(os.path.join(self.data_dir, ".clean_shutdown"), b"")
+            except OSError as e:
+                STORAGE.report("marking the shutdown clean", self.data_dir, e)
+                why = f"the clean-shutdown marker cannot be written ({e.strerror or e}): the next start recovers"
         os.close(self._lock_fd)
         self._lock_fd = None
+        return why
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -60,6 +60,7 @@ from .background import Inline
 from .config import LogConfig, as_log_config
 from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
 from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, LogError
+from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir
 from .loading import CHECKPOINT_FILE, LogLoading
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
@@ -72,6 +73,7 @@ _OFF_LEN = struct.Struct(">qi")
 _DELTA = struct.Struct(">i")
 _NEED = 27  # header bytes needed to know base offset, size and lastOffsetDelta
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86400000
+SPARE_RETRY_S = 1.0  # after a failed spare-file creation; a roll without spare files creates them itself
 
 
 def _now_ms() -> int:
@@ -112,6 +114,7 @@ class PartitionLog(LogLoading):
         self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
         self._spare: SpareFiles | None = None  # next segment's files, made on the worker
         self._spare_pending = False
+        self._spare_retry_at = 0.0  # time.monotonic() before which _prepare_spare does not try again
         self._snapshots: SnapshotFiles | None = None  # producer snapshots; set by _load
         self.producer_state_load = ProducerStateLoad(None, 0)  # written once by _load
         # offsets the checkpoint promised beyond the log end found at start-up (data lost); written once by _load
@@ -121,7 +124,11 @@ class PartitionLog(LogLoading):
         self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
         self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
         os.makedirs(dir_path, exist_ok=True)
-        self._load(clean_shutdown)
+        try:
+            self._load(clean_shutdown)
+        except BaseException:
+            self.abandon()  # a log that could not open keeps no descriptor
+            raise
 
     def set_background(self, background) -> None:
         """Run fsyncs, checkpoint syncs and unlinks on ``background`` (a ``Background``) from now on."""
@@ -207,6 +214,7 @@ class PartitionLog(LogLoading):
         next successful append says when writes work again) and return the error to answer."""
         self.storage_errors += 1
         self._failing += 1
+        STORAGE.count(operation, path, exc)
         if self._failing == 1:
             log.error("%s-%d: %s of %s failed: %s; answering KAFKA_STORAGE_ERROR until a write succeeds",
                       self.topic, self.partition, operation, path, exc)
@@ -214,7 +222,7 @@ class PartitionLog(LogLoading):
 
     def _on_bg_error(self, _result, exc) -> None:
         if exc is not None and not isinstance(exc, FileNotFoundError):
-            log.error("%s-%d: background file sync failed: %r", self.topic, self.partition, exc)
+            STORAGE.report("background file sync", self.dir, exc)
 
     # ----------------------------------------------------------------- append
     def validate(self, records, now_ms: int | None = None) -> list[BatchInfo]:
@@ -383,8 +391,9 @@ class PartitionLog(LogLoading):
             if spare is not None:
                 new = Segment.adopt(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now,
                                     spare)
-            else:
-                new = Segment.create(self.dir, self._leo, cfg.segment_index_bytes, cfg.index_interval_bytes, now)
+            else:  # at the open-file limit the descriptor reserve makes room (faults.py)
+                new = FD_RESERVE.run(lambda: Segment.create(self.dir, self._leo, cfg.segment_index_bytes,
+                                                            cfg.index_interval_bytes, now))
         except OSError as e:
             raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
         try:
@@ -398,11 +407,11 @@ class PartitionLog(LogLoading):
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._roll_jitter = self._new_jitter()
+        FD_RESERVE.refill()  # the old segment's index files are closed: room to take the reserve back
         try:  # Kafka's roll: a producer snapshot at the new segment's base offset (written off the loop)
             self._snapshots.write(self._leo, self.producer_state.snapshot(), self._bg)
-        except OSError as e:
-            log.warning("%s-%d: cannot write the producer snapshot at %d: %s", self.topic, self.partition,
-                        self._leo, e)
+        except OSError as e:  # only means a longer scan at the next start
+            STORAGE.report("writing a producer snapshot", self.dir, e)
         if self._bg.threaded and not self._flushing:  # Kafka: flushUptoOffsetExclusive(new base) at once
             self._start_flush(new.base_offset, list(self._pending_flush))
 
@@ -410,13 +419,16 @@ class PartitionLog(LogLoading):
         """With a background worker, make the next segment's files there (a roll then only renames)."""
         if not self._bg.threaded or self._spare is not None or self._spare_pending or self._closed:
             return
+        if time.monotonic() < self._spare_retry_at:
+            return  # the last try failed (e.g. at the open-file limit): not again on every append
         self._spare_pending = True
         path = self.dir
 
         def done(spare, exc):
             self._spare_pending = False
             if exc is not None:
-                log.warning("%s-%d: cannot prepare the next segment's files: %r", self.topic, self.partition, exc)
+                self._spare_retry_at = time.monotonic() + SPARE_RETRY_S
+                STORAGE.report("creating the next segment's files", path, exc)
             elif self._closed or self._spare is not None:
                 self._bg.submit(spare.discard)
             else:
@@ -765,7 +777,7 @@ class PartitionLog(LogLoading):
             jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
         except OSError as e:
             self.storage_errors += 1
-            log.error("%s-%d: cannot start an fsync: %s", self.topic, self.partition, e)
+            STORAGE.report("starting an fsync", self.dir, e)
             self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
             self._finish_flush_future(fut, e)
             return
@@ -791,7 +803,7 @@ class PartitionLog(LogLoading):
         try:
             if exc is not None:
                 self.storage_errors += 1
-                log.error("%s-%d: fsync failed: %r", self.topic, self.partition, exc)
+                STORAGE.report("fsync", self.dir, exc)
                 if not self._closed:  # try these again with the next flush
                     live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
                     self._pending_flush = live + self._pending_flush
@@ -863,6 +875,18 @@ class PartitionLog(LogLoading):
         for seg in self._segments:
             seg.close()
         self._closed = True
+
+    def abandon(self) -> None:
+        """Close every descriptor without writing anything more (after a failed ``close``, or a failed
+        load): what the files hold is what the next start recovers."""
+        self._spare, spare = None, self._spare
+        for seg in self._segments:
+            seg.drop_descriptors()
+        if spare is not None:
+            for fd in spare.fds:
+                os.close(fd)
+        self._closed = True
+        self._finish_flush_future(self._next_flush, None)
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory itself too)."""

@@ -45,6 +45,7 @@ from protocol.records import (CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coor
                               crc32c)
 
 from . import fileio
+from .faults import STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +386,8 @@ class SnapshotFiles:
             _write_file(self.dir, name, data, sync=sync)
         else:
             dir_fd = fileio.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True), _log_error)
+            background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True),
+                              lambda _r, exc: _report("writing a producer snapshot", self.dir, exc))
         if offset not in self.offsets:
             self.offsets.append(offset)
             self.offsets.sort()
@@ -400,7 +402,8 @@ class SnapshotFiles:
             _unlink(self.dir, names)
             return
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        background.submit(lambda: _unlink(dir_fd, names, close_dir=True), _log_error)
+        background.submit(lambda: _unlink(dir_fd, names, close_dir=True),
+                          lambda _r, exc: _report("removing producer snapshots", self.dir, exc))
 
 
 def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir: bool = False) -> None:
@@ -444,6 +447,6 @@ def _unlink(directory, names: list[str], close_dir: bool = False) -> None:
             os.close(dir_fd)
 
 
-def _log_error(_result, exc) -> None:
+def _report(operation: str, path: str, exc) -> None:
     if exc is not None:
-        log.error("producer snapshot file job failed: %r", exc)
+        STORAGE.report(operation, path, exc)

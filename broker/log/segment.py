@@ -629,6 +629,18 @@ class Segment:
             raise
         return lambda: _fsync_close(fds)
 
+    def drop_descriptors(self) -> None:
+        """Close the files without writing the pending index entries (the disk is failing; recovery
+        rebuilds what an index misses)."""
+        for fd in (self._index_fd, self._time_fd, self.fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._index_fd = self._time_fd = self.fd = None
+        self._drop_entries()
+
     def close(self) -> None:
         self._close_index_writers()
         self._drop_entries()

@@ -440,8 +440,9 @@ def _join_error(member_id: str, error: int, **kw) -> JoinGroupResponse:
 
 
 def append_error_code(exc: BaseException) -> int:
-    """Kafka's appendGroupMetadataErrorToResponseError, for our record log's failures."""
-    if isinstance(exc, KafkaError):
+    """Kafka's appendGroupMetadataErrorToResponseError, for our record log's failures (the log's
+    ``LogError`` carries its Kafka code as ``code``, as a KafkaError does)."""
+    if isinstance(exc, KafkaError) or isinstance(getattr(exc, "code", None), int):
         code = exc.code
         if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
                     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):

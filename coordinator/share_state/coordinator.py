@@ -48,7 +48,8 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Iterable
 
-from coordinator.runtime import CoordinatorRuntime, Record, RecordLog, unavailable_message
+from coordinator.runtime import (CoordinatorRuntime, Record, RecordLog, is_storage_error, log_append_failure,
+                                 unavailable_message)
 from coordinator.share_state.batches import StateBatch, combine_state_batches
 from protocol.coordinator_records.registry import (RECORD_TYPES, SHARE_COORDINATOR_RECORDS, ShareSnapshotKey,
                                                    ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue)
@@ -106,8 +107,9 @@ Key = tuple[str, bytes, int]  # (group id, topic id, partition)
 
 
 def append_error_code(exc: BaseException) -> int:
-    """The error code a failed append turns into (OSError counts as a storage error)."""
-    if isinstance(exc, KafkaError):
+    """The error code a failed append turns into (OSError counts as a storage error; so does the log's
+    ``LogError(KAFKA_STORAGE_ERROR)``, which carries its Kafka code as ``code`` like a KafkaError)."""
+    if isinstance(exc, KafkaError) or isinstance(getattr(exc, "code", None), int):
         code = exc.code
     elif isinstance(exc, OSError):
         code = Errors.KAFKA_STORAGE_ERROR
@@ -327,8 +329,9 @@ class ShareCoordinator:
         try:
             self._log.truncate_before(off)
             self._pruned_offset = off
-        except Exception:  # pruning is an optimisation; try again after the next snapshot
-            logger.exception("pruning __share_group_state below %d failed", off)
+        except Exception as exc:  # pruning is an optimisation; try again after the next snapshot
+            if not is_storage_error(exc):
+                logger.exception("pruning __share_group_state below %d failed", off)
 
     # ------------------------------------------------------------- inspection
 
@@ -393,7 +396,7 @@ class ShareCoordinator:
         try:
             return await self._runtime.write(op)
         except Exception as exc:
-            logger.warning("%s for %s-%d failed: %r", api.what, group_id, p.partition, exc)
+            log_append_failure(logger, "%s for %s-%d failed: %r", api.what, group_id, p.partition, exc, exc=exc)
             return api.error(p.partition, append_error_code(exc), f"Unable to {api.what}: {exc}")
 
     def _committed(self, records: list[Record]) -> None:
@@ -582,8 +585,9 @@ class ShareCoordinator:
     async def _cold_job(self) -> None:
         try:
             await self.snapshot_cold_partitions()
-        except Exception:
-            logger.exception("cold share-partition snapshot failed")
+        except Exception as exc:
+            if not is_storage_error(exc):
+                logger.exception("cold share-partition snapshot failed")
         finally:
             self._job = None
             self.start_periodic_jobs()

@@ -21,6 +21,9 @@ lines), picks the log to clean and applies what the worker process (``worker.py`
 - A pass that fails marks its partition uncleanable (Kafka's ``markPartitionUncleanable``) until
   the broker restarts or the topic is deleted, unless segments of it left the log meanwhile
   (retention, DeleteRecords: the next pass starts again); a worker that dies is replaced at the next pass.
+  A storage fault (an OSError: disk full, read-only, out of descriptors) does not mark it: the
+  failure is reported to ``faults.STORAGE`` (logged once, counted), the pass's ``.cleaned`` files are
+  removed and a later pass tries again (Kafka takes the log directory offline instead).
 - Settings (Kafka's names): ``log.cleaner.enable``, ``log.cleaner.threads`` (worker processes),
   ``log.cleaner.dedupe.buffer.size`` (shared by the workers), ``log.cleaner.io.buffer.load.factor``,
   ``log.cleaner.io.max.bytes.per.second``, ``log.cleaner.backoff.ms``; per topic (dynamic, as every
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from protocol import compression
 
+from ..faults import STORAGE
 from ..files import atomic_write
 from ..segment import CLEANED_SUFFIX, SEGMENT_SUFFIXES, Segment, segment_name, unlink_all
 
@@ -318,6 +322,8 @@ class LogCleaner:
             for slot in self._slots:
                 if slot.current is None and not self._start(slot):
                     break
+        except OSError as e:
+            STORAGE.report("choosing a log to clean", self.logs.data_dir, e)
         except Exception:
             log.exception("log cleaner: choosing a log to clean failed")
         if not any(slot.current is not None for slot in self._slots):
@@ -362,8 +368,23 @@ class LogCleaner:
         elif kind == "done":
             end_offset, stats, codecs = payload
             self._after_groups(p, lambda: self._done(slot, p, end_offset, stats, codecs))
+        elif kind == "storage-error":
+            code, reason, path = payload
+            self._storage_failed(slot, p, OSError(code, reason, path))
         else:
             self._fail(slot, payload, mark=True)
+
+    def _storage_failed(self, slot: _Slot, p: _Pass, exc: OSError) -> None:
+        """A pass stopped by a storage fault (disk full, read-only, out of descriptors): its partial
+        files go and the partition stays cleanable, tried again after ``log.cleaner.backoff.ms``.
+        Kafka marks a partition uncleanable only for other failures (``LogCleaningException``); an
+        IOException takes its log directory offline instead, which a one-directory broker cannot do."""
+        STORAGE.report("log cleaning", exc.filename or p.log.dir, exc)
+
+        def finish():
+            _remove_all_cleaned(p.log.dir)
+            self._fail(slot, f"storage error: {exc}", mark=False)
+        self._after_groups(p, finish)
 
     def _worker_exited(self, slot: _Slot) -> None:
         slot.dead = not self._closed
@@ -411,14 +432,22 @@ class LogCleaner:
                 p.failed = True
                 if p.aborted:  # the topic was deleted: its directory went, and the files with it
                     return
-                log.error("cleaning %s-%d: cannot open the cleaned segment %d: %r", plog.topic, plog.partition,
-                          group.base, exc)
+                STORAGE.report("opening a cleaned segment", segment_name(group.base, ".log") + CLEANED_SUFFIX, exc)
                 _remove_cleaned(plog.dir, group.base)
                 return
             self._crash_at("cleaned")
             old = [p.segments.get(b) for b in group.old_bases]
-            if p.aborted or None in old or not plog.replace_segments(seg, old, self._crash_at):
-                seg.delete()  # the log changed meanwhile (retention, deletion): this group is dropped
+            try:
+                swapped = not p.aborted and None not in old and plog.replace_segments(seg, old, self._crash_at)
+            except OSError as e:  # a rename failed (e.g. read-only); start-up finishes or rolls back the swap
+                STORAGE.report("swapping in a cleaned segment", plog.dir, e)
+                swapped = False
+                p.failed = True
+            if not swapped:
+                try:
+                    seg.delete()  # the log changed meanwhile (retention, deletion), or the swap failed: dropped
+                except OSError as e:
+                    STORAGE.report("removing a cleaned segment", seg.log_path, e)
                 return
             plog.producer_state.remove_aborted(group.removed_abort_markers)
         self._background().submit(open_new, opened)
@@ -442,7 +471,10 @@ class LogCleaner:
         if not p.aborted and not p.failed and not p.log.closed:
             self._crash_at("checkpoint")
             self.checkpoints[key] = end_offset
-            self._write_checkpoints()
+            try:
+                self._write_checkpoints()
+            except OSError as e:  # kept in memory: written with the next pass's
+                STORAGE.report("writing the cleaner checkpoint", self._path, e)
             log.info("cleaned %s-%d: dirty section [%d, %d), %.1f MB -> %.1f MB in %.2f s", key[0], key[1],
                      p.job.first_dirty, end_offset, s.bytes_read / 1e6, s.bytes_written / 1e6, s.elapsed_secs)
         self._schedule(0.0)  # cleaned one: look for the next at once (Kafka's cleaner thread loop)
@@ -481,6 +513,11 @@ class LogCleaner:
                 except StopIteration as stop:
                     end_offset, stats = stop.value
                     break
+        except OSError as e:
+            STORAGE.report("log cleaning", e.filename or plog.dir, e)
+            _remove_all_cleaned(plog.dir)
+            self._fail(slot, repr(e), mark=False)
+            raise
         except Exception as e:
             self._fail(slot, repr(e), mark=True)
             raise
@@ -515,3 +552,12 @@ def _left_the_log(p: _Pass) -> bool:
 
 def _remove_cleaned(dir_path: str, base: int) -> None:
     unlink_all([os.path.join(dir_path, segment_name(base, suffix) + CLEANED_SUFFIX) for suffix in SEGMENT_SUFFIXES])
+
+
+def _remove_all_cleaned(dir_path: str) -> None:
+    """Every ``*.cleaned`` file of a partition (a failed pass's partial output); never raises."""
+    try:
+        names = os.listdir(dir_path)
+    except OSError:
+        return  # start-up removes what is left
+    unlink_all([os.path.join(dir_path, n) for n in names if n.endswith(CLEANED_SUFFIX)])

@@ -6,7 +6,7 @@ broker.log.cleaner``) started by the broker when there is a log to clean.  The
 child gets :class:`CleanJob` s on its stdin and answers on its stdout, frames of a 4-byte
 length and a pickle: ``("group", job_id, GroupResult)`` for every rewritten group (the
 broker swaps it in at once), then ``("done", job_id, (end_offset, stats, codecs))`` or
-``("error", job_id, message)``.  It reads the segment files itself and writes only
+``("error", job_id, message)`` or, for an OSError, ``("storage-error", job_id, (errno, strerror, filename))``.  It reads the segment files itself and writes only
 ``*.cleaned`` files.
 
 It dies with the broker: it asks the kernel for SIGKILL when its parent dies
@@ -108,6 +108,8 @@ def _serve(inp: int, out: int) -> None:
             _send(out, ("done", job.job_id, (end_offset, stats.as_dict(), sorted(cleaner.unavailable_codecs))))
         except BrokenPipeError:
             raise
+        except OSError as e:  # a storage fault (disk full, read-only, out of descriptors): retried later
+            _send(out, ("storage-error", job.job_id, (e.errno, e.strerror or str(e), e.filename)))
         except Exception as e:  # reported; the broker marks the partition uncleanable
             _send(out, ("error", job.job_id, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
 

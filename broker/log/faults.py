@@ -1,0 +1,157 @@
+"""Storage faults said once, counted, and summarised; the descriptor reserve that keeps a roll possible.
+
+:class:`FaultLog` is where every failed file operation is reported (``report(operation, path,
+exc)``): the first failure of an (operation, error) pair is logged as a warning naming the path,
+the operation and the error; more of the same within ``summary_s`` seconds are only counted, and
+the next one after that logs one line "N more ... in the last M s" (so a flood costs a line every
+few seconds, not a line per request). ``counts`` holds the totals per (operation, error name) for
+the metric ``sharebroker_storage_errors_total`` and the status page. One instance for the broker's
+files, :data:`STORAGE`; the server keeps another for failed accepts.
+
+:class:`FdReserve` holds a few descriptors opened on ``/dev/null``. When an open that must not fail
+(a segment roll, the undo of a refused topic) meets the open-file limit (EMFILE / ENFILE), the
+reserve is closed, the open is tried again in the room it made, and the reserve is taken back
+afterwards as far as descriptors allow (``refill()``, also called by the log maintenance and the
+server's accept retries, so it fills up again once descriptors come back). :data:`FD_RESERVE`, enabled
+by the broker at start-up (it holds nothing in tests and tools that do not enable it).
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import os
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
+DEFAULT_SUMMARY_S = 10.0
+DEFAULT_RESERVE = 8  # a roll needs 3 (log, index, time index), the undo of a refused topic 1-2
+
+
+def error_name(exc: BaseException) -> str:
+    """``EMFILE``, ``ENOSPC``, ... for an OSError; the exception's class name otherwise."""
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int) and code in errno.errorcode:
+        return errno.errorcode[code]
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc and isinstance(cause, OSError):
+        return error_name(cause)
+    return type(exc).__name__
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+class FaultLog:
+    """Failures of one kind of resource, each logged once per ``summary_s`` with a count of repeats."""
+
+    def __init__(self, logger: logging.Logger, what: str = "storage error", summary_s: float = DEFAULT_SUMMARY_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.logger = logger
+        self.what = what
+        self.summary_s = summary_s
+        self.clock = clock
+        self.counts: collections.Counter = collections.Counter()  # (operation, error name) -> failures
+        # (operation, error name) -> [when last logged, repeats not logged since, latest path]
+        self._pending: dict[tuple[str, str], list] = {}
+        self.last: tuple[float, str, str, str] | None = None  # (wall time, operation, path, reason)
+
+    def report(self, operation: str, path: str, exc: BaseException) -> None:
+        """One failure of ``operation`` on ``path`` (never raises)."""
+        key = (operation, error_name(exc))
+        self.counts[key] += 1
+        self.last = (time.time(), operation, path, _reason(exc))
+        now = self.clock()
+        state = self._pending.get(key)
+        if state is None:
+            self._pending[key] = [now, 0, path]
+            self.logger.warning("%s: %s %s failed: %s (%s)", self.what, operation, path, _reason(exc), key[1])
+            return
+        state[1] += 1
+        state[2] = path
+        if now - state[0] >= self.summary_s:
+            self._summarise(key, state, now)
+
+    def count(self, operation: str, path: str, exc: BaseException) -> None:
+        """Count a failure that the caller logs itself (e.g. once per partition and run of failures)."""
+        self.counts[(operation, error_name(exc))] += 1
+        self.last = (time.time(), operation, path, _reason(exc))
+
+    def flush(self) -> None:
+        """Log the summaries still owed (repeats since the last line), and forget quiet keys."""
+        now = self.clock()
+        for key, state in list(self._pending.items()):
+            if now - state[0] < self.summary_s:
+                continue
+            if state[1]:
+                self._summarise(key, state, now)
+            else:
+                del self._pending[key]  # quiet for a whole period: the next failure is logged in full
+
+    def _summarise(self, key: tuple[str, str], state: list, now: float) -> None:
+        self.logger.warning("%s: %d more %s failures (%s) in the last %.0f s, latest on %s", self.what, state[1],
+                            key[0], key[1], now - state[0], state[2])
+        state[0], state[1] = now, 0
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class FdReserve:
+    """Descriptors held back for the opens that must succeed at the open-file limit."""
+
+    def __init__(self, size: int = DEFAULT_RESERVE):
+        self.size = size
+        self._fds: list[int] = []
+        self.used = 0  # how many times the reserve made room
+        self.enabled = False  # set by enable() (the broker at start-up); until then it holds nothing
+
+    def enable(self) -> None:
+        self.enabled = True
+        self.refill()
+
+    @property
+    def held(self) -> int:
+        return len(self._fds)
+
+    def refill(self) -> bool:
+        """Take descriptors back up to ``size`` (as many as the limit allows now). False when the
+        open-file limit stopped it (a missing ``/dev/null`` is not a shortage: the reserve stays empty)."""
+        while self.enabled and len(self._fds) < self.size:
+            try:
+                self._fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            except OSError as e:
+                return e.errno not in OUT_OF_FDS
+        return True
+
+    def disable(self) -> None:
+        self.enabled = False
+        self.release()
+
+    def release(self) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """``fn()``; if it fails for want of descriptors, again after releasing the reserve."""
+        try:
+            return fn()
+        except OSError as e:
+            if e.errno not in OUT_OF_FDS or not self._fds:
+                raise
+        self.used += 1
+        self.release()
+        try:
+            return fn()
+        finally:
+            self.refill()
+
+
+STORAGE = FaultLog(logging.getLogger("sharebroker.storage"))
+FD_RESERVE = FdReserve()
