@@ -23,11 +23,6 @@ from tests.integration.storage_torture import INVARIANTS, MountRefused, Torture,
 SEED = int(os.environ.get("SHAREBROKER_TORTURE_SEED", "25"))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 25 fixes pending merge: on main the SIGTERM stop on the read-only filesystem (cycle 0 of seed 25) "
-    "exits 1 with a traceback (PartitionLog.close -> Segment.seal -> _write_all: OSError EROFS); other seeds "
-    "also lose acknowledged records (a batch appended twice at one offset on ENOSPC / EMFILE, cut at the next "
-    "restart) and log tracebacks on EMFILE. Remove this mark once h-append and h-fdlimits are merged."))
 def test_storage_faults_keep_every_acknowledgement(tmp_path):
     t = Torture(tmp_path / "torture", SEED, cycles=4, budget=100_000, hold_s=(1.0, 3.0), run_s=(0.5, 2.0),
                 recovery_s=30.0)
