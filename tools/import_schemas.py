@@ -29,6 +29,7 @@ APIS = [
     "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn", "DescribeTransactions",
     "ListTransactions", "DescribeProducers", "DescribeClientQuotas", "AlterClientQuotas",
+    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

@@ -41,6 +41,10 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
@@ -100,6 +104,10 @@ MODULES = {
     32: ("protocol.messages.describe_configs", "DescribeConfigsRequest", "DescribeConfigsResponse"),
     36: ("protocol.messages.sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
     37: ("protocol.messages.create_partitions", "CreatePartitionsRequest", "CreatePartitionsResponse"),
+    38: ("protocol.messages.create_delegation_token", "CreateDelegationTokenRequest", "CreateDelegationTokenResponse"),
+    39: ("protocol.messages.renew_delegation_token", "RenewDelegationTokenRequest", "RenewDelegationTokenResponse"),
+    40: ("protocol.messages.expire_delegation_token", "ExpireDelegationTokenRequest", "ExpireDelegationTokenResponse"),
+    41: ("protocol.messages.describe_delegation_token", "DescribeDelegationTokenRequest", "DescribeDelegationTokenResponse"),
     42: ("protocol.messages.delete_groups", "DeleteGroupsRequest", "DeleteGroupsResponse"),
     44: ("protocol.messages.incremental_alter_configs", "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse"),
     47: ("protocol.messages.offset_delete", "OffsetDeleteRequest", "OffsetDeleteResponse"),
