@@ -263,10 +263,13 @@ class SaslAuthenticator(Authenticator):
         s.token_id = token.token_id if token is not None else None
         connection.principal = principal
         lifetime = 0
-        if self.max_reauth_ms > 0:
+        if token is not None:  # a token session ends with the token (calcCompletionTimesAndReturnSessionLifetimeMs)
+            lifetime = max(0, token.expiry_ms - self.tokens.now_ms())
+            if self.max_reauth_ms > 0:
+                lifetime = min(lifetime, self.max_reauth_ms)
+        elif self.max_reauth_ms > 0:
             lifetime = self.max_reauth_ms
-            if token is not None:  # KIP-368: a token session ends with the token
-                lifetime = max(0, min(lifetime, token.expiry_ms - self.tokens.now_ms()))
+        if token is not None or lifetime:
             s.expiry = self.clock() + lifetime / 1000.0
         return Errors.NONE, None, out, lifetime
 

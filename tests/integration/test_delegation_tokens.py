@@ -17,7 +17,7 @@ from protocol.messages.describe_delegation_token import DescribeDelegationTokenR
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.renew_delegation_token import RenewDelegationTokenRequest
-from tests.support import PLAIN_JAAS, until, wire_scram_login
+from tests.support import PLAIN_JAAS, connection_closed, until, wire_scram_login
 from tests.wire import WireClient
 
 SECRET = "token-secret-key"
@@ -207,9 +207,8 @@ def test_expired_tokens_fail_logins_and_are_swept(broker):
         r = create(w)
         ex = w.request(ExpireDelegationTokenRequest(hmac=bytes(r.hmac), expiry_time_period_ms=300), 2)
         assert ex.error_code == 0 and ex.expiry_timestamp_ms <= r.issue_timestamp_ms + 300 + 60000
-        w2, auth = token_login(broker, r.token_id, bytes(r.hmac))
-        w2.close()
-        assert auth.error_code == 0  # still valid
+        session, auth = token_login(broker, r.token_id, bytes(r.hmac))
+        assert auth.error_code == 0 and 0 < auth.session_lifetime_ms <= 300  # a token session ends with it
 
         def login_refused():
             c, a = token_login(broker, r.token_id, bytes(r.hmac))
@@ -217,6 +216,9 @@ def test_expired_tokens_fail_logins_and_are_swept(broker):
             return a.error_code == Errors.SASL_AUTHENTICATION_FAILED
 
         until(login_refused, 15, "the expired token refused")
+        with session:  # past its lifetime only a re-authentication is admitted: anything else closes it
+            session.send(MetadataRequest(topics=[]), 12)
+            assert connection_closed(session)
         until(lambda: r.token_id not in described(w), 15, "the expiry sweep removing the token")
         assert w.request(RenewDelegationTokenRequest(hmac=bytes(r.hmac), renew_period_ms=1), 2).error_code == \
             Errors.DELEGATION_TOKEN_NOT_FOUND
