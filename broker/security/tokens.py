@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 
+from broker.log.config import ConfigError
 from broker.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential
 from protocol.errors import Errors
 
@@ -92,9 +93,12 @@ class DelegationTokens:
         # written by credential(), dropped by _install when the token goes
         self._credentials: dict[tuple[str, str], ScramCredential] = {}
         if self.enabled and self._path and os.path.exists(self._path):
-            with open(self._path) as f:
-                data = json.load(f)
-            self._install({t["token_id"]: TokenInfo(**{**t, "renewers": tuple(t["renewers"])}) for t in data})
+            try:
+                with open(self._path) as f:
+                    data = json.load(f)
+                self._install({t["token_id"]: TokenInfo(**{**t, "renewers": tuple(t["renewers"])}) for t in data})
+            except (ValueError, TypeError, KeyError) as e:  # start-up stops with the file named
+                raise ConfigError(f"cannot read the delegation tokens in {self._path}: {e!r}") from None
 
     @property
     def enabled(self) -> bool:
