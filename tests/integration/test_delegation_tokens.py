@@ -17,7 +17,7 @@ from protocol.messages.describe_delegation_token import DescribeDelegationTokenR
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.renew_delegation_token import RenewDelegationTokenRequest
-from tests.support import PLAIN_JAAS, connection_closed, until, wire_scram_login
+from tests.support import PLAIN_JAAS, connection_closed, make_pki, tls_wire, until, wire_scram_login
 from tests.wire import WireClient
 
 SECRET = "token-secret-key"
@@ -34,6 +34,7 @@ def token_settings(**extra) -> dict:
     StandardAuthorizer with super user admin, tokens enabled with a fast expiry sweep."""
     return {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
         "sharebroker.scram.users": ";".join(f"{m}=[name={u},password={u}-secret]" for u in USERS
@@ -47,8 +48,18 @@ def token_settings(**extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("token-broker"), config=token_settings())
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, pki):
+    """With an SSL listener too, where a client certificate is requested, not required."""
+    b = BrokerProcess(tmp_path_factory.mktemp("token-broker"), config=token_settings(**{
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["server"],
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki["ca"],
+        "listener.name.ssl.ssl.client.auth": "requested"}))
     b.start()
     yield b
     b.close()
@@ -166,7 +177,7 @@ def test_describe_owner_filters_and_acls(broker):
         assert bad.error_code == Errors.INVALID_PRINCIPAL_TYPE
 
 
-def test_not_allowed_over_plaintext_nor_from_a_token_session(broker):
+def test_not_allowed_over_plaintext_anonymous_ssl_nor_from_a_token_session(broker, pki):
     with WireClient(broker.address("PLAINTEXT")) as w:
         assert create(w).error_code == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
         assert create(w, version=1).error_code == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
@@ -176,6 +187,11 @@ def test_not_allowed_over_plaintext_nor_from_a_token_session(broker):
         assert (ex.error_code, ex.expiry_timestamp_ms) == (Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, -1)
         d = w.request(DescribeDelegationTokenRequest(), 3)
         assert (d.error_code, d.tokens) == (Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, [])
+    with tls_wire(broker.address("SSL"), pki) as w:  # SSL without a client certificate: ANONYMOUS
+        assert create(w).error_code == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    with tls_wire(broker.address("SSL"), pki, client_cert=True) as w:  # with one: its subject owns the token
+        r = create(w)
+        assert r.error_code == 0 and r.principal_name == pki["client_dn"], r
     with login(broker, "alice") as w:
         r = create(w)
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
