@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import time
-import uuid
 from dataclasses import asdict, dataclass, replace
 
 from broker.log.config import ConfigError
@@ -119,6 +118,8 @@ class DelegationTokens:
         (the renewers are checked by the handler, as KafkaApis)."""
         if not self.enabled:
             return Errors.DELEGATION_TOKEN_AUTH_DISABLED, None, b""
+        import uuid
+
         now = self.now_ms()
         lifetime = self.max_lifetime_ms
         if max_lifetime_ms > 0:
