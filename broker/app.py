@@ -16,6 +16,7 @@ import logging
 import os
 
 from broker import config_keys, loop_watch, security, transactions, version
+from broker.security import tokens as tokens_mod
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
@@ -85,7 +86,7 @@ class Broker:
         node = Node(node_id, logs.cluster_id, primary.advertised_host, primary.advertised_port)
         try:
             self.components = c = await build(config, node, logs.data_dir, logs, settings)
-            security.attach_authenticators(config, listeners, c.security.scram)
+            security.attach_authenticators(config, listeners, c.security.scram, c.security.tokens)
         except ValueError as e:  # ConfigError: a setting outside its bounds
             if self.components is not None:
                 await self.components.close()
@@ -119,6 +120,9 @@ class Broker:
                     transactions.abort_timed_out_job(c.transactions))
         self._every("transaction.remove.expired.transaction.cleanup.interval.ms",
                     transactions.DEFAULT_REMOVE_EXPIRED_INTERVAL_MS, transactions.remove_expired_job(c.transactions))
+        if c.security.tokens.enabled:  # DelegationTokenControlManager.sweepExpiredDelegationTokens
+            self._every("delegation.token.expiry.check.interval.ms", tokens_mod.CHECK_INTERVAL_DEFAULT_MS,
+                        c.security.tokens.sweep)
         log.info("sharebroker %s (node %d, cluster %s) accepting connections on %s:%d",
                  version(), node_id, node.cluster_id, self.host, self.port)
         self._loaded_task = asyncio.get_running_loop().create_task(self._log_loaded(c))

@@ -178,6 +178,10 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("super.users", STRING),
     _k("allow.everyone.if.no.acl.found", BOOLEAN),
     _k("sharebroker.scram.users", PASSWORD),
+    _k("delegation.token.secret.key", PASSWORD),  # broker/security/tokens.py
+    _k("delegation.token.max.lifetime.ms", LONG, minimum=1),
+    _k("delegation.token.expiry.time.ms", LONG, minimum=1),
+    _k("delegation.token.expiry.check.interval.ms", LONG, minimum=1),
 ])
 
 # Kafka settings that have no meaning on one node; accepted so a Kafka server.properties works.

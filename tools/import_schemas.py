@@ -32,6 +32,7 @@ APIS = [
     "AlterConfigs", "DescribeLogDirs", "AlterReplicaLogDirs", "OffsetForLeaderEpoch",
     "DescribeTopicPartitions", "ElectLeaders", "AlterPartitionReassignments",
     "ListPartitionReassignments", "DescribeQuorum", "UpdateFeatures",
+    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

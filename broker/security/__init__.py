@@ -1,10 +1,10 @@
-"""Security: listeners and TLS, SASL (PLAIN, SCRAM-SHA-256/512), SCRAM credentials, ACLs.
+"""Security: listeners and TLS, SASL (PLAIN, SCRAM-SHA-256/512), SCRAM credentials, delegation tokens, ACLs.
 
 Design note: ``broker/security/README.md``.  Start-up uses three functions:
 
 - :func:`configure_listeners` (before the data directory is touched): Kafka's listener
   keys parsed, TLS contexts loaded, so a bad key store stops start-up with its name;
-- :func:`build` (with the data directory): the SCRAM store and the authorizer
+- :func:`build` (with the data directory): the SCRAM store, the delegation tokens and the authorizer
   (``authorizer.class.name``, ``super.users``, ``allow.everyone.if.no.acl.found``);
 - :func:`attach_authenticators`: each listener's authenticator (SASL ones read the
   SCRAM store; ``sasl.py`` is imported only when a listener uses SASL or TLS).
@@ -19,6 +19,7 @@ from broker.pipeline import AllowAll, Authorizer
 from broker.security.acls import AclStore, StandardAuthorizer, parse_super_users
 from broker.security.listeners import Listener, parse_listeners, server_ssl_context
 from broker.security.scram import ScramStore
+from broker.security.tokens import DelegationTokens
 
 log = logging.getLogger("sharebroker.security")
 
@@ -28,6 +29,7 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 @dataclass(eq=False)
 class Security:
     scram: ScramStore
+    tokens: DelegationTokens  # disabled (every token API answers DELEGATION_TOKEN_AUTH_DISABLED) without a key
     acls: AclStore | None  # None without an authorizer (ACL APIs answer SECURITY_DISABLED, as Kafka)
     authorizer: Authorizer
 
@@ -53,6 +55,7 @@ def build(config, meta_dir: str | None, background=None) -> Security:
     added = scram.bootstrap(config.get("sharebroker.scram.users"))
     if added:
         log.info("SCRAM credentials created from sharebroker.scram.users: %s", ", ".join(added))
+    tokens = DelegationTokens(config, meta_dir, background)
     if check_authorizer(config):
         acls = AclStore(meta_dir, background)
         authorizer: Authorizer = StandardAuthorizer(acls, parse_super_users(config.get("super.users")),
@@ -61,12 +64,13 @@ def build(config, meta_dir: str | None, background=None) -> Security:
                  ", ".join(sorted(authorizer.super_users)) or "none")
     else:
         acls, authorizer = None, AllowAll()
-    return Security(scram, acls, authorizer)
+    return Security(scram, tokens, acls, authorizer)
 
 
-def attach_authenticators(config, listeners: list[Listener], scram: ScramStore) -> None:
+def attach_authenticators(config, listeners: list[Listener], scram: ScramStore,
+                          tokens: DelegationTokens | None = None) -> None:
     for lst in listeners:
         if lst.sasl or lst.tls:  # plaintext listeners keep theirs: SASL's code loads only when a listener uses it
             from broker.security.sasl import build_authenticator
 
-            lst.authenticator = build_authenticator(config, lst, scram)
+            lst.authenticator = build_authenticator(config, lst, scram, tokens)

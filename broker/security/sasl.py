@@ -18,7 +18,10 @@ the mechanism and the principal.
 
 PLAIN users come from the listener's JAAS config (``PlainLoginModule`` options
 ``user_NAME="password"``); they are kept as salted hashes in memory.  SCRAM users
-come from the SCRAM store (``broker.security.scram``), read at every login.
+come from the SCRAM store (``broker.security.scram``), read at every login; a SCRAM login with
+the extension ``tokenauth=true`` is a delegation token's (``broker.security.tokens``): its
+principal is the token's owner and ``SaslSession.token_id`` marks the session (token sessions
+may not manage tokens, as Kafka's ``KafkaPrincipal.tokenAuthenticated``).
 """
 from __future__ import annotations
 
@@ -117,10 +120,16 @@ class PlainUsers:
 class PlainServer:
     """PlainSaslServer: one message ``authzid NUL user NUL password``."""
 
+    token = None  # PLAIN logins are never a delegation token's
+
     def __init__(self, users: PlainUsers):
         self.users = users
         self.username: str | None = None
         self.complete = False
+
+    @property
+    def principal(self) -> str:
+        return "User:" + self.username
 
     def evaluate(self, token: bytes) -> bytes:
         parts = token.split(b"\0")
@@ -146,7 +155,7 @@ class PlainServer:
 
 # ------------------------------------------------------------------ the per-connection state
 class SaslSession:
-    __slots__ = ("stage", "mechanism", "server", "raw", "authenticated", "expiry", "reauth_principal")
+    __slots__ = ("stage", "mechanism", "server", "raw", "authenticated", "expiry", "reauth_principal", "token_id")
 
     def __init__(self):
         self.stage = INITIAL
@@ -156,6 +165,7 @@ class SaslSession:
         self.authenticated = False
         self.expiry = 0.0  # monotonic deadline of the session (connections.max.reauth.ms), 0: none
         self.reauth_principal: str | None = None
+        self.token_id: str | None = None  # the delegation token of a token login (KafkaPrincipal.tokenAuthenticated)
 
 
 class SslAuthentication(Authenticator):
@@ -175,11 +185,12 @@ class SaslAuthenticator(Authenticator):
     """A SASL_PLAINTEXT / SASL_SSL listener."""
 
     def __init__(self, listener: str, mechanisms: list[str], plain_users: PlainUsers | None, scram_store,
-                 max_reauth_ms: int = 0, clock=time.monotonic):
+                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None):
         self.listener = listener
         self.mechanisms = mechanisms
         self.plain_users = plain_users
         self.scram_store = scram_store
+        self.tokens = tokens  # broker.security.tokens.DelegationTokens (SCRAM logins with tokenauth=true)
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
 
@@ -220,7 +231,8 @@ class SaslAuthenticator(Authenticator):
             connection.close_after_response = True
             return Errors.UNSUPPORTED_SASL_MECHANISM, self.mechanisms
         s.mechanism = mechanism
-        s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else ScramServer(mechanism, self.scram_store)
+        s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else \
+            ScramServer(mechanism, self.scram_store, self.tokens)
         s.stage = AUTHENTICATE
         s.raw = version == 0
         return Errors.NONE, self.mechanisms
@@ -241,15 +253,23 @@ class SaslAuthenticator(Authenticator):
                                             f"credentials with SASL mechanism {s.mechanism}")
         if not s.server.complete:
             return Errors.NONE, None, out, 0
-        principal = "User:" + s.server.username
+        server = s.server
+        principal = server.principal
         if s.reauth_principal is not None and principal != s.reauth_principal:
             return self._failed(connection, f"Cannot change principals during re-authentication from "
                                             f"{s.reauth_principal}: {principal}")
+        token = server.token
         s.stage, s.server, s.authenticated, s.reauth_principal = COMPLETE, None, True, None
+        s.token_id = token.token_id if token is not None else None
         connection.principal = principal
         lifetime = 0
-        if self.max_reauth_ms > 0:
+        if token is not None:  # a token session ends with the token (calcCompletionTimesAndReturnSessionLifetimeMs)
+            lifetime = max(0, token.expiry_ms - self.tokens.now_ms())
+            if self.max_reauth_ms > 0:
+                lifetime = min(lifetime, self.max_reauth_ms)
+        elif self.max_reauth_ms > 0:
             lifetime = self.max_reauth_ms
+        if token is not None or lifetime:
             s.expiry = self.clock() + lifetime / 1000.0
         return Errors.NONE, None, out, lifetime
 
@@ -301,7 +321,7 @@ def plain_users(config, listener: str) -> PlainUsers:
     return PlainUsers(users)
 
 
-def build_authenticator(config, listener, scram_store) -> Authenticator:
+def build_authenticator(config, listener, scram_store, tokens=None) -> Authenticator:
     """The authenticator of one listener from its protocol and Kafka's SASL keys."""
     if listener.sasl:
         mechs = mechanisms_of(config, listener.name)
@@ -314,7 +334,7 @@ def build_authenticator(config, listener, scram_store) -> Authenticator:
                                           f"{module} is not org.apache.kafka.common.security.scram.ScramLoginModule")
         users = plain_users(config, listener.name) if "PLAIN" in mechs else None
         reauth = int(listener_setting(config, listener.name, "connections.max.reauth.ms", "0"))
-        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth)
+        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens)
     if listener.tls:
         return SslAuthentication()
     return listener.authenticator

@@ -176,16 +176,39 @@ def _sasl_name(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
-class ScramServer:
-    """One SCRAM exchange (ScramSaslServer): client-first -> server-first -> client-final -> server-final."""
+_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")
 
-    def __init__(self, mechanism: str, store: ScramStore):
+
+def _extensions(attrs: list[str]) -> dict[str, str]:
+    """The client-first message's extensions after ``n=`` and ``r=`` (ScramExtensions: ``key=value``)."""
+    out = {}
+    for part in attrs:
+        k, sep, v = part.partition("=")
+        if not sep or not _EXTENSION_KEY.match(k):
+            raise ScramError(f"Invalid SCRAM extension: {part!r}")
+        out[k] = v
+    return out
+
+
+class ScramServer:
+    """One SCRAM exchange (ScramSaslServer): client-first -> server-first -> client-final -> server-final.
+
+    With the extension ``tokenauth=true`` the user name is a delegation token id and the credential is
+    the token's (``broker.security.tokens``); ``token`` is then the token and the principal its owner."""
+
+    def __init__(self, mechanism: str, store: ScramStore, tokens=None):
         self.mechanism = mechanism
         self.store = store
+        self.tokens = tokens  # broker.security.tokens.DelegationTokens, or None
         self.alg = hash_name(mechanism)
         self.state = 0
         self.username: str | None = None
+        self.token = None  # the delegation token of a tokenauth=true login
         self.complete = False
+
+    @property
+    def principal(self) -> str:
+        return self.token.owner if self.token is not None else "User:" + self.username
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -204,14 +227,22 @@ class ScramServer:
         authz, sep2, bare = rest.partition(",")
         if not sep or not sep2 or cb not in ("n", "y"):
             raise ScramError("Invalid SCRAM client first message")
-        attrs = _attrs(bare)
+        parts = bare.split(",")
+        attrs = _attrs(",".join(parts[:2]))
         if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
             raise ScramError("Invalid SCRAM client first message")
+        extensions = _extensions(parts[2:])
         user = _sasl_name(attrs[0][1])
         if authz and (not authz.startswith("a=") or _sasl_name(authz[2:]) != user):
             raise ScramError("Authentication failed: Client requested an authorization id that is different "
                              "from username")
-        cred = self.store.get(user, self.mechanism)
+        if extensions.get("tokenauth", "").lower() == "true":
+            found = self.tokens.credential(user, self.mechanism) if self.tokens is not None else None
+            if found is None:
+                raise ScramError(f"Token Authentication failed: Invalid tokenId : {user}")
+            cred, self.token = found
+        else:
+            cred = self.store.get(user, self.mechanism)
         if cred is None:
             raise ScramError("Authentication failed: Invalid user credentials")
         self.username, self.cred = user, cred

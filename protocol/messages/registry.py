@@ -45,6 +45,10 @@ class ApiKey(IntEnum):
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -114,6 +118,10 @@ MODULES = {
     35: ("protocol.messages.describe_log_dirs", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     36: ("protocol.messages.sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
     37: ("protocol.messages.create_partitions", "CreatePartitionsRequest", "CreatePartitionsResponse"),
+    38: ("protocol.messages.create_delegation_token", "CreateDelegationTokenRequest", "CreateDelegationTokenResponse"),
+    39: ("protocol.messages.renew_delegation_token", "RenewDelegationTokenRequest", "RenewDelegationTokenResponse"),
+    40: ("protocol.messages.expire_delegation_token", "ExpireDelegationTokenRequest", "ExpireDelegationTokenResponse"),
+    41: ("protocol.messages.describe_delegation_token", "DescribeDelegationTokenRequest", "DescribeDelegationTokenResponse"),
     42: ("protocol.messages.delete_groups", "DeleteGroupsRequest", "DeleteGroupsResponse"),
     43: ("protocol.messages.elect_leaders", "ElectLeadersRequest", "ElectLeadersResponse"),
     44: ("protocol.messages.incremental_alter_configs", "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse"),
