@@ -45,6 +45,7 @@ from bisect import bisect_left, bisect_right
 from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, crc32c
 
 from . import fileio
+from .faults import STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,16 @@ class Segment:
                     os.close(fd)
             cols += [_Column(mm, fmt, entry.size, off, n) for fmt, off in fields]
         self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = cols
+
+    def _try_map(self) -> bool:
+        """``_map``, False (nothing kept) when the files cannot be opened or mapped now."""
+        try:
+            self._map()
+            return True
+        except OSError as e:
+            self._drop_entries()
+            STORAGE.report("mapping a sealed segment's index (read from its start instead)", self.log_path, e)
+            return False
 
     def _drop_entries(self) -> None:
         """Forget the entries (arrays or mappings); the next lookup maps the files."""
@@ -563,16 +574,18 @@ class Segment:
 
     # ------------------------------------------------------------------ reads
     def lookup_position(self, offset: int) -> int:
-        """File position of the indexed batch at or before ``offset`` (0 if none)."""
-        if self.idx_rel is None:
-            self._map()
+        """File position of the indexed batch at or before ``offset`` (0 if none). When the index
+        files cannot be opened (EMFILE, EIO) the answer is 0: the read scans the segment's batch
+        headers from its start, slower but exact, and the next lookup maps them again."""
+        if self.idx_rel is None and not self._try_map():
+            return 0
         i = bisect_right(self.idx_rel, offset - self.base_offset) - 1
         return self.idx_pos[i] if i >= 0 else 0
 
     def lookup_time_position(self, timestamp: int) -> int:
         """Position from which a scan finds the first batch with max timestamp >= ``timestamp``."""
-        if self.time_ts is None:
-            self._map()
+        if self.time_ts is None and not self._try_map():
+            return 0
         i = bisect_left(self.time_ts, timestamp) - 1
         return self.lookup_position(self.base_offset + self.time_rel[i]) if i >= 0 else 0
 
