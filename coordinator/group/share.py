@@ -279,6 +279,13 @@ class ShareGroupManager:
             self.timers.cancel(("sg-session", group.group_id, mid))
         self._forget(group.group_id)
 
+    def close(self) -> None:
+        """The coordinator closes: heartbeats waiting for a forming window go on now (their second write
+        answers them, with an error once the coordinator is gone)."""
+        for window in self._forming.values():
+            window.close(self.timers)
+        self._forming.clear()
+
     def _forget(self, gid: str) -> None:
         """Drop the group's entries from every per-group field that is not replayed."""
         self._lag_checked.pop(gid, None)
@@ -485,8 +492,7 @@ class ShareGroupManager:
     def _heartbeat_interval_ms(self, g: ShareGroup, now: int) -> int:
         """The HeartbeatIntervalMs to answer: ``share.heartbeat.interval.ms``, except while the group waits
         for partitions to assign (ours, a deviation): a target assignment held back by KIP-1263's interval,
-        or subscribed partitions whose share state is not initialized yet (they are assigned by the first
-        heartbeat after their initialization).  Then the members are asked back when the next target can
+        or subscribed partitions whose share state could not be initialized yet (the next heartbeat retries).  Then the members are asked back when the next target can
         be computed, at least PENDING_HEARTBEAT_MS after this one, so a new consumer gets its partitions
         about one assignment interval after it joined instead of one heartbeat interval (5 s)."""
         gid = g.group_id

@@ -97,7 +97,7 @@ def test_resubscribe_to_a_different_topic_delivers_only_the_new_one(broker, rese
 
         member = until(member_when(lambda m: m.subscribed_topic_names == [b]), 30, "the new subscription at the broker")
         assert a not in assigned_topics(member, names), "a is still assigned after the subscription changed"
-        # b is initialized after that heartbeat and assigned by the following one.
+        # b is initialized before that heartbeat's answer and assigned once the assignment interval allows.
         until(member_when(lambda m: b in assigned_topics(m, names)), 30, f"{b} assigned")
         receive_marker(c, p, b, after, f"a record of {b}")
         for i in range(5):
