@@ -492,8 +492,9 @@ class ShareGroupManager:
     def _heartbeat_interval_ms(self, g: ShareGroup, now: int) -> int:
         """The HeartbeatIntervalMs to answer: ``share.heartbeat.interval.ms``, except while the group waits
         for partitions to assign (ours, a deviation): a target assignment held back by KIP-1263's interval,
-        or subscribed partitions whose share state could not be initialized yet (the next heartbeat retries).  Then the members are asked back when the next target can
-        be computed, at least PENDING_HEARTBEAT_MS after this one, so a new consumer gets its partitions
+        or subscribed partitions whose share state could not be initialized yet (the next heartbeat
+        retries).  Then the members are asked back when the next target can be computed, at least
+        PENDING_HEARTBEAT_MS after this one, so a member that joined a formed group gets its partitions
         about one assignment interval after it joined instead of one heartbeat interval (5 s)."""
         gid = g.group_id
         configured = self._config(gid, HEARTBEAT_INTERVAL)
