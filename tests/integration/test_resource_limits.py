@@ -211,12 +211,16 @@ class PartialFrameAttack:
 
 
 def _round_trips(bootstrap: str, topic: str, count: int) -> tuple[list[float], list[float]]:
-    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record."""
+    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record, once
+    both have connected (ApiVersions and Metadata answered within 10 s: on a loaded machine a client's
+    own start-up takes up to half a second, which is not the broker's latency)."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100})
     delivered, received = [], []
     try:
+        p.list_topics(topic, timeout=10)
+        c.list_topics(topic, timeout=10)
         c.assign([TopicPartition(topic, 0, 0)])
         for i in range(count):
             t0 = time.monotonic()
