@@ -234,18 +234,21 @@ async def test_deleted_groups_leave_no_memory_behind():
     """Regression (issue 18): ShareGroupManager kept an ``_initializing`` entry for every share group
     ever deleted (memory growing with group churn). Every per-group field that is not replayed is
     empty again once the groups are gone."""
-    env = Env()
+    env = Env(share_initial_delay_ms=100)
     mgr = env.coord.share
     for i in range(5):
         gid = f"churn-{i}"
-        await env.share_hb(gid, "s1")
-        await env.advance(0)                       # share state initialized, partitions assigned
+        join = asyncio.ensure_future(env.share_hb(gid, "s1"))
+        await env.advance(0)
+        assert gid in mgr._forming
+        await env.advance(100)                     # share state initialized, the group formed
+        assert assignment_of(await join)
         await env.share_hb(gid, "s1", epoch=1, topics=None)
         assert gid in mgr._initializing
         await env.share_hb(gid, "s1", epoch=-1, topics=None)
         resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=[gid]), 2)
         assert resp.results[0].error_code == 0
-    assert (mgr._initializing, mgr._lag_checked, mgr._assigned_with) == ({}, {}, {})
+    assert (mgr._initializing, mgr._lag_checked, mgr._assigned_with, mgr._forming) == ({}, {}, {}, {})
 
 
 async def test_null_topic_name_is_refused_before_anything_is_written():
