@@ -1,7 +1,7 @@
 """Time from ShareConsumer.subscribe() to the first record, with Kafka's default group settings.
 
 Per broker (ours by default, started with its defaults: 5 s share heartbeat interval, 1 s assignment
-interval), ``--trials`` times: a fresh 2-partition topic with 10 records and a fresh share group
+interval, 100 ms initial assignment delay), ``--trials`` times: a fresh 2-partition topic with 10 records and a fresh share group
 (share.auto.offset.reset=earliest); one confluent_kafka.ShareConsumer with default settings subscribes
 and polls until it has a record.  Also the time until a consumer that switches to another topic
 (subscribe() with a new topic list) receives that topic's first record.  Prints min / median / max.

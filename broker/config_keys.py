@@ -123,6 +123,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.share.assignor.offload.enable", BOOLEAN),
     _k("group.share.assignors", LIST),
     _k("group.share.lag.rebalance.interval.ms", INT, minimum=0),  # ours: the share `lag` assignor
+    _k("group.share.initial.assignment.delay.ms", INT, minimum=0),  # ours: coordinator/group/share.py
     _k("group.share.fair.acquisition.enable", BOOLEAN),  # ours: broker/share/fair.py
     _k("group.share.max.size", INT, minimum=1, maximum=1000),
     _k("group.share.max.share.sessions", INT, minimum=1),

@@ -28,11 +28,15 @@ class RequestMemory:
     ``capacity`` is ``queued.max.request.bytes``.  Three rules, checked before every read:
 
     - a complete frame may take memory while any is left (non-strict, as Kafka's memory
-      pool), unless its connection already holds ``share`` bytes;
+      pool), unless its connection already holds ``share`` bytes; partial frames count
+      against it only up to their budget, so the last quarter of the pool is there for
+      complete requests whatever partial frames hold, even a lone frame larger than the
+      pool (issue 29: with a 10 MB pool, 50 partial frames went past their budget and
+      new clients' first requests waited for them);
     - a partial frame (announced, not all received) holds only the bytes it received,
       and partial frames together hold at most ``partial_capacity`` (three quarters of
-      the pool), so the last quarter always serves complete requests: a client sending
-      small requests is served while big partial frames wait;
+      the pool): a read into one is at most what is left of that budget
+      (:meth:`partial_room`), so many frames reading at once do not overshoot it;
     - one connection holds at most ``share`` (a quarter of that) before its partial
       frame must *reserve* the rest of itself, which it gets only when the rest fits
       in the partial budget, or when no other frame is partial (so a frame larger than
@@ -51,16 +55,21 @@ class RequestMemory:
         self.released = 0  # bytes given back since start (Server.trim decides on it)
         self._waiting: collections.deque = collections.deque()
 
-    def exhausted(self) -> bool:
-        return self.used >= self.capacity
+    def _seen_by_complete(self) -> int:
+        """The bytes a complete frame finds taken: partial frames count up to their budget only."""
+        return self.used - self.partial + min(self.partial, self.partial_capacity)
 
     def admits(self, held: int) -> bool:
         """May a connection holding ``held`` bytes take a complete frame?"""
-        return self.used < self.capacity and held < self.share
+        return self._seen_by_complete() < self.capacity and held < self.share
 
     def admits_partial(self, held: int) -> bool:
         """May a connection holding ``held`` bytes read more of a partial frame without a reservation?"""
         return self.used < self.capacity and self.partial < self.partial_capacity and held < self.share
+
+    def partial_room(self, held: int) -> int:
+        """How many bytes a connection holding ``held`` may read into its partial frame without a reservation."""
+        return min(self.partial_capacity - self.partial, self.share - held, self.capacity - self.used)
 
     def reserve(self, rest: int, own: int) -> bool:
         """Reserve the ``rest`` of a partial frame that already counts ``own`` partial bytes (True if done)."""
@@ -93,7 +102,7 @@ class RequestMemory:
 
     def _wake(self) -> None:
         """Let every waiting connection ask again (each waits again if still refused)."""
-        if self.used >= self.capacity:
+        if self._seen_by_complete() >= self.capacity:  # nothing waiting could be admitted
             return
         for _ in range(len(self._waiting)):
             conn = self._waiting.popleft()

@@ -76,7 +76,8 @@ class Connection(asyncio.BufferedProtocol):
 
     Reading uses ``asyncio.BufferedProtocol``: small frames arrive in a per-connection
     scratch buffer (4 KiB, 32 KiB while the connection is busy) and are copied once into
-    a ``bytearray`` of their own; a frame that is not complete in the scratch buffer gets
+    a ``bytearray`` of their own; a frame that fits in 32 KiB waits in the scratch buffer
+    until it is complete (so the memory takes it as a complete request); a larger one gets
     its own buffer at once (a ``bytearray`` up to 64 KiB, above that a reused anonymous
     mapping from ``FrameBuffers``) and the transport reads the rest of it straight into
     that buffer, so a large produce batch is never copied in Python.  The decoded
@@ -153,8 +154,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            if self._frame_metered:  # at most METERED_READ past what the memory admitted
-                return self._fview[self._fill:self._fill + METERED_READ]
+            if self._frame_metered:  # at most METERED_READ, and no more than the memory admits now
+                window = METERED_READ if self._reserved else self.server.memory.partial_room(self._held)
+                # (room gone since the last check: other frames read meanwhile) one byte, then it waits
+                return self._fview[self._fill:self._fill + max(1, min(window, METERED_READ))]
             return self._fview[self._fill:]
         return self._sv[self._end:]
 
@@ -197,6 +200,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._frames.append(bytearray(sv[body:body + size]))
                 pos = body + size
                 continue
+            if 4 + size <= SCRATCH_BYTES:  # it fits in the scratch buffer: read there, taken when complete
+                break
             if not self._start_frame(size, sv[body:end]):
                 self._wait_for_memory()
                 break
@@ -204,10 +209,12 @@ class Connection(asyncio.BufferedProtocol):
             break
         if pos == end:
             self._start = self._end = 0
-        else:  # a partial size prefix, or a frame waiting for memory: move it to the front
+        else:  # a partial size prefix, or a frame waiting for bytes or memory: move it to the front
             left = end - pos
             self._scratch[:left] = sv[pos:end]
             self._start, self._end = 0, left
+            if left >= 4 and 4 + _SIZE.unpack_from(sv, 0)[0] > len(self._scratch):
+                self._resize_scratch(SCRATCH_BYTES)
         if self._frames:
             self._frames_ready()
 

@@ -175,7 +175,10 @@ class _TaskSpec:
             if exc is not None:
                 stats["ack_errors"] += sum(len(v) for v in offsets.values()) if offsets else 1
 
-        consumer = ShareConsumer({**self.conf, "share.acknowledgement.mode": "explicit"})
+        conf = {**self.conf, "share.acknowledgement.mode": "explicit"}
+        if self.max_records is not None:  # acquire no more than the task may handle (librdkafka's default: 500)
+            conf.setdefault("max.poll.records", max(1, min(500, self.max_records)))
+        consumer = ShareConsumer(conf)
         consumer.set_acknowledgement_commit_callback(on_commit)
         consumer.subscribe(self.topics)
         handler, retryable, poison = self.handler, self.retryable, self.poison

@@ -14,7 +14,10 @@ once this long has passed since the last one (per-group ``consumer.`` / ``share.
 Share assignors: ``group.share.assignors`` (``simple``; Kafka allows exactly one, we accept a list of
 ``simple`` and ``lag`` whose first entry is the default, the others selectable per group with
 ``share.assignor.name``) and ``group.share.lag.rebalance.interval.ms`` (ours, 10000): the least time
-between two assignments the ``lag`` share assignor makes because backlogs moved.
+between two assignments the ``lag`` share assignor makes because backlogs moved;
+``group.share.initial.assignment.delay.ms`` (ours, 100): how long a share group that assigns no
+partitions yet waits for more members before its first assignment (as Kafka's
+``group.initial.rebalance.delay.ms`` does for classic groups; :mod:`coordinator.group.share`).
 Offsets: ``offsets.retention.minutes`` (10080), ``offsets.retention.check.interval.ms``
 (600000), ``offset.metadata.max.bytes`` (4096).
 
@@ -62,6 +65,7 @@ class GroupConfig:
     share_assignment_interval_ms: int = 1000
     share_assignors: tuple[str, ...] = ("simple",)
     share_lag_rebalance_interval_ms: int = 10000
+    share_initial_assignment_delay_ms: int = 100
 
     @classmethod
     def from_broker_config(cls, config) -> "GroupConfig":
@@ -99,4 +103,6 @@ class GroupConfig:
             share_assignors=assignor_names(config.get("group.share.assignors", None)) or d.share_assignors,
             share_lag_rebalance_interval_ms=gi("group.share.lag.rebalance.interval.ms",
                                                d.share_lag_rebalance_interval_ms),
+            share_initial_assignment_delay_ms=gi("group.share.initial.assignment.delay.ms",
+                                                 d.share_initial_assignment_delay_ms),
         )

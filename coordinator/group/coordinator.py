@@ -231,6 +231,7 @@ class GroupCoordinator:
                     group.complete_join_future(m, JoinGroupResponse(error_code=Errors.NOT_COORDINATOR,
                                                                     member_id=m.member_id))
                     group.complete_sync_future(m, SyncGroupResponse(error_code=Errors.NOT_COORDINATOR))
+        self.share.close()
         await self.drain()
 
     # ------------------------------------------------------------ replay handlers

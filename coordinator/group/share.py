@@ -38,12 +38,25 @@ takes its target.  With the ``lag`` assignor (KIP-1226 backlogs, ``coordinator.a
 heartbeat with nothing pending also looks at the backlogs, at most once per
 ``group.share.lag.rebalance.interval.ms`` (10000) since the last assignment and the last look: when the
 assignor (its hysteresis and churn bound included) would change a target, the group epoch is bumped and the
-new target written in the same write.  Share state is initialized after the heartbeat, in the background
-(``maybe_initialize``), and the partitions are assigned by a later heartbeat, so members
-joining together share the first assignment that has partitions.
+new target written in the same write.
+
+A heartbeat whose member subscribes to partitions whose share state is not initialized yet
+initializes them (InitializeShareGroupState at the group epoch, then the
+ShareGroupStatePartitionMetadata record, ``maybe_initialize``) before it is answered, as Kafka's
+GroupCoordinatorService answers a heartbeat only once its persister initialization ended; on
+one node that is an append to the local ``__share_group_state``.  It is then answered by a
+second write, the one its member's next heartbeat would have made (``_heartbeat_op`` with
+``follow_up``), so its answer carries the partitions just initialized (Kafka assigns them at the
+next heartbeat).  So that members joining a new group together still share its first
+assignment (librdkafka test 0172), a group whose target assigns no partitions yet computes
+none until ``group.share.initial.assignment.delay.ms`` (ours, 100) after the first of them
+joined (``_forming``; Kafka's ``group.initial.rebalance.delay.ms`` for classic groups): their
+heartbeats are answered at the end of that window, together.  A target that assigns no
+partitions moved nothing, so KIP-1263's interval does not hold the next one back.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from coordinator.assignors import get_share_assignor
@@ -158,6 +171,41 @@ class ShareGroup(ModernGroup):
                 self.initialized = {ti.topic_id: (ti.topic_name, set(ti.partitions)) for ti in v.initialized_topics}
 
 
+class _FollowUp:
+    """The request a heartbeat's second write answers (``ShareGroupManager._heartbeat``): the member at
+    the epoch its first write gave it, its subscription unchanged."""
+    __slots__ = ("group_id", "member_id", "member_epoch", "subscribed_topic_names", "rack_id")
+
+    def __init__(self, group_id: str, member_id: str, member_epoch: int):
+        self.group_id, self.member_id, self.member_epoch = group_id, member_id, member_epoch
+        self.subscribed_topic_names = self.rack_id = None
+
+
+class _Window:
+    """A forming share group's window (``group.share.initial.assignment.delay.ms``): its deadline (ms) and,
+    once a heartbeat waits for it, a future that its one timer completes at the deadline."""
+    __slots__ = ("deadline", "_ended", "_key")
+
+    def __init__(self, deadline: int):
+        self.deadline = deadline
+        self._ended: asyncio.Future | None = None
+        self._key = None
+
+    def ended(self, timers, gid: str, now: int) -> asyncio.Future:
+        if self._ended is None:
+            self._ended = fut = asyncio.get_running_loop().create_future()
+            self._key = ("sg-forming", gid)
+            timers.schedule(self._key, self.deadline - now, lambda: fut.done() or fut.set_result(None))
+        return self._ended
+
+    def close(self, timers) -> None:
+        """The window is dropped: whoever waits for it goes on now."""
+        if self._ended is not None:
+            timers.cancel(self._key)
+            if not self._ended.done():
+                self._ended.set_result(None)
+
+
 def group_not_found(group_id: str, group) -> KafkaError:
     """GROUP_ID_NOT_FOUND for a group that is not a share group: unknown (None) or of another type."""
     if group is None:
@@ -194,10 +242,16 @@ class ShareGroupManager:
         # (``_target_changes``); a failed append at worst re-assigns once more. Not replayed (after a
         # restart a changed ``share.assignor.name`` applies from the next assignment); dies in _forget.
         self._assigned_with: dict[str, str] = {}
-        # group -> (topic id, partition) -> when its InitializeShareGroupState was sent. Written by
-        # ``maybe_initialize`` after a heartbeat (outside writes), entries dropped when that request
-        # ends (``_initialize``). Not replayed; the group's dict dies in _forget.
-        self._initializing: dict[str, dict[tuple[bytes, int], int]] = {}
+        # group -> (topic id, partition) -> (when its InitializeShareGroupState was sent, a future done
+        # when that request and its record ended: heartbeats wait for it). Written by ``maybe_initialize``
+        # after a heartbeat's write (outside writes), entries dropped when that request ends
+        # (``_initialize``). Not replayed; the group's dict dies in _forget.
+        self._initializing: dict[str, dict[tuple[bytes, int], tuple[int, asyncio.Future]]] = {}
+        # group -> the window its first assignment waits for (group.share.initial.assignment.delay.ms).
+        # Opened by a heartbeat write that finds the group's target assigning no partitions, dropped by
+        # the write that computes a target with partitions and when the group empties (a failed append
+        # at worst leaves a window open that the next such write uses). Not replayed; dies in _forget.
+        self._forming: dict[str, _Window] = {}
         # Session timers ("sg-session", group, member) live in ``self.timers``: scheduled by heartbeat
         # writes, cancelled when the member is removed or the group is (on_removed); an expiry
         # re-checks the committed group, so a timer a failed append left behind does nothing.
@@ -226,11 +280,21 @@ class ShareGroupManager:
             self.timers.cancel(("sg-session", group.group_id, mid))
         self._forget(group.group_id)
 
+    def close(self) -> None:
+        """The coordinator closes: heartbeats waiting for a forming window go on now (their second write
+        answers them, with an error once the coordinator is gone)."""
+        for window in self._forming.values():
+            window.close(self.timers)
+        self._forming.clear()
+
     def _forget(self, gid: str) -> None:
         """Drop the group's entries from every per-group field that is not replayed."""
         self._lag_checked.pop(gid, None)
         self._assigned_with.pop(gid, None)
         self._initializing.pop(gid, None)
+        window = self._forming.pop(gid, None)
+        if window is not None:
+            window.close(self.timers)
 
     @staticmethod
     def _emit(group: ShareGroup, records: list, rec) -> None:
@@ -276,7 +340,32 @@ class ShareGroupManager:
             return await runtime.write(lambda: self._leave(gid, mid))
         resp = await runtime.write(lambda: self._heartbeat_op(req, client_id, client_host))
         self.maybe_initialize(gid)
-        return resp
+        waits = self._waits(gid, mid)
+        if not waits:
+            return resp
+        # The member's partitions are being initialized, or the group forms: answer once that is done,
+        # with what the member's next heartbeat would get (the futures never fail).
+        await asyncio.gather(*waits)
+        again = _FollowUp(gid, mid, resp.member_epoch)
+        return await runtime.write(lambda: self._heartbeat_op(again, client_id, client_host, follow_up=True,
+                                                               full=resp.assignment is not None))
+
+    def _waits(self, gid: str, mid: str) -> list:
+        """What a heartbeat of ``mid`` waits for before its answer: the initializations in flight of the
+        partitions its member subscribes to, and the end of the group's forming window."""
+        g = self._group(gid)
+        m = g.members.get(mid) if g is not None else None
+        if m is None:
+            return []
+        waits = []
+        busy = self._initializing.get(gid)
+        if busy:
+            ids = self._uninitialized_of(g, mid)
+            waits = list({done for (tid, _), (_, done) in busy.items() if tid in ids and not done.done()})
+        window = self._forming.get(gid)
+        if window is not None and self.c.now_ms() < window.deadline:
+            waits.append(window.ended(self.timers, gid, self.c.now_ms()))
+        return waits
 
     def _committed_group(self, group_id: str) -> ShareGroup | None:
         g = self.c.groups.get(group_id)
@@ -305,22 +394,33 @@ class ShareGroupManager:
         self._bump(draft, records)
         if not draft.members:
             self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, self.c.now_ms()))
+            window = self._forming.pop(gid, None)  # the next member to join opens a new one
+            if window is not None:
+                window.close(self.timers)
         self.timers.cancel(("sg-session", gid, mid))
         return records
 
-    def _heartbeat_op(self, req, client_id: str, client_host: str) -> tuple[HbResp, list]:
+    def _heartbeat_op(self, req, client_id: str, client_host: str, follow_up: bool = False,
+                      full: bool = False) -> tuple[HbResp, list]:
         """One heartbeat as Kafka 4.4's shareGroupHeartbeat: (1) the member and the group epoch,
         (2) the target assignment when the group epoch is ahead of it and the assignment interval
         has passed since the last one (KIP-1263), over initialized share partitions only, (3) the
-        member takes its target.  Initializing share state comes after, off this write."""
+        member takes its target.  Initializing share state comes after, off this write.
+
+        ``follow_up``: the second write of a heartbeat that waited (``_heartbeat``), for a member that
+        must still be there; ``full``: its answer carries the assignment (the first write's would have)."""
         gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
         committed = self._committed_group(gid)
+        if committed is None and follow_up:  # the group went away while the heartbeat waited
+            raise _unknown_member(mid, gid)
         if committed is None and epoch != 0:  # Kafka's getOrMaybeCreateShareGroup(groupId, false)
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Share group {gid} not found.")
         g = committed.copy() if committed is not None else ShareGroup(gid)
         m = g.members.get(mid)
         max_size = self.cfg.share_max_size
-        if epoch == 0:
+        if follow_up and m is None:  # it left or expired while its heartbeat waited
+            raise _unknown_member(mid, gid)
+        if epoch == 0 and not follow_up:
             if m is None and len(g.members) >= max_size:
                 raise KafkaError(Errors.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum "
                                                                 f"capacity of {max_size} members.")
@@ -334,7 +434,7 @@ class ShareGroupManager:
         subs = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
         changed = m is None or (subs is not None and sorted(subs) != sorted(m.subscribed_topic_names)) \
             or (req.rack_id is not None and req.rack_id != m.rack_id)
-        if changed or epoch == 0 or m.client_id != client_id or m.client_host != client_host:
+        if changed or (epoch == 0 and not follow_up) or m.client_id != client_id or m.client_host != client_host:
             updated = m.copy() if m is not None else ShareMember(mid)
             if req.rack_id is not None:
                 updated.rack_id = req.rack_id
@@ -348,9 +448,16 @@ class ShareGroupManager:
         if bumped:
             self._bump(g, records)
         self._schedule_session_timeout(gid, mid)
-        # (2) target assignment; for the lag assignor also when backlogs moved (at most once per interval)
+        # (2) target assignment; for the lag assignor also when backlogs moved (at most once per interval).
+        # A heartbeat that will wait (its member's partitions are being initialized, or the group forms)
+        # leaves it to its second write.  A target that assigns nothing moved nothing: the interval does
+        # not hold the next one back.
         now = self.c.now_ms()
-        if g.group_epoch > g.assignment_epoch and now - g.assignment_timestamp >= self.assignment_interval_ms(gid):
+        empty = not any(ps for parts in g.target.values() for ps in parts.values())
+        if not follow_up and ((empty and self._forming_until(g, now) > now) or self._uninitialized_of(g, mid)):
+            pass
+        elif g.group_epoch > g.assignment_epoch and (
+                empty or now - g.assignment_timestamp >= self.assignment_interval_ms(gid)):
             self._update_target_assignment(g, records, now)
         elif self._reassign_due(g, now):
             self._lag_checked[gid] = now
@@ -363,7 +470,7 @@ class ShareGroupManager:
         # target restricted to the topics the member subscribes to now, so a dropped topic goes in this answer
         # even when KIP-1263's interval holds the new target back.
         m = g.members[mid]
-        send = epoch == 0 or subs is not None
+        send = epoch == 0 or subs is not None or full
         if bumped or m.member_epoch != g.assignment_epoch:
             assigned = self._subscribed_part(g.target.get(mid, {}), m.subscribed_topic_names)
             if m.member_epoch != g.assignment_epoch or assigned != m.assigned:
@@ -390,9 +497,9 @@ class ShareGroupManager:
     def _heartbeat_interval_ms(self, g: ShareGroup, now: int) -> int:
         """The HeartbeatIntervalMs to answer: ``share.heartbeat.interval.ms``, except while the group waits
         for partitions to assign (ours, a deviation): a target assignment held back by KIP-1263's interval,
-        or subscribed partitions whose share state is not initialized yet (they are assigned by the first
-        heartbeat after their initialization).  Then the members are asked back when the next target can
-        be computed, at least PENDING_HEARTBEAT_MS after this one, so a new consumer gets its partitions
+        or subscribed partitions whose share state could not be initialized yet (the next heartbeat
+        retries).  Then the members are asked back when the next target can be computed, at least
+        PENDING_HEARTBEAT_MS after this one, so a member that joined a formed group gets its partitions
         about one assignment interval after it joined instead of one heartbeat interval (5 s)."""
         gid = g.group_id
         configured = self._config(gid, HEARTBEAT_INTERVAL)
@@ -493,6 +600,26 @@ class ShareGroupManager:
         for mid, new in (self._target_changes(draft) if changes is None else changes).items():
             self._emit(draft, records, R.share_target_member(gid, mid, new))
         self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, now))
+        if gid in self._forming and any(ps for parts in draft.target.values() for ps in parts.values()):
+            self._forming.pop(gid).close(self.timers)  # the group has formed
+
+    def _uninitialized_of(self, g: ShareGroup, mid: str) -> set[bytes]:
+        """Ids of the topics member ``mid`` subscribes to that have partitions not initialized yet."""
+        missing = self.uninitialized_partitions(g)
+        if not missing:
+            return set()
+        return {self.c.cluster.topic_id(n) for n in g.members[mid].subscribed_topic_names} & missing.keys()
+
+    def _forming_until(self, g: ShareGroup, now: int) -> int:
+        """The end of the forming window of a group whose target assigns no partitions (opened now by
+        its first such heartbeat; 0: none)."""
+        delay = self.cfg.share_initial_assignment_delay_ms
+        if delay <= 0 or not g.members:
+            return 0
+        window = self._forming.get(g.group_id)
+        if window is None:
+            window = self._forming[g.group_id] = _Window(now + delay)
+        return window.deadline
 
     # ------------------------------------------------------------ share state initialization
     def maybe_initialize(self, gid: str) -> None:
@@ -508,16 +635,18 @@ class ShareGroupManager:
         now = self.c.now_ms()
         busy = self._initializing.setdefault(gid, {})
         todo: dict[bytes, tuple[str, list[int]]] = {}
+        ended = asyncio.get_running_loop().create_future()
         for tid, (name, parts) in missing_by_topic.items():
-            missing = [p for p in parts if now - busy.get((tid, p), -INIT_RETRY_MS) >= INIT_RETRY_MS]
+            missing = [p for p in parts if now - busy.get((tid, p), (-INIT_RETRY_MS,))[0] >= INIT_RETRY_MS]
             if missing:
                 todo[tid] = (name, missing)
                 for p in missing:
-                    busy[(tid, p)] = now
+                    busy[(tid, p)] = (now, ended)
         if todo:
-            self.c.runtime.spawn(self._initialize(gid, todo, g.group_epoch), "share state initialization")
+            self.c.runtime.spawn(self._initialize(gid, todo, g.group_epoch, ended), "share state initialization")
 
-    async def _initialize(self, gid: str, todo: dict[bytes, tuple[str, list[int]]], state_epoch: int) -> None:
+    async def _initialize(self, gid: str, todo: dict[bytes, tuple[str, list[int]]], state_epoch: int,
+                          ended: asyncio.Future) -> None:
         busy = self._initializing.get(gid, {})
         done: dict[bytes, tuple[str, set[int]]] = {}
         try:
@@ -537,7 +666,10 @@ class ShareGroupManager:
         finally:
             for tid, (_, parts) in todo.items():
                 for p in parts:
-                    busy.pop((tid, p), None)
+                    if busy.get((tid, p), (0, None))[1] is ended:  # not re-sent meanwhile
+                        del busy[(tid, p)]
+            if not ended.done():
+                ended.set_result(None)
 
     def initialized_records(self, gid: str, done: dict[bytes, tuple[str, set[int]]]) -> list:
         """The ShareGroupStatePartitionMetadata record adding ``done`` to the initialized partitions."""

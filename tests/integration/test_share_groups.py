@@ -30,23 +30,28 @@ def assigned(resp) -> dict[bytes, list[int]]:
     return {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions} if resp.assignment else None
 
 
-def heartbeat_until(w: WireClient, group: str, member: str, epoch: int, done, what: str, timeout: float = 20):
+def partitions_of(r) -> list[int] | None:
+    """The partitions a heartbeat answer assigns (None: the answer carries no assignment)."""
+    return None if r.assignment is None else sorted(p for ps in assigned(r).values() for p in ps)
+
+
+def heartbeat_until(w: WireClient, group: str, member: str, epoch: int, done, what: str, timeout: float = 20,
+                    parts: list[int] | None = None):
     """Heartbeat ``member`` (at the epoch each answer gives) until ``done(partitions)`` holds for the
-    member's latest assignment; return (member epoch, partitions). As in Kafka 4.4, a member's
-    partitions arrive on a heartbeat after the one that joined (share state is initialized in
-    between, and target assignments are at most one per share.assignment.interval.ms)."""
+    member's latest assignment (``parts``: what its last answer assigned); return (member epoch,
+    partitions). A joining member's answer carries its partitions (ours: Kafka 4.4 assigns them at a
+    later heartbeat); a member that joins a formed group gets them once share.assignment.interval.ms
+    allows a new target."""
     deadline = time.monotonic() + timeout
-    parts = None
-    while True:
+    while parts is None or not done(parts):
+        assert time.monotonic() < deadline, f"{what}: {member} holds {parts}"
         r = heartbeat(w, group, member, epoch)
         assert r.error_code == 0, r
         epoch = r.member_epoch
-        if r.assignment is not None:
-            parts = sorted(p for ps in assigned(r).values() for p in ps)
-        if parts is not None and done(parts):
-            return epoch, parts
-        assert time.monotonic() < deadline, f"{what}: {member} holds {parts}"
-        time.sleep(0.1)  # heartbeat pace, not a wait for the outcome
+        parts = partitions_of(r) if r.assignment is not None else parts
+        if parts is None or not done(parts):
+            time.sleep(0.1)  # heartbeat pace, not a wait for the outcome
+    return epoch, parts
 
 
 def alter(admin: AdminClient, group: str, **kv):
@@ -67,9 +72,9 @@ def test_membership_epochs_and_assignment(sharebroker):
     with WireClient(sharebroker.bootstrap) as w:
         r1 = heartbeat(w, group, "m1", 0, [topic])
         assert r1.error_code == 0 and r1.member_epoch >= 1
-        # shorter than the configured interval while the member waits for its partitions (ours)
         assert 0 < r1.heartbeat_interval_ms <= int(sharebroker.config.get("group.share.heartbeat.interval.ms", 5000))
-        e1, mine = heartbeat_until(w, group, "m1", r1.member_epoch, lambda p: p == [0, 1, 2, 3], "m1 alone")
+        assert partitions_of(r1) == [0, 1, 2, 3]  # the joining heartbeat's answer carries them (ours)
+        e1, mine = r1.member_epoch, partitions_of(r1)
         r2 = heartbeat(w, group, "m2", 0, [topic])
         assert r2.error_code == 0
         # the 4 partitions end up split 2/2, each member learning its share on a later heartbeat
@@ -105,7 +110,8 @@ def test_group_state_survives_restart(tmp_path):
         with WireClient(b.bootstrap) as w:
             r = heartbeat(w, group, "m1", 0, [topic])
             assert r.error_code == 0
-            epoch, parts = heartbeat_until(w, group, "m1", r.member_epoch, lambda p: p == [0, 1], "m1's partitions")
+            epoch, parts = heartbeat_until(w, group, "m1", r.member_epoch, lambda p: p == [0, 1], "m1's partitions",
+                                           parts=partitions_of(r))
             before = w.request(DescReq(group_ids=[group]), 1).groups[0]
         b.kill9()
         b.start()

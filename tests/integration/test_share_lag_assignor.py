@@ -9,6 +9,7 @@ backlogs 90,000 / 5,000 / 3,000 / 2,000 with 8 members -> F = 12,500, p0 heavy, 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -35,16 +36,25 @@ def produce(bootstrap: str, topic: str, counts: list[int]) -> None:
 
 
 class Members:
-    """Eight share members of one group, heartbeating over one connection."""
+    """Eight share members of one group that join together (each over its own connection, as consumers
+    starting together: a new group answers its joining heartbeats together, after
+    group.share.initial.assignment.delay.ms), then heartbeat over one connection."""
 
-    def __init__(self, w: WireClient, group: str, topic: str):
-        self.w, self.group, self.topic = w, group, topic
+    def __init__(self, w: WireClient, bootstrap: str, group: str, topic: str):
+        self.w, self.bootstrap, self.group, self.topic = w, bootstrap, group, topic
         self.epochs = dict.fromkeys(MEMBERS, 0)
 
+    def _join(self, member: str):
+        with WireClient(self.bootstrap) as w:
+            return w.request(HbReq(group_id=self.group, member_id=member, member_epoch=0,
+                                   subscribed_topic_names=[self.topic]), 1)
+
     def heartbeat_all(self) -> None:
+        joining = [m for m, epoch in self.epochs.items() if epoch == 0]
+        with ThreadPoolExecutor(max(1, len(joining))) as pool:
+            joined = dict(zip(joining, pool.map(self._join, joining)))
         for m, epoch in self.epochs.items():
-            r = self.w.request(HbReq(group_id=self.group, member_id=m, member_epoch=epoch,
-                                     subscribed_topic_names=[self.topic] if epoch == 0 else None), 1)
+            r = joined.get(m) or self.w.request(HbReq(group_id=self.group, member_id=m, member_epoch=epoch), 1)
             assert r.error_code == 0, r
             self.epochs[m] = r.member_epoch
 
@@ -84,7 +94,7 @@ def join(bootstrap: str, topic: str, **configs) -> tuple[WireClient, Members]:
     group = unique("g")
     set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", **configs)
     w = WireClient(bootstrap)
-    return w, Members(w, group, topic)
+    return w, Members(w, bootstrap, group, topic)
 
 
 @pytest.mark.sharebroker({"group.share.assignors": "simple,lag", "group.share.lag.rebalance.interval.ms": 1000})

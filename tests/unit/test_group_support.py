@@ -110,12 +110,14 @@ class Env:
     """A coordinator over a memory log, fake cluster and fake clock."""
 
     def __init__(self, topics=None, config=None, log=None, cluster=None, sched=None, share_state=None,
-                 batching: bool = False):
+                 batching: bool = False, share_initial_delay_ms: int = 0):
         """``batching``: keep KIP-1263's assignment intervals; without it they are 0 (every heartbeat
-        that needs one computes a new target assignment), as Kafka runs its request tests."""
+        that needs one computes a new target assignment), as Kafka runs its request tests.
+        ``share_initial_delay_ms``: group.share.initial.assignment.delay.ms (0: a new share group's
+        first heartbeat is answered without waiting for the fake clock)."""
+        config = dataclasses.replace(config or GroupConfig(), share_initial_assignment_delay_ms=share_initial_delay_ms)
         if not batching:
-            config = dataclasses.replace(config or GroupConfig(), consumer_assignment_interval_ms=0,
-                                         share_assignment_interval_ms=0)
+            config = dataclasses.replace(config, consumer_assignment_interval_ms=0, share_assignment_interval_ms=0)
         self.sched = sched or FakeScheduler()
         self.cluster = cluster or FakeCluster(topics if topics is not None else {"foo": 3, "bar": 2})
         self.log = log or MemoryRecordLog()

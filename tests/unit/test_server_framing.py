@@ -165,6 +165,48 @@ def test_small_complete_requests_are_served_while_partial_frames_fill_their_budg
     assert not late.transport.paused and late._frame is not None
 
 
+def test_partial_frames_reading_at_once_stay_within_their_budget():
+    """Issue 29 item 5: many partial frames reading in turn (each read was admitted while room was
+    left) do not overshoot the partial budget, and complete requests and new connections are served."""
+    cap = 10_000_000
+    server = FakeServer(max_request_bytes=1 << 30, memory=cap)
+    memory = server.memory
+    attackers = [connection(server=server) for _ in range(50)]
+    sent = dict.fromkeys(attackers, 0)
+    for a in attackers:  # each announces 100 MB
+        feed(a, struct.pack(">i", 100_000_000), [4])
+    for _ in range(8):  # rounds of one read each, as an event loop serves ready sockets in turn
+        for a in attackers:
+            if a.transport.paused or sent[a] >= 1 << 20:
+                continue
+            buf = a.get_buffer(-1)
+            n = min(len(buf), METERED_READ, (1 << 20) - sent[a])
+            assert n > 0
+            a.buffer_updated(n)
+            sent[a] += n
+            assert memory.partial <= memory.partial_capacity + len(attackers)  # a byte past it at most, each
+    assert memory.partial >= memory.partial_capacity - METERED_READ  # the attack filled the budget
+    assert any(a.transport.paused for a in attackers)
+    client = connection(server=server)  # a new connection: its first requests are complete frames
+    requests = [bytes([i]) * 3000 for i in range(20)]
+    feed(client, frames_of(requests), iter(lambda: 1000, None))  # in pieces: each fits the scratch buffer
+    assert [bytes(f) for f in client._frames] == requests and not client.transport.paused
+
+
+def test_a_frame_past_the_pool_leaves_room_for_complete_requests():
+    """A lone frame larger than the pool reserves the rest of itself (it may complete alone), yet
+    complete requests are still taken: partial frames count against them only up to their budget."""
+    server = FakeServer(max_request_bytes=1 << 30, memory=16 * SMALL_FRAME_BYTES)
+    memory = server.memory
+    big = connection(server=server)
+    feed(big, struct.pack(">i", 64 * SMALL_FRAME_BYTES) + b"\0" * (memory.share + 1), iter(lambda: METERED_READ, None))
+    assert big._reserved > 0 and memory.used > memory.capacity
+    client = connection(server=server)
+    requests = [bytes([i]) * 1000 for i in range(10)]
+    feed(client, frames_of(requests), iter(lambda: 1 << 12, None))
+    assert [bytes(f) for f in client._frames] == requests and not client.transport.paused
+
+
 def test_a_frame_past_its_share_reserves_the_rest_when_it_fits():
     server = FakeServer(max_request_bytes=1 << 30, memory=32 * SMALL_FRAME_BYTES)
     memory = server.memory

@@ -17,70 +17,115 @@ def describe(env, *groups):
     return env.coord.share_group_describe(ShareGroupDescribeRequest(group_ids=list(groups))).groups
 
 
-async def test_first_heartbeat_initializes_share_state_then_a_later_one_assigns():
-    """Kafka 4.4: the joining heartbeat answers at once (nothing initialized, nothing assigned);
-    InitializeShareGroupState runs after it, and the next heartbeat assigns the partitions."""
+async def test_first_heartbeat_initializes_share_state_and_answers_with_the_assignment():
+    """Issue 29 item 6: the joining heartbeat initializes the share state of its partitions
+    (InitializeShareGroupState at the group epoch, as Kafka 4.4) before it is answered, and its answer
+    carries them: no second heartbeat to wait for (Kafka assigns them at the next one)."""
     env = Env()
     r = await env.share_hb("sg", "s1", topics=["foo"])
     foo = env.cluster.topic_id("foo")
-    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {}
-    await env.advance(0)  # the background initialization
+    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {foo: {0, 1, 2}}
     assert all(env.share_state.state_of("sg", foo, p) is not None for p in range(3))
     g = env.coord.groups["sg"]
     assert (g.group_epoch, g.assignment_epoch, g.initialized[foo][1]) == (1, 1, {0, 1, 2})
-    r = await env.share_hb("sg", "s1", epoch=1, topics=None)
-    assert r.member_epoch == 2 and assignment_of(r) == {foo: {0, 1, 2}}
     d = describe(env, "sg")[0]
-    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 2, 2, "simple")
-    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 2
+    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 1, 1, "simple")
+    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 1
     assert env.share_state.state_of("sg", foo, 0).state_epoch == 1  # initialized at the group epoch
+    steady = await env.share_hb("sg", "s1", epoch=1, topics=None)
+    assert steady.member_epoch == 1 and steady.assignment is None
+
+
+async def test_a_join_is_answered_only_once_its_partitions_are_initialized():
+    """The joining heartbeat waits for InitializeShareGroupState (Kafka's GroupCoordinatorService
+    answers after persisterInitialize too); a member that joins meanwhile shares that first assignment."""
+    env = Env(topics={"foo": 4}, batching=True)
+    foo = env.cluster.topic_id("foo")
+    await env.share_state.load()
+    gate = asyncio.Event()
+    initialize = env.share_state.initialize_state
+
+    async def slow_initialize(req):
+        await gate.wait()
+        return await initialize(req)
+
+    env.share_state.initialize_state = slow_initialize
+    t1 = asyncio.ensure_future(env.share_hb("sg", "s1"))
+    for _ in range(10):  # (not env.advance: it would wait for the initialization held back here)
+        await asyncio.sleep(0)
+    t2 = asyncio.ensure_future(env.share_hb("sg", "s2"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not t1.done() and not t2.done()
+    gate.set()
+    r1, r2 = await t1, await t2
+    a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
+    assert len(a1) == len(a2) == 2 and a1 | a2 == {0, 1, 2, 3}
+
+
+async def test_a_member_that_leaves_while_its_join_waits_is_not_added_back():
+    env = Env(share_initial_delay_ms=100)
+    join = asyncio.ensure_future(env.share_hb("sg", "s1"))
+    await env.advance(0)
+    assert not join.done()
+    assert (await env.share_hb("sg", "s1", epoch=-1, topics=None)).error_code == 0
+    await env.advance(100)
+    assert (await join).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert env.coord.groups["sg"].members == {}
 
 
 async def test_second_member_rebalances_without_revocation():
     env = Env()
     foo = env.cluster.topic_id("foo")
     await env.share_hb("sg", "s1")
-    await env.advance(0)
-    await env.share_hb("sg", "s1", epoch=1, topics=None)
     r2 = await env.share_hb("sg", "s2")
-    assert r2.member_epoch == 3
-    r1 = await env.share_hb("sg", "s1", epoch=2, topics=None)
-    assert r1.member_epoch == 3  # takes its new target at once: share groups do not revoke
+    assert r2.member_epoch == 2
+    r1 = await env.share_hb("sg", "s1", epoch=1, topics=None)
+    assert r1.member_epoch == 2  # takes its new target at once: share groups do not revoke
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
     assert a1 | a2 == {0, 1, 2} and not a1 & a2
-    steady = await env.share_hb("sg", "s1", epoch=3, topics=None)
-    assert steady.member_epoch == 3 and steady.assignment is None
+    steady = await env.share_hb("sg", "s1", epoch=2, topics=None)
+    assert steady.member_epoch == 2 and steady.assignment is None
 
 
 async def test_members_joining_together_share_the_first_assignment():
-    """Issue 8.6 (librdkafka 0172): two members join a new group within the assignment interval;
-    neither gets every partition first; the first assignment with partitions splits them."""
-    env = Env(topics={"foo": 4}, batching=True)
+    """Issue 8.6 (librdkafka 0172), issue 29 item 6: members that join a new group within
+    group.share.initial.assignment.delay.ms of the first are all answered at its end, with the first
+    assignment, which splits the partitions; one joining later waits for KIP-1263's interval."""
+    env = Env(topics={"foo": 4}, batching=True, share_initial_delay_ms=100)
     foo = env.cluster.topic_id("foo")
-    r1 = await env.share_hb("sg", "s1")
-    r2 = await env.share_hb("sg", "s2")
-    assert assignment_of(r1) == {} and assignment_of(r2) == {}
-    await env.advance(0)  # initialized now, but the interval since the first assignment has not passed
-    r1 = await env.share_hb("sg", "s1", epoch=r1.member_epoch, topics=None)
-    assert assignment_of(r1) in ({}, None)
-    await env.advance(1000)  # group.share.assignment.interval.ms
-    r1 = await env.share_hb("sg", "s1", epoch=r1.member_epoch, topics=None)
-    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    t1 = asyncio.ensure_future(env.share_hb("sg", "s1"))
+    await env.advance(0)  # s1 joins at 0: the window ends at 100
+    await env.advance(60)
+    t2 = asyncio.ensure_future(env.share_hb("sg", "s2"))
+    await env.advance(0)
+    await env.advance(39)
+    assert not t1.done() and not t2.done()  # the group forms: nothing assigned yet
+    assert env.coord.groups["sg"].assignment_epoch == 0
+    await env.advance(1)
+    r1, r2 = await t1, await t2
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
     assert len(a1) == len(a2) == 2 and a1 | a2 == {0, 1, 2, 3}
+    r3 = await env.share_hb("sg", "s3")  # formed: no window, the interval holds the next target back
+    assert assignment_of(r3) == {}
+    await env.advance(1000)
+    r3 = await env.share_hb("sg", "s3", epoch=r3.member_epoch, topics=None)
+    assert len(assignment_of(r3)[foo]) == 1
 
 
 async def test_assignment_interval_group_override():
     env = Env(topics={"foo": 2}, batching=True)
     env.coord.set_group_config("sg", "share.assignment.interval.ms", "5000")
     foo = env.cluster.topic_id("foo")
-    r = await env.share_hb("sg", "s1")
+    r1 = await env.share_hb("sg", "s1")
+    assert assignment_of(r1) == {foo: {0, 1}}  # the first assignment is not held back
+    r2 = await env.share_hb("sg", "s2")
     await env.advance(1000)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert not assignment_of(r)  # 1 s is not enough under the group's 5 s interval
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    assert not assignment_of(r2)  # 1 s is not enough under the group's 5 s interval
     await env.advance(4000)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert assignment_of(r) == {foo: {0, 1}}
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    assert len(assignment_of(r2)[foo]) == 1
 
 
 async def test_concurrent_joins_compute_on_committed_state():
@@ -191,18 +236,21 @@ async def test_deleted_groups_leave_no_memory_behind():
     """Regression (issue 18): ShareGroupManager kept an ``_initializing`` entry for every share group
     ever deleted (memory growing with group churn). Every per-group field that is not replayed is
     empty again once the groups are gone."""
-    env = Env()
+    env = Env(share_initial_delay_ms=100)
     mgr = env.coord.share
     for i in range(5):
         gid = f"churn-{i}"
-        await env.share_hb(gid, "s1")
-        await env.advance(0)                       # share state initialized, partitions assigned
+        join = asyncio.ensure_future(env.share_hb(gid, "s1"))
+        await env.advance(0)
+        assert gid in mgr._forming
+        await env.advance(100)                     # share state initialized, the group formed
+        assert assignment_of(await join)
         await env.share_hb(gid, "s1", epoch=1, topics=None)
         assert gid in mgr._initializing
         await env.share_hb(gid, "s1", epoch=-1, topics=None)
         resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=[gid]), 2)
         assert resp.results[0].error_code == 0
-    assert (mgr._initializing, mgr._lag_checked, mgr._assigned_with) == ({}, {}, {})
+    assert (mgr._initializing, mgr._lag_checked, mgr._assigned_with, mgr._forming) == ({}, {}, {}, {})
 
 
 async def test_null_topic_name_is_refused_before_anything_is_written():

@@ -12,17 +12,15 @@ INTERVAL = 1000    # group.share.assignment.interval.ms default
 
 
 async def assigned_member(env, topics=("foo",)):
-    """s1 joined, its share state initialized and its partitions assigned; returns the last answer."""
+    """s1 joined: its share state initialized and its partitions assigned in the answer, which is returned."""
     r = await env.share_hb("sg", "s1", topics=topics)
-    await env.advance(INTERVAL)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
     assert assignment_of(r)
     return r
 
 
 async def test_new_subscription_revokes_the_old_topics_in_the_same_answer():
     """Kafka's maybeReconcile with hasSubscriptionChanged: the dropped topic goes at once even though the
-    assignment interval holds the new target back; the new topic is initialized after the heartbeat and
+    assignment interval holds the new target back; the new topic is initialized before the answer and
     assigned by the first heartbeat once the interval has passed."""
     env = Env(batching=True)
     foo, bar = env.cluster.topic_id("foo"), env.cluster.topic_id("bar")
@@ -34,8 +32,7 @@ async def test_new_subscription_revokes_the_old_topics_in_the_same_answer():
     g = env.coord.groups["sg"]
     assert g.group_epoch == epoch + 1 and g.assignment_epoch == assignment_epoch  # target held back (KIP-1263)
     assert g.members["s1"].assigned == {} and r.member_epoch == assignment_epoch
-    await env.advance(0)  # bar's share state is initialized in the background
-    assert env.coord.groups["sg"].initialized[bar][1] == {0, 1}
+    assert g.initialized[bar][1] == {0, 1}  # bar's share state was initialized before the answer
     assert env.share_state.state_of("sg", foo, 0) is not None  # foo's state stays (the group may come back)
     await env.advance(INTERVAL)
     r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
@@ -46,14 +43,9 @@ async def test_new_subscription_recomputes_the_target_when_the_interval_allows()
     env = Env()  # assignment interval 0: every bump computes a target
     foo, bar = env.cluster.topic_id("foo"), env.cluster.topic_id("bar")
     r = await env.share_hb("sg", "s1")
-    await env.advance(0)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
     assert assignment_of(r) == {foo: {0, 1, 2}}
     r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=["foo", "bar"])
-    assert assignment_of(r) == {foo: {0, 1, 2}}  # foo kept, bar waits for its initialization
-    await env.advance(0)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert assignment_of(r) == {foo: {0, 1, 2}, bar: {0, 1}}
+    assert assignment_of(r) == {foo: {0, 1, 2}, bar: {0, 1}}  # bar initialized, then assigned, in one answer
     r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=["bar"])
     assert assignment_of(r) == {bar: {0, 1}}
     assert env.coord.groups["sg"].target["s1"] == {bar: {0, 1}}
@@ -78,25 +70,25 @@ async def test_other_members_keep_their_target_when_one_changes_subscription():
 
 
 async def test_heartbeat_interval_is_short_until_the_first_assignment():
-    """Ours: a member waiting for partitions is asked back when the next target can be computed (the
-    assignment interval after the last one, plus a margin), then gets the configured interval."""
+    """Ours: a member waiting for partitions (here one that joined just after the group's last target) is
+    asked back when the next target can be computed (the assignment interval after the last one, plus a
+    margin), then gets the configured interval."""
     env = Env(batching=True)
     foo = env.cluster.topic_id("foo")
     r = await env.share_hb("sg", "s1")
+    assert assignment_of(r) == {foo: {0, 1, 2}} and r.heartbeat_interval_ms == HEARTBEAT
+    r = await env.share_hb("sg", "s2")
     assert assignment_of(r) == {} and r.heartbeat_interval_ms == INTERVAL + PENDING_HEARTBEAT_MARGIN_MS
-    await env.advance(0)  # initialized; the target must still wait for the interval
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert assignment_of(r) in ({}, None) and r.heartbeat_interval_ms == INTERVAL + PENDING_HEARTBEAT_MARGIN_MS
     await env.advance(INTERVAL // 2)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    r = await env.share_hb("sg", "s2", epoch=r.member_epoch, topics=None)
     assert r.heartbeat_interval_ms == INTERVAL // 2 + PENDING_HEARTBEAT_MARGIN_MS
     await env.advance(INTERVAL // 4)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    r = await env.share_hb("sg", "s2", epoch=r.member_epoch, topics=None)
     assert r.heartbeat_interval_ms == PENDING_HEARTBEAT_MS  # never shorter than that
     await env.advance(INTERVAL // 4)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert assignment_of(r) == {foo: {0, 1, 2}} and r.heartbeat_interval_ms == HEARTBEAT
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    r = await env.share_hb("sg", "s2", epoch=r.member_epoch, topics=None)
+    assert len(assignment_of(r)[foo]) == 1 and r.heartbeat_interval_ms == HEARTBEAT
+    r = await env.share_hb("sg", "s2", epoch=r.member_epoch, topics=None)
     assert r.heartbeat_interval_ms == HEARTBEAT
 
 
@@ -108,16 +100,26 @@ async def test_heartbeat_interval_configured_without_a_persister():
 
 
 async def test_heartbeat_interval_short_while_initialization_is_pending():
+    """A subscribed topic whose share state could not be initialized: the heartbeat, answered once the
+    attempt ended, gets what could be assigned and the short interval (the next one retries)."""
     env = Env(batching=True)
+    foo, bar = env.cluster.topic_id("foo"), env.cluster.topic_id("bar")
     r = await env.share_hb("sg", "s1")
     await env.advance(10 * INTERVAL)
-    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
-    assert assignment_of(r)
-    await env.advance(INTERVAL)  # a new topic is subscribed after the assignment interval
+    initialize = env.share_state.initialize_state
+
+    async def failing(req):
+        raise OSError("disk full")
+
+    env.share_state.initialize_state = failing
     r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=["foo", "bar"])
     g = env.coord.groups["sg"]
-    assert g.group_epoch == g.assignment_epoch  # target computed at once, bar not initialized yet
-    assert r.heartbeat_interval_ms == INTERVAL + PENDING_HEARTBEAT_MARGIN_MS
+    assert g.group_epoch == g.assignment_epoch  # target computed at once, without bar
+    assert assignment_of(r) == {foo: {0, 1, 2}} and r.heartbeat_interval_ms == INTERVAL + PENDING_HEARTBEAT_MARGIN_MS
+    env.share_state.initialize_state = initialize
+    await env.advance(INTERVAL)
+    r = await env.share_hb("sg", "s1", epoch=r.member_epoch, topics=None)
+    assert assignment_of(r) == {foo: {0, 1, 2}, bar: {0, 1}} and r.heartbeat_interval_ms == HEARTBEAT
 
 
 async def test_heartbeat_interval_configured_for_missing_topics_and_group_overrides():
@@ -129,20 +131,24 @@ async def test_heartbeat_interval_configured_for_missing_topics_and_group_overri
     assert r.heartbeat_interval_ms == 400  # never longer than the configured interval
 
 
-async def test_members_joining_within_the_interval_share_the_first_assignment_at_the_short_interval():
-    """librdkafka 0172 (issue 8.6) with the short interval: both members come back when the first target
-    with partitions can be computed, and it splits the partitions."""
-    env = Env(topics={"foo": 4}, batching=True)
+async def test_members_joining_within_the_window_are_answered_together_at_its_end():
+    """librdkafka 0172 (issue 8.6, issue 29 item 6) at the broker's defaults: a second member joining
+    50 ms after the first is answered with it, at the end of group.share.initial.assignment.delay.ms
+    (100), and the first assignment splits the partitions; both get the configured interval."""
+    import asyncio
+    env = Env(topics={"foo": 4}, batching=True, share_initial_delay_ms=100)
     foo = env.cluster.topic_id("foo")
-    r1 = await env.share_hb("sg", "s1")
+    t1 = asyncio.ensure_future(env.share_hb("sg", "s1"))
+    await env.advance(0)
     await env.advance(50)
-    r2 = await env.share_hb("sg", "s2")
-    assert r2.heartbeat_interval_ms == INTERVAL - 50 + PENDING_HEARTBEAT_MARGIN_MS
-    await env.advance(r1.heartbeat_interval_ms - 50)
-    r1 = await env.share_hb("sg", "s1", epoch=r1.member_epoch, topics=None)
-    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    t2 = asyncio.ensure_future(env.share_hb("sg", "s2"))
+    await env.advance(0)
+    assert not t1.done() and not t2.done()
+    await env.advance(50)
+    r1, r2 = await t1, await t2
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
     assert len(a1) == len(a2) == 2 and a1 | a2 == {0, 1, 2, 3}
+    assert r1.heartbeat_interval_ms == r2.heartbeat_interval_ms == HEARTBEAT
 
 
 def test_dlq_topic_name_starting_with_double_underscore_is_refused_at_write_time_too():
