@@ -29,6 +29,7 @@ APIS = [
     "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn", "DescribeTransactions",
     "ListTransactions", "DescribeProducers", "DescribeClientQuotas", "AlterClientQuotas",
+    "GetTelemetrySubscriptions", "PushTelemetry",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]
