@@ -79,7 +79,7 @@ class _Writer:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {kind}")
 
-    def sample(self, name: str, value, **labels) -> None:
+    def sample(self, name: str, value, /, **labels) -> None:  # positional: a label may be called "name"
         if labels:
             inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
             self.lines.append(f"{name}{{{inner}}} {value}")
