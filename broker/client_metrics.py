@@ -202,13 +202,21 @@ class ClientMetricsManager:
         self._subs: dict[str, Subscription] = {}
         self.version = 0  # bumped on every subscription change: instances re-evaluate
         self.instances: dict[bytes, ClientInstance] = {}
-        self.accepted_compression = [c for c in COMPRESSION_PREFERENCE if compression.available(c)]
+        self._accepted: list[int] | None = None  # the codecs we can decompress, found on first use
         self._next_purge = 0
         if self._path and os.path.exists(self._path):
             with open(self._path, "rb") as f:
                 for name, props in json.loads(f.read()).items():
                     self._props[name] = dict(props)
                     self._subs[name] = Subscription(name, props)
+
+    @property
+    def accepted_compression(self) -> list[int]:
+        """Kafka's preference order, without the codecs whose optional package is missing (looked up on
+        first use: a broker that never sees a telemetry request never imports the codecs)."""
+        if self._accepted is None:
+            self._accepted = [c for c in COMPRESSION_PREFERENCE if compression.available(c)]
+        return self._accepted
 
     # --------------------------------------------------------------- config resource
     def names(self) -> list[str]:

@@ -21,6 +21,7 @@ from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
@@ -404,6 +405,24 @@ def fenced_producer_codes(s: Side) -> dict:
     return out
 
 
+def telemetry_no_subscription(s: Side) -> dict:
+    """KIP-714 with no client-metrics subscription: a new client instance gets the empty subscription at the
+    default push interval; a second get sooner than it is throttled; pushes with the zero id or a wrong
+    subscription id are refused (Kafka serves 71/72 even when it does not advertise them)."""
+    from protocol.messages.get_telemetry_subscriptions import GetTelemetrySubscriptionsRequest as GetReq
+    from protocol.messages.push_telemetry import PushTelemetryRequest as PushReq
+
+    w = s.wire()
+    first = w.request(GetReq(client_instance_id=ZERO_UUID), 0)
+    iid, sid = first.client_instance_id, first.subscription_id
+    out = {"first": plain(first), "again": plain(w.request(GetReq(client_instance_id=iid), 0)),
+           "push_zero_id": plain(w.request(PushReq(client_instance_id=ZERO_UUID, subscription_id=sid), 0)),
+           "push_wrong_subscription": plain(w.request(PushReq(client_instance_id=iid, subscription_id=sid ^ 1), 0))}
+    out["first"]["client_instance_id"] = "<zero>" if iid == ZERO_UUID else "<assigned>"
+    out["first"]["subscription_id"] = "<id>"
+    return out
+
+
 SCENARIOS = {
     "api_versions": (api_versions, ()),
     "api_versions_invalid": (api_versions_invalid, ()),
@@ -417,6 +436,7 @@ SCENARIOS = {
     "share_fetch_session_epochs": (share_fetch_session_epochs, ("topic", "group")),
     "share_acknowledge_bad_batches": (share_acknowledge_bad_batches, ("topic", "group")),
     "fenced_producer_codes": (fenced_producer_codes, ("topic", "txn", "group")),
+    "telemetry_no_subscription": (telemetry_no_subscription, ()),
 }
 
 # Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
@@ -456,6 +476,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("api_versions", f"v3.api_keys.api-{key}"): f"{name}: {why}" for name, (key, why) in _NOT_SERVED.items()},
     ("api_versions", "v3.finalized_features.eligible.leader.replicas.version"):
         "one replica per partition: no eligible leader replicas (KIP-966)",
+    **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "
+       "with a ClientTelemetryExporterPlugin configured (and serves them either way); sharebroker is its own "
+       "exporter (/metrics), so always" for name in ("GET_TELEMETRY_SUBSCRIPTIONS", "PUSH_TELEMETRY")},
     ("api_versions", "v3.finalized_features.streams.version"): "streams groups (KIP-1071) not implemented",
     ("api_versions", "v3.finalized_features.metadata.version[0]"): _MV,
     ("api_versions", "v3.finalized_features.metadata.version[1]"): _MV,

@@ -148,7 +148,7 @@ def test_librdkafka_producer_and_share_consumer_push_their_metrics(broker):
         names = until(lambda: pushed("tele-producer"), 60, "the producer's pushed metrics on /metrics")
         assert any(n.startswith("org.apache.kafka.producer.") for n in names), names
         names = until(lambda: pushed("tele-share"), 60, "the share consumer's pushed metrics on /metrics")
-        assert any(n.startswith("org.apache.kafka.") for n in names), names
+        assert any(n.startswith("org.apache.kafka.consumer.share.") for n in names), names
     finally:
         consumer.close()
         producer.flush(10)
