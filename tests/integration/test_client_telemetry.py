@@ -4,6 +4,7 @@ DescribeConfigs / ListConfigResources kept across a restart, and librdkafka (con
 and share consumers pushing their metrics until they show on /metrics."""
 from __future__ import annotations
 
+import contextlib
 import urllib.request
 
 import pytest
@@ -152,3 +153,62 @@ def test_librdkafka_producer_and_share_consumer_push_their_metrics(broker):
     finally:
         consumer.close()
         producer.flush(10)
+
+
+@pytest.fixture(name="kafka_java")
+def _kafka_java():
+    """``java -cp <Kafka 4.4's jars>`` (tests/kafka_ref resolves them with Maven once); skipped as the
+    reference Kafka is, when java or mvn is missing."""
+    import os
+
+    from tests.kafka_ref.launcher import classpath, missing_tools
+
+    if os.environ.get("SHAREBROKER_NO_KAFKA_REF") == "1" or missing_tools():
+        pytest.skip("Kafka 4.4's tools need java and mvn (tests/kafka_ref)")
+    return ["java", "-Xmx256m", "-cp", classpath()]
+
+
+def test_kafka_configs_and_the_java_clients(broker, kafka_java):
+    """kafka-configs.sh --entity-type client-metrics sets and shows subscriptions; Kafka 4.4's console producer
+    and console share consumer (the Java clients) push their metrics to /metrics."""
+    import subprocess
+
+    def configs(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([*kafka_java, "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+                               broker.bootstrap, "--entity-type", "client-metrics", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    bad = configs("--alter", "--entity-name", "all", "--add-config", "interval.ms=5")
+    assert bad.returncode != 0 and "interval must be between 100 and 3600000" in bad.stderr
+    assert configs("--alter", "--entity-name", "all", "--add-config", "metrics=*,interval.ms=1000").returncode == 0
+    shown = configs("--describe", "--entity-name", "all").stdout
+    assert "metrics=* " in shown and "interval.ms=1000 " in shown, shown
+    topic = create_topic(broker.bootstrap, 1, prefix="telemetry-java")
+    group = share_group(broker.bootstrap)
+    java = [subprocess.Popen([*kafka_java, "org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server",
+                              broker.bootstrap, "--topic", topic, "--command-property", "client.id=java-producer"],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True),
+            subprocess.Popen([*kafka_java, "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+                              "--bootstrap-server", broker.bootstrap, "--topic", topic, "--group", group,
+                              "--command-property", "client.id=java-share"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        def names() -> dict:
+            java[0].stdin.write("hello\n")
+            java[0].stdin.flush()
+            rows = scrape(broker.metrics_url, "sharebroker_client_metric") + \
+                scrape(broker.metrics_url, "sharebroker_client_metric_total")
+            out: dict = {}
+            for r in rows:
+                out.setdefault(r["client_id"], set()).add(r["name"])
+            return out if {"java-producer", "java-share"} <= set(out) else None
+
+        got = until(names, 90, "the Java producer's and share consumer's pushed metrics on /metrics")
+        assert any(n.startswith("org.apache.kafka.producer.") for n in got["java-producer"])
+        assert any(n.startswith("org.apache.kafka.consumer.") for n in got["java-share"])
+    finally:
+        for p in java:
+            p.kill()
+            p.wait(30)
+        with contextlib.suppress(OSError):
+            java[0].stdin.close()
