@@ -66,6 +66,7 @@ TELEMETRY_MAX_BYTES_DEFAULT = 1024 * 1024
 CACHE_EXPIRY_MS = 60_000  # ClientMetricsManager.DEFAULT_CACHE_EXPIRY_MS
 MAX_INSTANCES = 16384  # ClientMetricsManager.CACHE_MAX_SIZE
 MAX_SERIES_PER_CLIENT = 2000
+MAX_RESOURCE_ATTRS = 32
 _RESERVED = (ZERO_UUID, bytes(15) + b"\x01")  # Uuid.RESERVED: ZERO_UUID, METADATA_TOPIC_ID
 
 
@@ -169,6 +170,7 @@ class ClientInstance:
         # written by push(); read by /metrics; dropped 3 x interval after the last push
         self.series: dict[tuple[str, str], Series] = {}
         self.dropped_series = 0
+        self.resource: dict[str, str] = {}  # the OTLP resource attributes of the last push (bounded)
 
     def matches(self, patterns: dict[str, re.Pattern]) -> bool:
         return all(self.attrs.get(k) is not None and p.fullmatch(self.attrs[k]) for k, p in patterns.items())
@@ -289,8 +291,8 @@ class ClientMetricsManager:
             inst = self.instances[instance_id] = self._build(instance_id, attrs)
         elif inst.subscription_version < self.version:
             fresh = self._build(instance_id, inst.attrs)
-            fresh.series, fresh.dropped_series, fresh.last_metrics_ms = inst.series, inst.dropped_series, \
-                inst.last_metrics_ms
+            fresh.series, fresh.dropped_series, fresh.last_metrics_ms, fresh.resource = \
+                inst.series, inst.dropped_series, inst.last_metrics_ms, inst.resource
             inst = self.instances[instance_id] = fresh
         inst.last_request_ms = now
         return inst
@@ -359,6 +361,7 @@ class ClientMetricsManager:
 
     def _store(self, inst: ClientInstance, decoded, now: int) -> None:
         inst.last_metrics_ms = now
+        inst.resource = {str(k)[:100]: str(v)[:200] for k, v in list(decoded.resource.items())[:MAX_RESOURCE_ATTRS]}
         for m in decoded.metrics:
             counter = m.kind == "sum" and m.monotonic
             for p in m.points:

@@ -5,6 +5,8 @@ and share consumers pushing their metrics until they show on /metrics."""
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import urllib.request
 
 import pytest
@@ -66,6 +68,18 @@ def scrape(url: str, family: str) -> list[dict]:
         text = r.read().decode()
     return [dict(s.labels, value=s.value) for f in text_string_to_metric_families(text)
             for s in f.samples if s.name == family]
+
+
+def share_consumer_row(url: str, client_id: str) -> list[str] | None:
+    """The status page's "Share consumers" row of ``client_id`` (cells as text), or None."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        page = r.read().decode()
+    table = re.search(r'<table class="share-consumers">(.*?)</table>', page, re.S)
+    for tr in re.findall(r"<tr>(.*?)</tr>", table.group(1) if table else "", re.S):
+        cells = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+        if cells and cells[0] == client_id:
+            return cells
+    return None
 
 
 def test_no_subscription_is_an_empty_one(broker):
@@ -150,6 +164,10 @@ def test_librdkafka_producer_and_share_consumer_push_their_metrics(broker):
         assert any(n.startswith("org.apache.kafka.producer.") for n in names), names
         names = until(lambda: pushed("tele-share"), 60, "the share consumer's pushed metrics on /metrics")
         assert any(n.startswith("org.apache.kafka.consumer.share.") for n in names), names
+        # the status page shows the share consumer's own view (its poll idle ratio as it pushed it)
+        row = until(lambda: share_consumer_row(broker.metrics_url.replace("/metrics", "/"), "tele-share"), 30,
+                    "the share consumer on the status page")
+        assert re.fullmatch(r"\d\.\d\d", row[3]) and "rdkafka" in row[2], row
     finally:
         consumer.close()
         producer.flush(10)
@@ -206,6 +224,10 @@ def test_kafka_configs_and_the_java_clients(broker, kafka_java):
         got = until(names, 90, "the Java producer's and share consumer's pushed metrics on /metrics")
         assert any(n.startswith("org.apache.kafka.producer.") for n in got["java-producer"])
         assert any(n.startswith("org.apache.kafka.consumer.") for n in got["java-share"])
+        page = broker.metrics_url.replace("/metrics", "/")
+        row = until(lambda: (r := share_consumer_row(page, "java-share")) and r[4] != "–" and r, 30,
+                    "the Java share consumer's records per request on the status page")
+        assert re.fullmatch(r"\d\.\d\d", row[3]) and row[6] == "0", row  # idle ratio; no acknowledgement errors
     finally:
         for p in java:
             p.kill()
