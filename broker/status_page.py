@@ -232,7 +232,7 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
     if consumers:  # KIP-714: what each share consumer pushed (README "Client telemetry")
         def fmt(v: observe.ShareConsumerView, key: str, digits: int) -> str:
             x = v.values.get(key)
-            return "–" if x is None else (f"{x:.{digits}f}" if digits else _n(int(x)))
+            return "–" if x is None or x != x else (f"{x:.{digits}f}" if digits else _n(int(x)))  # NaN: no sample yet
         out.append(_table(["Client id", "Client instance", "Software", "Poll idle ratio", "Records / request",
                            "Records consumed", "Ack errors", "Last push"],
                           [[_e(v.client_id), _e(v.instance_id), _e(v.software), fmt(v, "poll_idle_ratio", 2),
