@@ -26,7 +26,7 @@ As Kafka 4.4's ``ClientMetricsManager`` / ``ClientMetricsInstance`` / ``ClientMe
   (INVALID_RECORD if that fails); the gauge and sum data points are kept per instance and shown on
   ``/metrics`` (``broker/metrics.py``): gauges and non-monotonic sums as
   ``sharebroker_client_metric{client_instance_id, client_id, name, attributes}``, monotonic sums as
-  ``sharebroker_client_metric_total{...}`` (deltas added up: the broker asks for delta temporality).
+  ``sharebroker_client_counter_total{...}`` (deltas added up: the broker asks for delta temporality).
   ``attributes`` is the data point's attributes as ``k=v`` pairs sorted and joined with ``,``.  Bounded:
   at most ``MAX_SERIES_PER_CLIENT`` series per instance (more are dropped and counted), and an
   instance's series go 3 x its push interval after its last push.

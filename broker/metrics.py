@@ -44,7 +44,7 @@ Storage faults (broker/log/README.md, "Failed writes"), per partition and only w
 ``sharebroker_log_storage_errors_total`` (write steps that failed) and
 ``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
 Client telemetry (KIP-714, ``broker/client_metrics.py``): ``sharebroker_client_metric{client_instance_id,
-client_id, name, attributes}`` (gauges), ``sharebroker_client_metric_total{...}`` (monotonic sums),
+client_id, name, attributes}`` (gauges), ``sharebroker_client_counter_total{...}`` (monotonic sums),
 ``sharebroker_client_telemetry_instances``.
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
 The numbers shared with the status page are computed in ``broker/observe.py``.
@@ -391,7 +391,7 @@ def _client_metrics(w: _Writer, c) -> None:
     w.sample("sharebroker_client_telemetry_instances", len(m.instances))
     for name, counter, help_ in (
             ("sharebroker_client_metric", False, "Client-pushed gauges and non-monotonic sums (KIP-714)."),
-            ("sharebroker_client_metric_total", True, "Client-pushed monotonic sums, deltas added up (KIP-714).")):
+            ("sharebroker_client_counter_total", True, "Client-pushed monotonic sums, deltas added up (KIP-714).")):
         w.family(name, "counter" if counter else "gauge", help_)
         for inst in instances:
             iid, cid = uuid_str(inst.instance_id), inst.attrs.get("client_id") or ""

@@ -157,7 +157,7 @@ def test_librdkafka_producer_and_share_consumer_push_their_metrics(broker):
             producer.poll(0)
             consumer.poll(0.1)
             rows = scrape(broker.metrics_url, "sharebroker_client_metric") + \
-                scrape(broker.metrics_url, "sharebroker_client_metric_total")
+                scrape(broker.metrics_url, "sharebroker_client_counter_total")
             return {r["name"] for r in rows if r["client_id"] == client_id}
 
         names = until(lambda: pushed("tele-producer"), 60, "the producer's pushed metrics on /metrics")
@@ -215,7 +215,7 @@ def test_kafka_configs_and_the_java_clients(broker, kafka_java):
             java[0].stdin.write("hello\n")
             java[0].stdin.flush()
             rows = scrape(broker.metrics_url, "sharebroker_client_metric") + \
-                scrape(broker.metrics_url, "sharebroker_client_metric_total")
+                scrape(broker.metrics_url, "sharebroker_client_counter_total")
             out: dict = {}
             for r in rows:
                 out.setdefault(r["client_id"], set()).add(r["name"])
