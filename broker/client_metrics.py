@@ -44,7 +44,7 @@ from typing import Callable
 from broker.configs import DEFAULT, ConfigEntry, apply_ops
 from broker.log.config import INT, LIST, ConfigError
 from broker.log.files import atomic_write
-from broker.otlp import TEMPORALITY_CUMULATIVE, OtlpError, decode_metrics_data
+from broker.otlp import TEMPORALITY_CUMULATIVE, decode_metrics_data
 from protocol import compression
 from protocol.errors import Errors, KafkaError
 from protocol.primitives import ZERO_UUID
@@ -337,7 +337,7 @@ class ClientMetricsManager:
             try:
                 raw = compression.decompress(codec, data) if codec else bytes(data)
                 decoded = decode_metrics_data(raw)
-            except (OtlpError, Exception) as e:  # a codec's own error, or the protobuf's
+            except Exception as e:  # OtlpError, or any codec's own error (Kafka catches Throwable here)
                 log.debug("undecodable telemetry from %s: %s", uuid_str(instance_id), e)
                 inst.last_error = Errors.INVALID_RECORD
                 return Errors.INVALID_RECORD
@@ -377,6 +377,11 @@ class ClientMetricsManager:
                     s.value += p.value  # a delta
                 else:
                     s.value = p.value
+
+    def live(self, now: int) -> int:
+        """How many instances have not expired (those past it go at the next telemetry request)."""
+        return sum(1 for i in self.instances.values()
+                   if now - i.last_request_ms < max(CACHE_EXPIRY_MS, 3 * i.interval_ms))
 
     def exposed(self, now: int) -> list[ClientInstance]:
         """The instances whose metrics /metrics shows: pushed within 3 x their push interval."""

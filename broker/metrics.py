@@ -386,9 +386,10 @@ def _client_metrics(w: _Writer, c) -> None:
         return
     from broker.client_metrics import uuid_str
 
-    instances = m.exposed(c.now_ms())
+    now = c.now_ms()
+    instances = m.exposed(now)
     w.family("sharebroker_client_telemetry_instances", "gauge", "Client instances known to the broker (KIP-714).")
-    w.sample("sharebroker_client_telemetry_instances", len(m.instances))
+    w.sample("sharebroker_client_telemetry_instances", m.live(now))
     for name, counter, help_ in (
             ("sharebroker_client_metric", False, "Client-pushed gauges and non-monotonic sums (KIP-714)."),
             ("sharebroker_client_counter_total", True, "Client-pushed monotonic sums, deltas added up (KIP-714).")):

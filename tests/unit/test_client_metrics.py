@@ -129,6 +129,11 @@ def test_pushed_series_are_kept_and_expire(mgr, clock):
     assert mgr.exposed(clock.t)
     clock.t += 1
     assert mgr.exposed(clock.t) == []  # gone for 3 x the push interval
+    assert mgr.live(clock.t) == 1
+    clock.t += 60_000 - 3000  # Kafka's cache expiry: max(60 s, 3 x interval) after the last request
+    assert mgr.live(clock.t) == 0
+    mgr.get_subscriptions(ZERO_UUID, ATTRS)
+    assert list(mgr.instances) != [inst.instance_id] and len(mgr.instances) == 1  # the old one purged
 
 
 def test_validation_as_kafka(mgr):

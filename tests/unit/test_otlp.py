@@ -4,19 +4,12 @@ import struct
 import pytest
 
 from broker.otlp import OtlpError, decode_metrics_data, fields
+from tests.protocol.test_null_fields import _uvarint
 
 
 def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    """A protobuf varint: 64 bits, negatives as two's complement (10 bytes)."""
+    return _uvarint(n & ((1 << 64) - 1))
 
 
 def key(num: int, wire: int) -> bytes:
