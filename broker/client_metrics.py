@@ -28,8 +28,9 @@ As Kafka 4.4's ``ClientMetricsManager`` / ``ClientMetricsInstance`` / ``ClientMe
   ``sharebroker_client_metric{client_instance_id, client_id, name, attributes}``, monotonic sums as
   ``sharebroker_client_counter_total{...}`` (deltas added up: the broker asks for delta temporality).
   ``attributes`` is the data point's attributes as ``k=v`` pairs sorted and joined with ``,``.  Bounded:
-  at most ``MAX_SERIES_PER_CLIENT`` series per instance (more are dropped and counted), and an
-  instance's series go 3 x its push interval after its last push.
+  at most ``MAX_SERIES_PER_CLIENT`` series per instance and ``MAX_SERIES_TOTAL`` in all (more are
+  dropped and counted), names and attributes cut at ``MAX_LABEL`` characters, and an instance's series
+  are no longer shown 3 x its push interval after its last push (and freed with the instance).
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ TELEMETRY_MAX_BYTES_DEFAULT = 1024 * 1024
 CACHE_EXPIRY_MS = 60_000  # ClientMetricsManager.DEFAULT_CACHE_EXPIRY_MS
 MAX_INSTANCES = 16384  # ClientMetricsManager.CACHE_MAX_SIZE
 MAX_SERIES_PER_CLIENT = 2000
+MAX_SERIES_TOTAL = 100_000
+MAX_LABEL = 255  # characters kept of a metric name or an attributes label
 MAX_RESOURCE_ATTRS = 32
 _RESERVED = (ZERO_UUID, bytes(15) + b"\x01")  # Uuid.RESERVED: ZERO_UUID, METADATA_TOPIC_ID
 
@@ -206,6 +209,7 @@ class ClientMetricsManager:
         self.instances: dict[bytes, ClientInstance] = {}
         self._accepted: list[int] | None = None  # the codecs we can decompress, found on first use
         self._next_purge = 0
+        self.series_total = 0  # the series of every instance together (at most MAX_SERIES_TOTAL)
         if self._path and os.path.exists(self._path):
             with open(self._path, "rb") as f:
                 for name, props in json.loads(f.read()).items():
@@ -286,7 +290,7 @@ class ClientMetricsManager:
         if inst is None:
             if len(self.instances) >= MAX_INSTANCES:  # LRU-like: the least recently used one goes
                 oldest = min(self.instances.values(), key=lambda i: i.last_request_ms)
-                del self.instances[oldest.instance_id]
+                self._forget(oldest.instance_id)
             attrs = dict(ctx_attrs, client_instance_id=uuid_str(instance_id))
             inst = self.instances[instance_id] = self._build(instance_id, attrs)
         elif inst.subscription_version < self.version:
@@ -305,7 +309,11 @@ class ClientMetricsManager:
         gone = [k for k, i in self.instances.items()
                 if now - i.last_request_ms >= max(CACHE_EXPIRY_MS, 3 * i.interval_ms)]
         for k in gone:
-            del self.instances[k]
+            self._forget(k)
+
+    def _forget(self, instance_id: bytes) -> None:
+        inst = self.instances.pop(instance_id)
+        self.series_total -= len(inst.series)
 
     def get_subscriptions(self, instance_id: bytes, ctx_attrs: dict):
         """GetTelemetrySubscriptions: ``(error, instance)``."""
@@ -365,14 +373,15 @@ class ClientMetricsManager:
         for m in decoded.metrics:
             counter = m.kind == "sum" and m.monotonic
             for p in m.points:
-                attrs = ",".join(f"{k}={v}" for k, v in sorted(p.attributes.items()))
-                key = (m.name, attrs)
+                attrs = ",".join(f"{k}={v}" for k, v in sorted(p.attributes.items()))[:MAX_LABEL]
+                key = (m.name[:MAX_LABEL], attrs)
                 s = inst.series.get(key)
                 if s is None:
-                    if len(inst.series) >= MAX_SERIES_PER_CLIENT:
+                    if len(inst.series) >= MAX_SERIES_PER_CLIENT or self.series_total >= MAX_SERIES_TOTAL:
                         inst.dropped_series += 1
                         continue
-                    s = inst.series[key] = Series(m.name, attrs, counter)
+                    s = inst.series[key] = Series(key[0], attrs, counter)
+                    self.series_total += 1
                 if m.kind == "sum" and m.temporality != TEMPORALITY_CUMULATIVE:
                     s.value += p.value  # a delta
                 else:

@@ -163,3 +163,24 @@ def test_describe_and_persistence(mgr, tmp_path, clock):
     assert {e.name: e.value for e in again.describe("unknown")}["interval.ms"] == "300000"
     again.alter("sub", [op("metrics", None, 1), op("interval.ms", None, 1)], False)  # DELETE every key
     assert ClientMetricsManager(BrokerConfig(), str(tmp_path), clock).names() == []
+
+
+def test_series_are_bounded(mgr, clock, monkeypatch):
+    import broker.client_metrics as cm
+
+    monkeypatch.setattr(cm, "MAX_SERIES_PER_CLIENT", 3)
+    monkeypatch.setattr(cm, "MAX_SERIES_TOTAL", 4)
+    mgr.max_bytes = 10_000
+    mgr.alter("a", [op("metrics", "*"), op("interval.ms", "100")], False)
+    sent = []
+    for n in range(2):
+        _, inst = mgr.get_subscriptions(ZERO_UUID, ATTRS)
+        data = b"".join(gauge(f"m{i}" + "x" * 300, i) for i in range(5))  # names longer than MAX_LABEL
+        assert mgr.push(inst.instance_id, ATTRS, inst.subscription_id, False, 0, data) == 0
+        sent.append(inst)
+    assert [len(i.series) for i in sent] == [3, 1] and mgr.series_total == 4
+    assert [i.dropped_series for i in sent] == [2, 4]
+    assert all(len(s.name) == 255 for s in sent[0].series.values())
+    clock.t += 60_000
+    mgr.get_subscriptions(ZERO_UUID, ATTRS)  # the two expired instances are freed with their series
+    assert mgr.series_total == 0
