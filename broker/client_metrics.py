@@ -7,8 +7,9 @@ As Kafka 4.4's ``ClientMetricsManager`` / ``ClientMetricsInstance`` / ``ClientMe
   ``metrics`` (list of metric-name prefixes, ``*`` = all, default empty = none), ``interval.ms``
   (100..3600000, default 300000) and ``match`` (``client_id=regex``, ... over client_instance_id,
   client_id, client_software_name, client_software_version, client_source_address,
-  client_source_port; default empty = every client).  Unknown keys and a bad interval are
-  INVALID_REQUEST, a bad match pattern or a duplicated list value INVALID_CONFIG, as Kafka.
+  client_source_port; default empty = every client).  Unknown keys, an empty name and an interval out
+  of range are INVALID_REQUEST, a bad match pattern or a non-number interval INVALID_CONFIG, as Kafka
+  (tests/differential: ``client_metrics_configs``).
   Deleting every key removes the subscription.
 - **Client instances**: GetTelemetrySubscriptions with the zero uuid gets a new id.  An instance's
   subscription is every matching subscription's metrics together (``*`` when one asks for all) at the
@@ -91,11 +92,10 @@ def subscription_id(metrics: list[str], interval_ms: int, instance_id: bytes) ->
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def _parse_list(key: str, value: str) -> list[str]:
-    items = [x.strip() for x in value.split(",")] if value.strip() else []
-    if len(set(items)) != len(items):
-        raise ConfigError(f"Configuration '{key}' values must not be duplicated.")
-    return items
+def _parse_list(value: str) -> list[str]:
+    """A LIST config value (ConfigDef.parseType). A value listed twice is accepted, as Kafka 4.4's
+    IncrementalAlterConfigs does (tests/differential: client_metrics_configs)."""
+    return [x.strip() for x in value.split(",")] if value.strip() else []
 
 
 def parse_match(patterns: list[str]) -> dict[str, re.Pattern]:
@@ -117,9 +117,9 @@ class Subscription:
 
     def __init__(self, name: str, props: dict[str, str]):
         self.name = name
-        self.metrics = _parse_list(METRICS, props.get(METRICS, ""))
+        self.metrics = _parse_list(props.get(METRICS, ""))
         self.interval_ms = int(props.get(INTERVAL_MS, INTERVAL_MS_DEFAULT))
-        self.match = parse_match(_parse_list(MATCH, props.get(MATCH, "")))
+        self.match = parse_match(_parse_list(props.get(MATCH, "")))
 
 
 def validate(name: str, props: dict[str, str]) -> None:
@@ -236,7 +236,7 @@ class ClientMetricsManager:
         for key, default, type_ in ((INTERVAL_MS, str(INTERVAL_MS_DEFAULT), INT), (MATCH, "", LIST),
                                     (METRICS, "", LIST)):
             if key in props:
-                value = props[key].strip() if type_ == INT else ",".join(_parse_list(key, props[key]))
+                value = props[key].strip() if type_ == INT else ",".join(_parse_list(props[key]))
                 out.append(ConfigEntry(key, value, SOURCE_CLIENT_METRICS,
                                        synonyms=[(key, value, SOURCE_CLIENT_METRICS)], type_=type_))
             else:

@@ -423,6 +423,54 @@ def telemetry_no_subscription(s: Side) -> dict:
     return out
 
 
+def client_metrics_configs(s: Side) -> dict:
+    """KIP-714 subscriptions as CLIENT_METRICS (16) config resources: IncrementalAlterConfigs refusing bad
+    ones, then setting, describing, listing and deleting one.  Its ``match`` names only this scenario's own
+    client id, so it changes no other client's subscription (the reference Kafka is shared)."""
+    from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Alter
+    from protocol.messages.list_config_resources import ListConfigResourcesRequest as ListReq
+
+    n, w = s.names, s.wire()
+
+    def alter(name: str, **configs) -> dict:
+        ops = [Alter.AlterableConfig(name=k.replace("_", "."), config_operation=1 if v is None else 0, value=v)
+               for k, v in configs.items()]
+        return plain(w.request(Alter(resources=[Alter.AlterConfigsResource(
+            resource_type=16, resource_name=name, configs=ops)]), 1))
+
+    def listed(version: int) -> list:
+        r = plain(w.request(ListReq(resource_types=[16] if version else []), version))
+        r["config_resources"] = [c for c in r["config_resources"] if c["resource_name"] == n["sub"]]
+        return r
+
+    def describe(name: str) -> dict:
+        r = plain(w.request(DescribeConfigsRequest(include_synonyms=True, resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=16, resource_name=name,
+                                                           configuration_keys=None)]), 4))
+        for res in r["results"]:
+            res["configs"] = {c.pop("name"): c for c in res["configs"]}
+        return r
+
+    match = f"client_id={n['client']}"
+    out = {"empty_name": alter("", metrics="*"), "unknown_key": alter(n["sub"], bogus="1"),
+           "interval_too_small": alter(n["sub"], interval_ms="99"),
+           "interval_too_large": alter(n["sub"], interval_ms="3600001"),
+           "interval_not_a_number": alter(n["sub"], interval_ms="abc"),
+           "bad_match": alter(n["sub"], match="client_id"), "unknown_match_key": alter(n["sub"], match="nope=x"),
+           "duplicate_metric": alter(n["sub"], metrics="a,a", match=match),
+           "set": alter(n["sub"], metrics="org.apache.kafka.producer.,org.apache.kafka.consumer.",
+                        interval_ms="1000", match=match)}
+    out["described"] = until(lambda: (d := describe(n["sub"]))["results"][0]["configs"]["match"]["value"] and d, 15,
+                             "the subscription described")
+    out["described_unset"] = describe(n["unset"])
+    out["listed_v1"] = listed(1)
+    out["listed_v0"] = listed(0)
+    out["deleted"] = alter(n["sub"], metrics=None, interval_ms=None, match=None)
+    out["listed_after_delete"] = until(lambda: not (r := listed(1))["config_resources"] and r, 15,
+                                       "the subscription gone")
+    return out
+
+
 SCENARIOS = {
     "api_versions": (api_versions, ()),
     "api_versions_invalid": (api_versions_invalid, ()),
@@ -437,6 +485,7 @@ SCENARIOS = {
     "share_acknowledge_bad_batches": (share_acknowledge_bad_batches, ("topic", "group")),
     "fenced_producer_codes": (fenced_producer_codes, ("topic", "txn", "group")),
     "telemetry_no_subscription": (telemetry_no_subscription, ()),
+    "client_metrics_configs": (client_metrics_configs, ("sub", "unset", "client")),
 }
 
 # Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
