@@ -13,7 +13,7 @@ part, each the single owner of its state.
 | ``fetch_sessions`` | ``broker.fetch_sessions.FetchSessionCache`` | KIP-227 fetch sessions                    |
 | ``producer_ids`` | ``broker.producer_ids.ProducerIdManager`` | producer id blocks                            |
 | ``settings``     | ``broker.configs.BrokerSettings``      | dynamic broker defaults                          |
-| ``configs``      | ``broker.configs.ConfigResources``     | TOPIC / BROKER / GROUP config resources          |
+| ``configs``      | ``broker.configs.ConfigResources``     | TOPIC / BROKER / GROUP / CLIENT_METRICS config resources |
 | ``group_configs``| ``broker.group_configs.GroupConfigManager`` | per-group overrides                         |
 | ``share_state``  | ``coordinator.share_state.ShareCoordinator`` | durable share state (``__share_group_state``)    |
 | ``groups``       | ``coordinator.group.GroupCoordinator`` | every group (classic, consumer, share), offsets  |
@@ -24,6 +24,7 @@ part, each the single owner of its state.
 | ``transactions`` | ``coordinator.transaction.TransactionCoordinator`` | transactional ids (``__transaction_state``) |
 | ``quotas``       | ``broker.quotas.Quotas``               | client quotas (``meta/client-quotas.json``) and their sensors |
 | ``cleaner``      | ``broker.log.cleaner.LogCleaner``      | compaction: cleaner checkpoints, its worker processes |
+| ``client_metrics`` | ``broker.client_metrics.ClientMetricsManager`` | KIP-714 subscriptions, client instances, pushed metrics |
 | ``listening``    | ``asyncio.Event``                      | set once the listener is open: the coordinators' loads start |
 
 Each part is constructed with the narrow collaborators it uses (never the broker
@@ -44,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from broker.client_metrics import ClientMetricsManager
 from broker.cluster_view import ClusterView
 from broker.config import BrokerConfig
 from broker.configs import BrokerConfigs, BrokerSettings, ConfigResources, TopicConfigs
@@ -104,6 +106,7 @@ class Components:
     transactions: object = None  # coordinator.transaction.TransactionCoordinator (broker.transactions)
     quotas: Quotas = field(default_factory=lambda: build_quotas(BrokerConfig(), None))
     cleaner: object = None  # broker.log.cleaner.LogCleaner
+    client_metrics: object = None  # broker.client_metrics.ClientMetricsManager (KIP-714)
     # set by the app once the listener is open: the coordinators' loads start then (accepting comes first)
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     now_ms: Callable[[], int] = now_ms
@@ -161,7 +164,8 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     topics = Topics(logs, watchers)
     topics.ensure_internal(config)
     group_configs = GroupConfigManager(config, meta, background=logs.background)
-    configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs)
+    client_metrics = ClientMetricsManager(config, meta, now_ms, background=logs.background)
+    configs = ConfigResources(TopicConfigs(logs, settings), BrokerConfigs(settings), group_configs, client_metrics)
 
     def partition_exists(topic_id: bytes, partition: int) -> bool:
         info = logs.topic_by_id(topic_id)
@@ -206,7 +210,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
     cleaner = LogCleaner(logs, config)
     topics.on_delete(lambda name, _topic_id: cleaner.topic_deleted(name))
     cleaner.start(loop)
-    return Components(cleaner=cleaner, config=config, node=node, logs=logs, topics=topics, watchers=watchers,
+    return Components(cleaner=cleaner, client_metrics=client_metrics, config=config, node=node, logs=logs, topics=topics, watchers=watchers,
                       fetch_sessions=FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots",
                                                                       1000)),
                       producer_ids=producer_ids, settings=settings, configs=configs, transactions=transactions,

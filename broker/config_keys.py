@@ -134,6 +134,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("errors.deadletterqueue.topic.name.prefix", STRING),
     # client quotas (broker/quotas)
     _k("quota.window.num", INT, minimum=1),
+    _k("telemetry.max.bytes", INT, minimum=1),  # KIP-714 (broker/client_metrics.py)
     _k("quota.window.size.seconds", INT, minimum=1),
     _k("controller.quota.window.num", INT, minimum=1),
     _k("controller.quota.window.size.seconds", INT, minimum=1),

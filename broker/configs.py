@@ -6,7 +6,8 @@ One class per resource type, registered in the broker's :class:`ConfigResources`
 - BROKER (4): the broker's settings; the topic-default synonyms (``log.retention.ms``,
   ``log.segment.bytes``, ...) can be altered at run time, as Kafka's cluster-wide
   dynamic defaults, and are persisted in ``meta/broker-configs.json``;
-- GROUP (32): ``broker.group_configs.GroupConfigManager`` (share- and consumer-group configs).
+- GROUP (32): ``broker.group_configs.GroupConfigManager`` (share- and consumer-group configs);
+- CLIENT_METRICS (16): ``broker.client_metrics.ClientMetricsManager`` (KIP-714 subscriptions).
 Config sources follow Kafka's numbering.  :class:`BrokerSettings` owns the static
 settings and the dynamic cluster-wide defaults together, and derives the topic-config
 defaults from them (Kafka's synonyms).

@@ -43,6 +43,9 @@ up, for ``rate()``); per partition ``sharebroker_log_corrupt_batches_total`` and
 Storage faults (broker/log/README.md, "Failed writes"), per partition and only where non-zero:
 ``sharebroker_log_storage_errors_total`` (write steps that failed) and
 ``sharebroker_log_startup_missing_offsets`` (offsets the checkpoint promised beyond the log end at start-up).
+Client telemetry (KIP-714, ``broker/client_metrics.py``): ``sharebroker_client_metric{client_instance_id,
+client_id, name, attributes}`` (gauges), ``sharebroker_client_counter_total{...}`` (monotonic sums),
+``sharebroker_client_telemetry_instances``.
 The standard Prometheus process gauges ``process_open_fds`` and ``process_max_fds`` (the open-file limit).
 Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed file operation reported to
 ``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
@@ -82,7 +85,7 @@ class _Writer:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {kind}")
 
-    def sample(self, name: str, value, **labels) -> None:
+    def sample(self, name: str, value, /, **labels) -> None:  # positional: a label may be called "name"
         if labels:
             inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
             self.lines.append(f"{name}{{{inner}}} {value}")
@@ -169,6 +172,7 @@ def render(c, connections: int, memory=None) -> bytes:
     _storage_faults(w, c)
     _cleaner(w, c)
     _quotas(w, c.quotas)
+    _client_metrics(w, c)
     return w.text()
 
 
@@ -395,6 +399,35 @@ def _cleaner(w: _Writer, c) -> None:
     name = "kafka_log_logcleanermanager_uncleanable_partitions_count"
     w.family(name, "gauge", "Partitions the cleaner gave up on (a pass failed), per log directory.")
     w.sample(name, values["uncleanable_partitions_count"], logDirectory=c.logs.data_dir)
+
+
+def _client_metrics(w: _Writer, c) -> None:
+    """KIP-714: what client instances pushed (broker/client_metrics.py, which documents the scheme)."""
+    m = c.client_metrics
+    if m is None:
+        return
+    from broker.client_metrics import uuid_str
+
+    now = c.now_ms()
+    instances = m.exposed(now)
+    w.family("sharebroker_client_telemetry_instances", "gauge", "Client instances known to the broker (KIP-714).")
+    w.sample("sharebroker_client_telemetry_instances", m.live(now))
+    for name, counter, help_ in (
+            ("sharebroker_client_metric", False, "Client-pushed gauges and non-monotonic sums (KIP-714)."),
+            ("sharebroker_client_counter_total", True, "Client-pushed monotonic sums, deltas added up (KIP-714).")):
+        w.family(name, "counter" if counter else "gauge", help_)
+        for inst in instances:
+            iid, cid = uuid_str(inst.instance_id), inst.attrs.get("client_id") or ""
+            for s in inst.series.values():
+                if s.counter == counter:
+                    w.sample(name, s.value, client_instance_id=iid, client_id=cid, name=s.name,
+                             attributes=s.attributes)
+    name = "sharebroker_client_metric_dropped_series_total"
+    w.family(name, "counter", "Series a client pushed beyond the per-instance cap (KIP-714).")
+    for inst in instances:
+        if inst.dropped_series:
+            w.sample(name, inst.dropped_series, client_instance_id=uuid_str(inst.instance_id),
+                     client_id=inst.attrs.get("client_id") or "")
 
 
 class MetricsServer:

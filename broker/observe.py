@@ -91,6 +91,51 @@ def dlq_topics(c) -> list[DlqTopicView]:
     return out
 
 
+# KIP-714 metric names (Kafka's ShareFetchMetricsRegistry, ShareConsumerMetrics) a share consumer pushes
+SHARE_PREFIX = "org.apache.kafka.consumer.share."
+SHARE_CLIENT_METRICS = {
+    "poll_idle_ratio": SHARE_PREFIX + "poll.idle.ratio.avg",
+    "records_per_request": SHARE_PREFIX + "fetch.manager.records.per.request.avg",
+    "records_consumed": SHARE_PREFIX + "fetch.manager.records.consumed.total",
+    "ack_errors": SHARE_PREFIX + "fetch.manager.acknowledgements.error.total",
+}
+
+
+@dataclass(slots=True)
+class ShareConsumerView:
+    client_id: str
+    instance_id: str
+    software: str
+    pushed_ms_ago: int
+    values: dict        # SHARE_CLIENT_METRICS key -> value (absent: the client does not push it)
+
+
+def share_consumers(c, now_ms: int) -> list[ShareConsumerView]:
+    """The share consumers that push KIP-714 metrics (broker/client_metrics.py), by client id: their own
+    view (poll idle ratio, records per request, records consumed, acknowledgement errors), summed over
+    the data points of each metric (Java pushes some per topic)."""
+    m = c.client_metrics
+    if m is None:
+        return []
+    from broker.client_metrics import uuid_str
+
+    out = []
+    for inst in m.exposed(now_ms):
+        if not any(s.name.startswith(SHARE_PREFIX) for s in inst.series.values()):
+            continue
+        by_name = {v: k for k, v in SHARE_CLIENT_METRICS.items()}
+        values: dict = {}
+        for s in inst.series.values():
+            key = by_name.get(s.name)
+            if key is not None:
+                values[key] = values.get(key, 0) + s.value
+        software = " ".join(x for x in (inst.attrs.get("client_software_name"),
+                                        inst.attrs.get("client_software_version")) if x)
+        out.append(ShareConsumerView(inst.attrs.get("client_id") or "", uuid_str(inst.instance_id), software,
+                                     now_ms - inst.last_metrics_ms, values))
+    return sorted(out, key=lambda v: (v.client_id, v.instance_id))
+
+
 def storage_faults(c) -> list[tuple[str, int, int, int]]:
     """(topic, partition, failed write steps, offsets missing at start-up) of the partitions where
     either is non-zero, sorted (broker/log/README.md, "Failed writes")."""

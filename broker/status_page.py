@@ -3,8 +3,10 @@
 One small HTML page with inline CSS and inline SVG, no script and no external asset (the response's
 Content-Security-Policy forbids both): share groups with their state, members and share partitions
 (start offset, in-flight, archived, lag), consumer groups with state, members and lag, a sparkline
-of each group's lag over the last hour, the dead-letter topics with their record counts, and the storage errors
-and failed accepts since start-up (by operation and errno, with the latest one; `broker/log/faults.py`).
+of each group's lag over the last hour, the dead-letter topics with their record counts, each share
+consumer's own view as it pushes it with KIP-714 (poll idle ratio, records per request, acknowledgement errors),
+and the storage errors and failed accepts since start-up (by operation and errno, with the latest one;
+`broker/log/faults.py`).
 
 The numbers come from ``broker.observe``, the same views the Prometheus exposition uses; the page
 is built on request from memory (no log is read) on the metrics listener, never on a Kafka request.
@@ -228,6 +230,22 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
                           "dlq-topics", {1, 2}))
     else:
         out.append('<p class="empty">No dead-letter topics.</p>')
+
+    out.append('<h2 id="share-consumers">Share consumers (client telemetry)</h2>')
+    consumers = observe.share_consumers(c, int(now * 1000))
+    if consumers:  # KIP-714: what each share consumer pushed (README "Client telemetry")
+        def fmt(v: observe.ShareConsumerView, key: str, digits: int) -> str:
+            x = v.values.get(key)
+            return "–" if x is None or x != x else (f"{x:.{digits}f}" if digits else _n(int(x)))  # NaN: no sample yet
+        out.append(_table(["Client id", "Client instance", "Software", "Poll idle ratio", "Records / request",
+                           "Records consumed", "Ack errors", "Last push"],
+                          [[_e(v.client_id), _e(v.instance_id), _e(v.software), fmt(v, "poll_idle_ratio", 2),
+                            fmt(v, "records_per_request", 1), fmt(v, "records_consumed", 0),
+                            fmt(v, "ack_errors", 0), f"{v.pushed_ms_ago / 1000:.0f} s ago"] for v in consumers],
+                          "share-consumers", {3, 4, 5, 6}))
+    else:
+        out.append('<p class="empty">No share consumer pushes its metrics (subscribe with '
+                   '<code>kafka-configs.sh --entity-type client-metrics</code>).</p>')
 
     out.append('<h2 id="storage">Storage faults</h2>')
     faults = observe.storage_faults(c)

@@ -33,6 +33,7 @@ APIS = [
     "DescribeTopicPartitions", "ElectLeaders", "AlterPartitionReassignments",
     "ListPartitionReassignments", "DescribeQuorum", "UpdateFeatures",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
+    "GetTelemetrySubscriptions", "PushTelemetry",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]

@@ -41,6 +41,8 @@ async def api_versions(ctx, req):
     if ctx.api_version >= 3:
         if not all(_SOFTWARE.match(v or "") for v in (req.client_software_name, req.client_software_version)):
             return ApiVersionsResponse(error_code=Errors.INVALID_REQUEST, api_keys=[])
+        if ctx.connection is not None:  # what client-metrics ``match`` patterns test (broker/client_metrics.py)
+            ctx.connection.client_software = (req.client_software_name, req.client_software_version)
     if ctx.api_version >= 5 and (req.cluster_id is not None or req.node_id != -1):
         node = ctx.components.node
         if (req.cluster_id is None) != (req.node_id == -1):  # both or neither (ApiVersionsRequest.isValid)

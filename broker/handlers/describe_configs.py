@@ -1,9 +1,9 @@
-"""DescribeConfigs (32) v1-4 for TOPIC (2), BROKER (4) and GROUP (32) resources.
+"""DescribeConfigs (32) v1-4 for TOPIC (2), BROKER (4), CLIENT_METRICS (16) and GROUP (32) resources.
 
 ConfigurationKeys filters; synonyms (most specific first) when IncludeSynonyms;
 config types from v3.  Unknown resource types get INVALID_REQUEST, unknown topics
 UNKNOWN_TOPIC_OR_PARTITION.  DESCRIBE_CONFIGS on the TOPIC / GROUP, or on the CLUSTER for
-BROKER resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
+BROKER and CLIENT_METRICS resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
 """
 from __future__ import annotations
 

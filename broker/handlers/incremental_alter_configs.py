@@ -1,9 +1,10 @@
-"""IncrementalAlterConfigs (44) v0-1: SET / DELETE / APPEND / SUBTRACT on TOPIC, BROKER, GROUP.
+"""IncrementalAlterConfigs (44) v0-1: SET / DELETE / APPEND / SUBTRACT on TOPIC, BROKER, GROUP,
+CLIENT_METRICS (KIP-714 subscriptions: broker/client_metrics.py).
 
 Each resource is validated as a whole and applied only if every operation is
 valid (INVALID_CONFIG otherwise, with Kafka's message); a key listed twice for one
 resource is INVALID_REQUEST.  ``validateOnly`` checks without applying.  ALTER_CONFIGS on the TOPIC / GROUP, or on the
-CLUSTER for BROKER resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
+CLUSTER for BROKER and CLIENT_METRICS resources, else TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED (checked first).
 """
 from __future__ import annotations
 

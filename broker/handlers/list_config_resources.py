@@ -1,5 +1,5 @@
-"""ListConfigResources (74) v0-1: v0 lists client-metrics resources (none here); v1 takes
-resource types (empty = all we know: TOPIC, BROKER, GROUP) and lists their names.
+"""ListConfigResources (74) v0-1: v0 (ListClientMetricsResources) lists client-metrics subscriptions;
+v1 takes resource types (empty = all we know: TOPIC, BROKER, CLIENT_METRICS, GROUP) and lists their names.
 DESCRIBE_CONFIGS on the CLUSTER or CLUSTER_AUTHORIZATION_FAILED, as KafkaApis."""
 from __future__ import annotations
 
@@ -17,13 +17,9 @@ async def list_config_resources(ctx, req):
     c = ctx.components
     if not allowed_cluster(ctx, "DESCRIBE_CONFIGS"):
         return ListConfigResourcesResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, config_resources=[])
-    if ctx.api_version == 0:
-        return ListConfigResourcesResponse(config_resources=[])
-    types = list(req.resource_types) or c.configs.types()
+    types = [CLIENT_METRICS] if ctx.api_version == 0 else (list(req.resource_types) or c.configs.types())
     out = []
     for t in types:
-        if t == CLIENT_METRICS:
-            continue
         res = c.configs.get(t)
         if res is None:
             return ListConfigResourcesResponse(error_code=Errors.UNSUPPORTED_VERSION)

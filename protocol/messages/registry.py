@@ -67,6 +67,8 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
@@ -140,6 +142,8 @@ MODULES = {
     66: ("protocol.messages.list_transactions", "ListTransactionsRequest", "ListTransactionsResponse"),
     68: ("protocol.messages.consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"),
     69: ("protocol.messages.consumer_group_describe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"),
+    71: ("protocol.messages.get_telemetry_subscriptions", "GetTelemetrySubscriptionsRequest", "GetTelemetrySubscriptionsResponse"),
+    72: ("protocol.messages.push_telemetry", "PushTelemetryRequest", "PushTelemetryResponse"),
     74: ("protocol.messages.list_config_resources", "ListConfigResourcesRequest", "ListConfigResourcesResponse"),
     75: ("protocol.messages.describe_topic_partitions", "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse"),
     76: ("protocol.messages.share_group_heartbeat", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse"),

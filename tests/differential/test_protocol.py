@@ -21,6 +21,7 @@ from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
@@ -404,6 +405,72 @@ def fenced_producer_codes(s: Side) -> dict:
     return out
 
 
+def telemetry_no_subscription(s: Side) -> dict:
+    """KIP-714 with no client-metrics subscription: a new client instance gets the empty subscription at the
+    default push interval; a second get sooner than it is throttled; pushes with the zero id or a wrong
+    subscription id are refused (Kafka serves 71/72 even when it does not advertise them)."""
+    from protocol.messages.get_telemetry_subscriptions import GetTelemetrySubscriptionsRequest as GetReq
+    from protocol.messages.push_telemetry import PushTelemetryRequest as PushReq
+
+    w = s.wire()
+    first = w.request(GetReq(client_instance_id=ZERO_UUID), 0)
+    iid, sid = first.client_instance_id, first.subscription_id
+    out = {"first": plain(first), "again": plain(w.request(GetReq(client_instance_id=iid), 0)),
+           "push_zero_id": plain(w.request(PushReq(client_instance_id=ZERO_UUID, subscription_id=sid), 0)),
+           "push_wrong_subscription": plain(w.request(PushReq(client_instance_id=iid, subscription_id=sid ^ 1), 0))}
+    out["first"]["client_instance_id"] = "<zero>" if iid == ZERO_UUID else "<assigned>"
+    out["first"]["subscription_id"] = "<id>"
+    return out
+
+
+def client_metrics_configs(s: Side) -> dict:
+    """KIP-714 subscriptions as CLIENT_METRICS (16) config resources: IncrementalAlterConfigs refusing bad
+    ones, then setting, describing, listing and deleting one.  Its ``match`` names only this scenario's own
+    client id, so it changes no other client's subscription (the reference Kafka is shared)."""
+    from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Alter
+    from protocol.messages.list_config_resources import ListConfigResourcesRequest as ListReq
+
+    n, w = s.names, s.wire()
+
+    def alter(name: str, **configs) -> dict:
+        ops = [Alter.AlterableConfig(name=k.replace("_", "."), config_operation=1 if v is None else 0, value=v)
+               for k, v in configs.items()]
+        return plain(w.request(Alter(resources=[Alter.AlterConfigsResource(
+            resource_type=16, resource_name=name, configs=ops)]), 1))
+
+    def listed(version: int) -> list:
+        r = plain(w.request(ListReq(resource_types=[16] if version else []), version))
+        r["config_resources"] = [c for c in r["config_resources"] if c["resource_name"] == n["sub"]]
+        return r
+
+    def describe(name: str) -> dict:
+        r = plain(w.request(DescribeConfigsRequest(include_synonyms=True, resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=16, resource_name=name,
+                                                           configuration_keys=None)]), 4))
+        for res in r["results"]:
+            res["configs"] = {c.pop("name"): c for c in res["configs"]}
+        return r
+
+    match = f"client_id={n['client']}"
+    out = {"empty_name": alter("", metrics="*"), "unknown_key": alter(n["sub"], bogus="1"),
+           "interval_too_small": alter(n["sub"], interval_ms="99"),
+           "interval_too_large": alter(n["sub"], interval_ms="3600001"),
+           "interval_not_a_number": alter(n["sub"], interval_ms="abc"),
+           "bad_match": alter(n["sub"], match="client_id"), "unknown_match_key": alter(n["sub"], match="nope=x"),
+           "duplicate_metric": alter(n["sub"], metrics="a,a", match=match),
+           "set": alter(n["sub"], metrics="org.apache.kafka.producer.,org.apache.kafka.consumer.",
+                        interval_ms="1000", match=match)}
+    out["described"] = until(lambda: (d := describe(n["sub"]))["results"][0]["configs"]["match"]["value"] and d, 15,
+                             "the subscription described")
+    out["described_unset"] = describe(n["unset"])
+    out["listed_v1"] = listed(1)
+    out["listed_v0"] = listed(0)
+    out["deleted"] = alter(n["sub"], metrics=None, interval_ms=None, match=None)
+    out["listed_after_delete"] = until(lambda: not (r := listed(1))["config_resources"] and r, 15,
+                                       "the subscription gone")
+    return out
+
+
 SCENARIOS = {
     "api_versions": (api_versions, ()),
     "api_versions_invalid": (api_versions_invalid, ()),
@@ -417,6 +484,8 @@ SCENARIOS = {
     "share_fetch_session_epochs": (share_fetch_session_epochs, ("topic", "group")),
     "share_acknowledge_bad_batches": (share_acknowledge_bad_batches, ("topic", "group")),
     "fenced_producer_codes": (fenced_producer_codes, ("topic", "txn", "group")),
+    "telemetry_no_subscription": (telemetry_no_subscription, ()),
+    "client_metrics_configs": (client_metrics_configs, ("sub", "unset", "client")),
 }
 
 # Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
@@ -442,6 +511,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("api_versions", f"v3.api_keys.api-{key}"): f"{name}: {why}" for name, (key, why) in _NOT_SERVED.items()},
     ("api_versions", "v3.finalized_features.eligible.leader.replicas.version"):
         "one replica per partition: no eligible leader replicas (KIP-966)",
+    **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "
+       "with a ClientTelemetryExporterPlugin configured (and serves them either way); sharebroker is its own "
+       "exporter (/metrics), so always" for name in ("GET_TELEMETRY_SUBSCRIPTIONS", "PUSH_TELEMETRY")},
     ("api_versions", "v3.finalized_features.streams.version"): "streams groups (KIP-1071) not implemented",
     ("api_versions", "v3.finalized_features.metadata.version[0]"): _MV,
     ("api_versions", "v3.finalized_features.metadata.version[1]"): _MV,

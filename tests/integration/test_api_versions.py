@@ -18,7 +18,7 @@ def test_advertised_ranges_are_the_handler_table(sharebroker):
     assert advertised[ApiKey.PRODUCE] == (0, 13)            # v0-2 advertised as Kafka 4.x does
     assert advertised[ApiKey.SHARE_GROUP_HEARTBEAT] == (1, 1)  # librdkafka requires v1 in range
     assert advertised[ApiKey.SHARE_FETCH] == (1, 2)
-    assert 71 not in advertised and 72 not in advertised     # no telemetry
+    assert advertised[71] == advertised[72] == (0, 0)        # KIP-714 telemetry (test_client_telemetry.py)
     finalized = {f.name: f.max_version_level for f in r.finalized_features}
     assert finalized["share.version"] == 2 and finalized["group.version"] == 1  # 2: DLQ (KIP-1191)
     assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2

