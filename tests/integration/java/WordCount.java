@@ -1,8 +1,8 @@
 // Kafka Streams 4.4 word count for tests/integration/test_java_apps.py: lines of the input topic are split into
 // words, re-keyed (a repartition topic), counted in a RocksDB store "counts" (a changelog topic) and written to the
-// output topic, with processing.guarantee=exactly_once_v2.
+// output topic, with processing.guarantee=exactly_once_v2 (GUARANTEE, when given, replaces it).
 //
-//   java WordCount BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR HTTP_PORT GROUP_PROTOCOL
+//   java WordCount BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR HTTP_PORT GROUP_PROTOCOL [GUARANTEE]
 //
 // An HTTP server of the JDK on 127.0.0.1:HTTP_PORT answers the interactive query
 //   GET /state           -> the KafkaStreams state (RUNNING, REBALANCING, ...)
@@ -38,16 +38,17 @@ public class WordCount {
         String bootstrap = args[0], appId = args[1], input = args[2], output = args[3], stateDir = args[4];
         int httpPort = Integer.parseInt(args[5]);
         String groupProtocol = args[6];
+        String guarantee = args.length > 7 ? args[7] : StreamsConfig.EXACTLY_ONCE_V2;
 
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         p.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, groupProtocol);
         p.put(StreamsConfig.APPLICATION_SERVER_CONFIG, "127.0.0.1:" + httpPort);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
-        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 1000);  // a kill leaves an open transaction behind
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 10000);
         p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1000);
