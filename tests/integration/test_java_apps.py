@@ -12,11 +12,11 @@ the same cache. Every JVM runs in its own session with a bounded heap, dies with
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -209,3 +209,135 @@ def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, jav
         return [int(body) for status, body in answers if status == 200] == [expected[word]]
     for word in WORDS:
         until(lambda: query(word), 30, f"the interactive query for {word}", interval=0.2)
+
+
+# ------------------------------------------------------------------------------------------- Kafka Connect
+
+def _worker_properties(bootstrap: str, group: str, port: int) -> str:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "config.storage.topic": f"{group}-configs",
+        "offset.storage.topic": f"{group}-offsets",
+        "status.storage.topic": f"{group}-status",
+        "config.storage.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "offset.storage.partitions": "2",
+        "status.storage.partitions": "2",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "listeners": f"http://127.0.0.1:{port}",
+        "rest.advertised.host.name": "127.0.0.1",
+        "offset.flush.interval.ms": "500",
+        # a departed worker's connectors and tasks move to the others after this delay (default 5 min)
+        "scheduled.rebalance.max.delay.ms": "2000",
+        "session.timeout.ms": "6000",
+        "heartbeat.interval.ms": "1000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in conf.items())
+
+
+def _rest(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+            return r.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return 0, str(e)
+
+
+def _statuses(port: int, names: list[str]) -> dict[str, dict] | None:
+    """Each connector's status (state and worker of the connector and of each task), or None."""
+    out = {}
+    for name in names:
+        code, status = _rest(port, "GET", f"/connectors/{name}/status")
+        if code != 200:
+            return None
+        out[name] = status
+    return out
+
+
+def _all_running(statuses: dict | None, tasks: dict[str, int]) -> bool:
+    return bool(statuses) and all(
+        s["connector"]["state"] == "RUNNING" and len(s["tasks"]) == tasks[name]
+        and all(t["state"] == "RUNNING" for t in s["tasks"]) for name, s in statuses.items())
+
+
+def _workers_of(statuses: dict) -> set[str]:
+    return {s["connector"]["worker_id"] for s in statuses.values()} | {
+        t["worker_id"] for s in statuses.values() for t in s["tasks"]}
+
+
+def _sink_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("side", ["sharebroker", "kafka"])
+def test_kafka_connect_distributed_workers_copy_a_file_across_a_worker_kill(side, request, broker_factory,
+                                                                            java_apps, tmp_path):
+    """Two distributed Connect workers share a file source (1 task) and a file sink (2 tasks); the worker
+    running the source is killed (SIGKILL) once everything so far is copied and committed; the other one takes
+    its connectors and tasks over and copies the rest: every line in the sink file exactly once. The same
+    story runs against the reference Kafka 4.4 (``kafka_ref``), with the same outcome."""
+    bs = broker_factory().bootstrap if side == "sharebroker" else request.getfixturevalue("kafka_ref").bootstrap
+    group, topic = unique("connect"), unique("lines")
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        f.result(15)
+    ports = [launcher.free_port(), launcher.free_port()]
+    workers = []
+    for i, port in enumerate(ports):
+        (tmp_path / f"worker-{i}.properties").write_text(_worker_properties(bs, group, port))
+        workers.append(java_apps("org.apache.kafka.connect.cli.ConnectDistributed",
+                                 [str(tmp_path / f"worker-{i}.properties")], f"connect-{i}").start())
+    until(lambda: all(_rest(p, "GET", "/connectors")[0] == 200 for p in ports), 90,
+          "both Connect workers' REST APIs\n" + workers[0].tail(), interval=0.2)
+
+    source_file, sink_file = tmp_path / "in.txt", tmp_path / "out.txt"
+    lines = [f"line {i:04d}" for i in range(400)]
+    source_file.write_text("".join(f"{line}\n" for line in lines[:200]))
+    tasks = {"src": 1, "sink": 2}
+    assert _rest(ports[0], "PUT", "/connectors/src/config",
+                 {"connector.class": "LineFileSource", "tasks.max": "1", "file": str(source_file),
+                  "topic": topic})[0] in (200, 201)
+    assert _rest(ports[1], "PUT", "/connectors/sink/config",
+                 {"connector.class": "LineFileSink", "tasks.max": "2", "file": str(sink_file),
+                  "topics": topic})[0] in (200, 201)
+    statuses = until(lambda: (s := _statuses(ports[0], list(tasks))) and _all_running(s, tasks) and s, 60,
+                     "both connectors and their tasks RUNNING\n" + workers[0].tail(), interval=0.2)
+    # the connectors and tasks are spread over both workers
+    until(lambda: len(_workers_of(_statuses(ports[0], list(tasks)) or {})) == 2, 30,
+          f"work on both workers: {statuses}", interval=0.2)
+    until(lambda: sorted(_sink_lines(sink_file)) == lines[:200], 60, "the first 200 lines in the sink file",
+          interval=0.2)
+
+    # everything copied so far committed: the sink group's offsets at the end of the topic
+    def committed() -> int:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        got = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions("connect-sink")])["connect-sink"].result(10)
+        return sum(max(tp.offset, 0) for tp in got.topic_partitions)
+    until(lambda: committed() == 200, 30, "the sink's committed offsets", interval=0.2)
+
+    statuses = _statuses(ports[0], list(tasks))
+    victim = next(i for i, p in enumerate(ports) if statuses["src"]["tasks"][0]["worker_id"].endswith(f":{p}"))
+    survivor = ports[1 - victim]
+    workers[victim].kill()
+    with source_file.open("a") as f:
+        f.write("".join(f"{line}\n" for line in lines[200:]))
+    until(lambda: _all_running(s := _statuses(survivor, list(tasks)), tasks)
+          and _workers_of(s) == {f"127.0.0.1:{survivor}"}, 60,
+          "the survivor running every connector and task\n" + workers[1 - victim].tail(), interval=0.2)
+    until(lambda: len(_sink_lines(sink_file)) >= len(lines) and sorted(set(_sink_lines(sink_file))) == lines, 60,
+          "all 400 lines in the sink file", interval=0.2)
+    # exactly once: no line repeated
+    assert sorted(_sink_lines(sink_file)) == lines
