@@ -39,17 +39,6 @@ HEAP = "-Xmx320m"
 pytestmark = pytest.mark.skipif(bool(launcher.missing_tools()),
                                 reason=f"Kafka Streams / Connect need {' and '.join(launcher.missing_tools())} on PATH")
 
-LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-"""
-
 
 @pytest.fixture(scope="module")
 def apps_classpath():
@@ -67,7 +56,7 @@ class JavaApp:
         self.directory = directory
         self.proc: subprocess.Popen | None = None
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "log4j2.properties").write_text(LOG4J2.format(log=directory / "app.log"))
+        (directory / "log4j2.properties").write_text(launcher.LOG4J2.format(log=directory / "app.log"))
 
     def start(self) -> "JavaApp":
         with open(self.directory / "stdout.log", "ab") as out:

@@ -10,6 +10,9 @@ Nothing is fetched by hand: ``tests/kafka_ref/pom.xml`` names Kafka's broker (``
 binding Kafka's release puts beside them; ``mvn dependency:build-classpath`` resolves them into
 ``~/.m2`` and the classpath is kept in ``~/.cache/sharebroker/kafka-4.4.0/classpath.txt``
 (``SHAREBROKER_KAFKA_CACHE`` moves it), outside the work tree, rebuilt when the pom changes.
+``tests/kafka_ref/apps/pom.xml`` (Kafka Streams and Kafka Connect 4.4.0, for the integration tests) is
+resolved the same way into ``apps-classpath.txt`` (``classpath(pom=APPS_POM, name=...)``), and
+``compiled(sources, cp, prefix)`` compiles a test's Java programs with ``javac`` into the same cache.
 
 A node is formatted with ``StorageTool format`` (the single node ``--standalone``, a dynamic quorum as
 Kafka 4's quick start does; the cluster a static quorum, ``controller.quorum.voters``) and
