@@ -14,11 +14,8 @@ difference must be listed in ``EXPECTED`` with its reason, and a listed one that
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -343,21 +340,10 @@ JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareStory.java"
 def share_story_classes() -> tuple[str, str]:
     """(classpath, directory) to run ``java/ShareStory.java`` with Kafka 4.4's clients: compiled with
     ``javac`` once per source version into the launcher's cache, outside the work tree."""
-    from tests.kafka_ref.launcher import cache_dir, classpath
+    from tests.kafka_ref.launcher import classpath, compiled
 
     cp = classpath()
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16]
-    out = cache_dir() / f"share-story-{digest}"
-    if not (out / "ShareStory.class").exists():
-        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="share-story-"))
-        done = subprocess.run(["javac", "-d", str(tmp), "-cp", cp, str(JAVA_SOURCE)], capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another worker compiled it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    return cp, str(out)
+    return cp, compiled([JAVA_SOURCE], cp, "share-story")
 
 
 def java_share_consumer(s: Side) -> dict:

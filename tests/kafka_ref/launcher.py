@@ -10,6 +10,9 @@ Nothing is fetched by hand: ``tests/kafka_ref/pom.xml`` names Kafka's broker (``
 binding Kafka's release puts beside them; ``mvn dependency:build-classpath`` resolves them into
 ``~/.m2`` and the classpath is kept in ``~/.cache/sharebroker/kafka-4.4.0/classpath.txt``
 (``SHAREBROKER_KAFKA_CACHE`` moves it), outside the work tree, rebuilt when the pom changes.
+``tests/kafka_ref/apps/pom.xml`` (Kafka Streams and Kafka Connect 4.4.0, for the integration tests) is
+resolved the same way into ``apps-classpath.txt`` (``classpath(pom=APPS_POM, name=...)``), and
+``compiled(sources, cp, prefix)`` compiles a test's Java programs with ``javac`` into the same cache.
 
 A node is formatted with ``StorageTool format`` (the single node ``--standalone``, a dynamic quorum as
 Kafka 4's quick start does; the cluster a static quorum, ``controller.quorum.voters``) and
@@ -42,6 +45,7 @@ from pathlib import Path
 
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).resolve().parent / "pom.xml"
+APPS_POM = Path(__file__).resolve().parent / "apps" / "pom.xml"  # Kafka Streams, Kafka Connect (integration tests)
 CACHE_ENV = "SHAREBROKER_KAFKA_CACHE"
 HEAP = "-Xmx512m"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, and no JMX
@@ -105,9 +109,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sharebroker" / f"kafka-{KAFKA_VERSION}")
 
 
-def _valid_classpath(path: Path) -> str | None:
+def _valid_classpath(path: Path, pom: Path = POM) -> str | None:
     try:
-        if path.stat().st_mtime < POM.stat().st_mtime:
+        if path.stat().st_mtime < pom.stat().st_mtime:
             return None
         cp = path.read_text().strip()
     except OSError:
@@ -118,11 +122,12 @@ def _valid_classpath(path: Path) -> str | None:
     return cp
 
 
-def classpath(timeout: float = 1800.0) -> str:
+def classpath(timeout: float = 1800.0, pom: Path = POM, name: str = "classpath.txt") -> str:
     """The reference Kafka's classpath, resolved with Maven the first time (under a lock, so parallel
-    test workers download once), then read from the cache."""
-    out = cache_dir() / "classpath.txt"
-    cp = _valid_classpath(out)
+    test workers download once), then read from the cache. ``pom`` and ``name`` resolve another pom
+    (``APPS_POM``: Kafka Streams and Kafka Connect) into another cached file."""
+    out = cache_dir() / name
+    cp = _valid_classpath(out, pom)
     if cp:
         return cp
     if missing_tools():
@@ -130,19 +135,43 @@ def classpath(timeout: float = 1800.0) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / "classpath.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cp = _valid_classpath(out)  # another process resolved it while this one waited
+        cp = _valid_classpath(out, pom)  # another process resolved it while this one waited
         if cp:
             return cp
         tmp = out.with_suffix(".tmp")
-        cmd = ["mvn", "-B", "-q", "-f", str(POM), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
+        cmd = ["mvn", "-B", "-q", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or not tmp.exists():
-            raise KafkaRefError("Maven could not resolve the reference Kafka:\n" + (done.stdout + done.stderr)[-3000:])
+            raise KafkaRefError(f"Maven could not resolve {pom}:\n" + (done.stdout + done.stderr)[-3000:])
         os.replace(tmp, out)
-    cp = _valid_classpath(out)
+    cp = _valid_classpath(out, pom)
     if not cp:
         raise KafkaRefError(f"Maven wrote no usable classpath to {out}")
     return cp
+
+
+def compiled(sources: list[Path], cp: str, prefix: str) -> str:
+    """The directory of ``sources`` compiled with ``javac`` against ``cp``: once per version of the
+    sources, into the cache (``PREFIX-DIGEST``), outside the work tree; parallel workers race harmlessly."""
+    import hashlib
+
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in sources) + cp.encode()).hexdigest()[:16]
+    out = cache_dir() / f"{prefix}-{digest}"
+    if not (out / ".compiled").exists():
+        if missing_tools():
+            raise KafkaRefError(f"compiling {prefix} needs {' and '.join(missing_tools())} on PATH")
+        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=f"{prefix}-tmp-"))
+        done = subprocess.run(["javac", "-d", str(tmp), "-cp", cp, *map(str, sources)], capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise KafkaRefError(f"javac failed for {prefix}:\n{done.stdout}{done.stderr}")
+        (tmp / ".compiled").touch()
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another worker compiled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(out)
 
 
 def free_port() -> int:
