@@ -1,0 +1,247 @@
+"""``sharebroker-migrate`` against a real 3-node Apache Kafka 4.4 KRaft cluster (``tests/kafka_ref``).
+
+The cluster is started once for the module (replication factor 3 for the copied topics, bounded
+heaps) and stopped at its end; each test has its own sharebroker as the source, so ``sync`` copies
+only that test's topics. The command runs as the operator runs it (``python -m admin.migrate``), and
+real clients (confluent-kafka's Producer, Consumer, ShareConsumer) check the result on the cluster.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from admin.migrate import SOURCE_OFFSET_HEADER
+from broker.testing import BrokerProcess
+from tests.kafka_ref.launcher import KafkaRef, missing_tools
+from tests.reference import NO_KAFKA_ENV
+from tests.support import create_topic, unique, until
+
+pytestmark = pytest.mark.xdist_group("kafka-cluster")
+CLUSTER_ENV = "SHAREBROKER_MIGRATE_CLUSTER"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.environ.get(NO_KAFKA_ENV) == "1":
+        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
+    if missing_tools():
+        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing_tools())} on PATH")
+    if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
+        yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
+        return
+    ref = KafkaRef(nodes=3, heap="-Xmx384m").start()
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+@pytest.fixture
+def source(tmp_path):
+    with BrokerProcess(tmp_path / "source", config={"group.share.min.record.lock.duration.ms": "1000"}) as b:
+        yield b
+
+
+def migrate(cmd: str, src: str, dst: str, *extra: str, check: bool = True, timeout: float = 120):
+    p = subprocess.run([sys.executable, "-m", "admin.migrate", cmd, "--source", src, "--target", dst, *extra],
+                       capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"migrate {cmd} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def produce(bootstrap: str, topic: str, records, **conf) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for key, value in records:
+        p.produce(topic, key=key, value=value)
+    assert p.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 1) -> list:
+    """Every record of ``topic`` on the cluster (read_committed), by partition and offset."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    from confluent_kafka.admin import OffsetSpec
+    ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}).items()}
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, todo = [], {p for p, e in ends.items() if e > 0}
+    try:
+        def step():
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m)
+                    if m.offset() >= ends[m.partition()] - 1:
+                        todo.discard(m.partition())
+            return not todo
+        until(step, 60, f"all records of {topic}")
+    finally:
+        c.close()
+    return sorted(out, key=lambda m: (m.partition(), m.offset()))
+
+
+def source_offsets(msgs) -> list[int]:
+    return [int(dict(m.headers())[SOURCE_OFFSET_HEADER]) for m in msgs]
+
+
+def share_poll(c, timeout=0.5) -> list:
+    return [m for m in (c.poll(timeout) or []) if m.error() is None]
+
+
+# ----------------------------------------------------------------------------- groups
+def test_share_group_and_consumer_group_move(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    queue, log = create_topic(src, 1), create_topic(src, 2)
+    produce(src, queue, [(b"k%d" % i, b"v%d" % i) for i in range(30)])
+    produce(src, log, [(b"%d" % i, b"c%d" % i) for i in range(40)])
+    group, cgroup = unique("share"), unique("cons")
+    admin = AdminClient({"bootstrap.servers": src})
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.record.lock.duration.ms", "20000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+
+    # half-consume: 0-9 and 15-19 accepted, 10-14 released, whatever else arrives left in flight
+    c = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit",
+                       "max.poll.records": 5})
+    c.subscribe([queue])
+    accepted, released = set(), set()
+    want = set(range(10)) | set(range(15, 20))
+    try:
+        def step():
+            for m in share_poll(c):
+                o = m.offset()
+                if o in want and o not in accepted:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted.add(o)
+                elif 10 <= o < 15 and o not in released:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                    released.add(o)
+                else:
+                    return True  # this one (and the rest of the batch) stays in flight
+            return accepted == want
+        until(step, 60, "the share group half-consumed")
+        c.commit_sync()
+    finally:
+        c.close()
+    cons = Consumer({"bootstrap.servers": src, "group.id": cgroup, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest"})
+    cons.commit(offsets=[TopicPartition(log, 0, 7), TopicPartition(log, 1, 12)], asynchronous=False)
+    cons.close()
+
+    until(lambda: "Empty" in migrate("plan", src, dst).stdout, 30, "the share group empty on the source")
+    plan = migrate("plan", src, dst).stdout
+    assert queue in plan and "create" in plan and group in plan
+
+    out = migrate("sync", src, dst, "--replication-factor", "3").stdout
+    assert "total: 70 records" in out, out
+    md = AdminClient({"bootstrap.servers": dst}).list_topics(queue, timeout=15).topics[queue]
+    assert all(len(p.replicas) == 3 for p in md.partitions.values())
+
+    out = migrate("cutover", src, dst).stdout
+    row = next(line for line in out.splitlines() if line.startswith(group))
+    assert row.split()[3] == "5", out  # 15-19 acknowledged above the start offset 10: delivered once more
+
+    # the share consumers, pointed at the cluster, get exactly 10-29: the unacknowledged + 5 counted
+    got = {}
+    tc = ShareConsumer({"bootstrap.servers": dst, "group.id": group})
+    tc.subscribe([queue])
+    try:
+        until(lambda: [got.setdefault(m.value(), m) for m in share_poll(tc)] and len(got) >= 20, 60,
+              "20 records on the cluster")
+        assert share_poll(tc, 2.0) == []
+    finally:
+        tc.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(10, 30))
+
+    # the consumer group resumes at the translated offsets
+    rc = Consumer({"bootstrap.servers": dst, "group.id": cgroup, "auto.offset.reset": "latest"})
+    rc.subscribe([log])
+    first = {}
+    try:
+        def first_records():
+            m = rc.poll(0.5)
+            if m is not None and m.error() is None:
+                first.setdefault(m.partition(), m.offset())
+            return len(first) == 2
+        until(first_records, 60, "records for the consumer group on the cluster")
+    finally:
+        rc.close()
+    assert first == {0: 7, 1: 12}
+
+    assert migrate("verify", src, dst).returncode == 0
+
+
+# ----------------------------------------------------------------------------- records
+def test_compacted_and_transactional_topics_incremental_and_verify(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    compacted = create_topic(src, 1, cleanup_policy="compact")
+    txn = create_topic(src, 1)
+    produce(src, compacted, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(25)] + [(b"k4", None)])
+    p = Producer({"bootstrap.servers": src, "transactional.id": unique("tx")})
+    p.init_transactions(30)
+    for committed, values in ((True, range(10)), (False, range(100, 105)), (True, range(10, 15))):
+        p.begin_transaction()
+        for i in values:
+            p.produce(txn, key=b"t", value=b"%d" % i)
+        p.commit_transaction(30) if committed else p.abort_transaction(30)
+
+    out = migrate("sync", src, dst, "--replication-factor", "3").stdout
+    live = {m.key(): m.value() for m in read_all(dst, compacted)}
+    assert live == {b"k0": b"v20", b"k1": b"v21", b"k2": b"v22", b"k3": b"v23"}, out
+    assert [m.value() for m in read_all(dst, txn)] == [b"%d" % i for i in range(15)]
+
+    # a second sync copies only what is new
+    p.begin_transaction()
+    for i in range(15, 22):
+        p.produce(txn, key=b"t", value=b"%d" % i)
+    p.commit_transaction(30)
+    out = migrate("sync", src, dst).stdout
+    assert f"{txn}: 7 records" in out and f"{compacted}: 0 records" in out, out
+    msgs = read_all(dst, txn)
+    assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
+    assert len(set(source_offsets(msgs))) == 22
+
+    assert migrate("verify", src, dst).returncode == 0
+    produce(dst, txn, [(b"t", b"planted")])  # a difference on the target
+    bad = migrate("verify", src, dst, check=False)
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    topic = create_topic(src, 2)
+    n = 6000
+    produce(src, topic, [(b"%d" % i, b"x" * 100) for i in range(n)])
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst,
+                             "--chunk", "200", "--max-records-per-second", "1500"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    admin = AdminClient({"bootstrap.servers": dst})
+    from confluent_kafka.admin import OffsetSpec
+
+    def copied() -> int:
+        if topic not in admin.list_topics(timeout=10).topics:
+            return 0
+        fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)})
+        return sum(f.result().offset for f in fs.values())
+    try:
+        until(lambda: copied() >= 700, 90, "part of the topic copied")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert copied() < n, "the sync finished before it was killed"
+    migrate("sync", src, dst)
+    msgs = read_all(dst, topic, 2)
+    assert len(msgs) == n
+    for part in range(2):
+        offs = source_offsets([m for m in msgs if m.partition() == part])
+        assert offs == list(range(len(offs)))  # each source record once, in order
+    assert migrate("verify", src, dst).returncode == 0
