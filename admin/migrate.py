@@ -132,8 +132,15 @@ class Side:
         want = {ck.TopicPartition(t, p): (a.OffsetSpec.earliest() if spec == "earliest" else a.OffsetSpec.latest())
                 for t, p in tps}
         level = ck.IsolationLevel.READ_COMMITTED if committed else ck.IsolationLevel.READ_UNCOMMITTED
-        futs = self.admin.list_offsets(want, isolation_level=level, request_timeout=self.timeout)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
+        deadline = time.monotonic() + self.timeout
+        while True:  # leaders move (a topic just created, a broker restarting): ask again
+            futs = self.admin.list_offsets(want, isolation_level=level, request_timeout=self.timeout)
+            try:
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
+            except ck.KafkaException as e:
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise AdminError(f"ListOffsets on {self.bootstrap} failed: {e.args[0].str()}") from None
+                time.sleep(0.2)
 
     def consumer(self, committed: bool):
         ck = _ck()

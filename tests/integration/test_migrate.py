@@ -109,29 +109,30 @@ def test_share_group_and_consumer_group_move(cluster, source):
         ConfigEntry("share.record.lock.duration.ms", "20000", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(15)
 
-    # half-consume: 0-9 and 15-19 accepted, 10-14 released, whatever else arrives left in flight
-    c = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit",
-                       "max.poll.records": 5})
+    # half-consume: 0-9 and 15-19 accepted, 10-14 and the rest released, then some taken by a second
+    # consumer and left in flight when it goes
+    c = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([queue])
-    accepted, released = set(), set()
+    accepted = set()
     want = set(range(10)) | set(range(15, 20))
     try:
         def step():
             for m in share_poll(c):
-                o = m.offset()
-                if o in want and o not in accepted:
-                    c.acknowledge(m, AcknowledgeType.ACCEPT)
-                    accepted.add(o)
-                elif 10 <= o < 15 and o not in released:
-                    c.acknowledge(m, AcknowledgeType.RELEASE)
-                    released.add(o)
-                else:
-                    return True  # this one (and the rest of the batch) stays in flight
+                ok = m.offset() in want
+                c.acknowledge(m, AcknowledgeType.ACCEPT if ok else AcknowledgeType.RELEASE)
+                accepted.update([m.offset()] if ok else [])
             return accepted == want
         until(step, 60, "the share group half-consumed")
         c.commit_sync()
     finally:
         c.close()
+    inflight = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    inflight.subscribe([queue])
+    try:
+        taken = until(lambda: share_poll(inflight), 30, "records for the second consumer")
+        assert {m.offset() for m in taken} <= set(range(10, 15)) | set(range(20, 30))
+    finally:
+        inflight.close()
     cons = Consumer({"bootstrap.servers": src, "group.id": cgroup, "enable.auto.commit": False,
                      "auto.offset.reset": "earliest"})
     cons.commit(offsets=[TopicPartition(log, 0, 7), TopicPartition(log, 1, 12)], asynchronous=False)
@@ -163,7 +164,8 @@ def test_share_group_and_consumer_group_move(cluster, source):
     assert sorted(got) == sorted(b"v%d" % i for i in range(10, 30))
 
     # the consumer group resumes at the translated offsets
-    rc = Consumer({"bootstrap.servers": dst, "group.id": cgroup, "auto.offset.reset": "latest"})
+    rc = Consumer({"bootstrap.servers": dst, "group.id": cgroup, "auto.offset.reset": "latest",
+                   "enable.auto.commit": False})
     rc.subscribe([log])
     first = {}
     try:
