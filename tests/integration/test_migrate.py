@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from admin.migrate import SOURCE_OFFSET_HEADER
@@ -194,11 +194,13 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         p.begin_transaction()
         for i in values:
             p.produce(txn, key=b"t", value=b"%d" % i)
+        assert p.flush(30) == 0  # on the log before the commit or abort marker
         p.commit_transaction(30) if committed else p.abort_transaction(30)
 
     out = migrate("sync", src, dst, "--replication-factor", "3").stdout
-    live = {m.key(): m.value() for m in read_all(dst, compacted)}
-    assert live == {b"k0": b"v20", b"k1": b"v21", b"k2": b"v22", b"k3": b"v23"}, out
+    copied = read_all(dst, compacted)
+    assert [(m.key(), m.value()) for m in copied] == [(b"k0", b"v20"), (b"k1", b"v21"), (b"k2", b"v22"),
+                                                     (b"k3", b"v23")], out  # the live records only
     assert [m.value() for m in read_all(dst, txn)] == [b"%d" % i for i in range(15)]
 
     # a second sync copies only what is new
@@ -211,6 +213,17 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     msgs = read_all(dst, txn)
     assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
     assert len(set(source_offsets(msgs))) == 22
+
+    # a consumer group's position on the transactional topic: source offsets count the markers and the
+    # aborted records, target offsets do not (0-9, marker, 11-15 aborted, marker, 17-21 = values 10-14)
+    cgroup = unique("cons")
+    cons = Consumer({"bootstrap.servers": src, "group.id": cgroup})
+    cons.commit(offsets=[TopicPartition(txn, 0, 18)], asynchronous=False)
+    cons.close()
+    migrate("cutover", src, dst)
+    target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
+    assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
 
     assert migrate("verify", src, dst).returncode == 0
     produce(dst, txn, [(b"t", b"planted")])  # a difference on the target
