@@ -8,15 +8,20 @@ real clients (confluent-kafka's Producer, Consumer, ShareConsumer) check the res
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, Producer, ShareConsumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec
 
+from admin.client import AdminClient as WireAdmin
 from admin.migrate import SOURCE_OFFSET_HEADER
+from admin.share_groups import describe_group as describe_share_group
 from broker.testing import BrokerProcess
 from tests.kafka_ref.launcher import KafkaRef, missing_tools
 from tests.reference import NO_KAFKA_ENV
@@ -68,7 +73,6 @@ def read_all(bootstrap: str, topic: str, partitions: int = 1) -> list:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False,
                   "isolation.level": "read_committed", "enable.partition.eof": True})
-    from confluent_kafka.admin import OffsetSpec
     ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(
         {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}).items()}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -91,6 +95,11 @@ def source_offsets(msgs) -> list[int]:
     return [int(dict(m.headers())[SOURCE_OFFSET_HEADER]) for m in msgs]
 
 
+def share_group_state(bootstrap: str, group: str) -> str:
+    with WireAdmin(bootstrap) as client:
+        return describe_share_group(client, group).state
+
+
 def share_poll(c, timeout=0.5) -> list:
     return [m for m in (c.poll(timeout) or []) if m.error() is None]
 
@@ -103,7 +112,6 @@ def test_share_group_and_consumer_group_move(cluster, source):
     produce(src, log, [(b"%d" % i, b"c%d" % i) for i in range(40)])
     group, cgroup = unique("share"), unique("cons")
     admin = AdminClient({"bootstrap.servers": src})
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
     res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("share.record.lock.duration.ms", "20000", incremental_operation=AlterConfigOpType.SET)])
@@ -138,7 +146,7 @@ def test_share_group_and_consumer_group_move(cluster, source):
     cons.commit(offsets=[TopicPartition(log, 0, 7), TopicPartition(log, 1, 12)], asynchronous=False)
     cons.close()
 
-    until(lambda: "Empty" in migrate("plan", src, dst).stdout, 30, "the share group empty on the source")
+    until(lambda: share_group_state(src, group) == "Empty", 30, "the share group empty on the source")
     plan = migrate("plan", src, dst).stdout
     assert queue in plan and "create" in plan and group in plan
 
@@ -240,7 +248,6 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
                              "--chunk", "200", "--max-records-per-second", "1500"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     admin = AdminClient({"bootstrap.servers": dst})
-    from confluent_kafka.admin import OffsetSpec
 
     def copied() -> int:
         if topic not in admin.list_topics(timeout=10).topics:
@@ -260,3 +267,56 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
         offs = source_offsets([m for m in msgs if m.partition() == part])
         assert offs == list(range(len(offs)))  # each source record once, in order
     assert migrate("verify", src, dst).returncode == 0
+
+
+# ----------------------------------------------------------------------------- the README's move
+def readme_steps() -> list[list[str]]:
+    """The ``sharebroker-migrate`` lines of the README's "Outgrowing one machine" example, comments off."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Outgrowing one machine.*?```sh\n(.*?)```", text, re.S).group(1)
+    return [shlex.split(line.split("#")[0]) for line in block.splitlines() if line.startswith("sharebroker-migrate")]
+
+
+def test_readme_move_runs_as_written(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    steps = readme_steps()
+    assert [s[1] for s in steps] == ["plan", "sync", "sync", "cutover", "verify"]
+    topic = create_topic(src, 2)
+    group = unique("share")
+    admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    produce(src, topic, [(b"%d" % i, b"a%d" % i) for i in range(40)])
+    c = ShareConsumer({"bootstrap.servers": src, "group.id": group})  # implicit acknowledgement
+    c.subscribe([topic])
+    seen = set()
+
+    def run(step):
+        argv = [sys.executable, "-m", "admin.migrate", *step[1:]]
+        argv = [dst if a == "$T" else src if a == "$S" else a for a in argv]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, f"{step}: {p.stdout}\n{p.stderr}"
+        return p.stdout
+
+    try:
+        until(lambda: seen.update(m.value() for m in share_poll(c)) or len(seen) >= 10, 30, "records consumed")
+        run(steps[0])
+        run(steps[1])  # while the consumer runs and producers write
+        produce(src, topic, [(b"%d" % i, b"b%d" % i) for i in range(10)])
+        c.poll(0.5)  # acknowledges what it had (implicit mode) before leaving
+    finally:
+        c.close()
+    until(lambda: share_group_state(src, group) == "Empty", 30, "the share group empty on the source")
+    for step in steps[2:]:
+        out = run(step)
+    assert "verify: source and target match" in out
+    tc = ShareConsumer({"bootstrap.servers": dst, "group.id": group})
+    tc.subscribe([topic])
+    got = set()
+    try:
+        until(lambda: got.update(m.value() for m in share_poll(tc)) or len(got | seen) >= 50, 60,
+              "the rest of the records on the cluster")
+    finally:
+        tc.close()
+    assert len(got | seen) == 50  # nothing unacknowledged was skipped
