@@ -56,6 +56,8 @@ from admin.common import Failed, eprint, list_groups, print_table, run, state_na
 from admin.consumer_groups import committed_offsets
 from admin.share_groups import alter_offsets, describe_group as describe_share_group, describe_offsets
 from protocol.errors import Errors
+from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as AlterQuotas
+from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest as DescribeQuotas
 from protocol.messages.describe_configs import DescribeConfigsRequest as DescribeConfigs
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as AlterConfigs
 from protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as Summary
@@ -606,8 +608,38 @@ def cmd_cutover(source: Side, target: Side, args) -> None:
             set_group_configs(target, g.group, configs)
             rows.append([g.group, "share", len(new), g.redeliveries, ",".join(sorted(configs)) or "-"])
     print_table(["GROUP", "TYPE", "PARTITIONS", "REDELIVERED", "CONFIGS"], rows, [30, 8, 10, 11, 20])
+    carry_quotas(source, target)
     carry_acls(source, target)
     list_scram_users(source)
+
+
+def client_quotas(client: WireAdmin) -> dict[tuple, dict[str, float]]:
+    """Every client quota: {((entity type, name or None for the default), ...): {key: value}}
+    (DescribeClientQuotas with no component filter, strict false: all entities)."""
+    resp = client.request(DescribeQuotas(components=[], strict=False))
+    if resp.error_code != Errors.NONE:
+        raise AdminError(f"DescribeClientQuotas on {client.bootstrap.address} failed: "
+                         f"{error_text(resp.error_code, resp.error_message)}", resp.error_code)
+    return {tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry.values}
+            for entry in resp.entries}
+
+
+def carry_quotas(source: Side, target: Side) -> None:
+    quotas = client_quotas(source.wire)
+    if not quotas:
+        print("client quotas: none on the source")
+        return
+    req = AlterQuotas(entries=[AlterQuotas.EntryData(
+        entity=[AlterQuotas.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+        ops=[AlterQuotas.OpData(key=k, value=v, remove=False) for k, v in sorted(values.items())])
+        for entity, values in sorted(quotas.items(), key=repr)])
+    resp = target.wire.request(req)
+    failed = [f"{[(e.entity_type, e.entity_name) for e in r.entity]}: {error_text(r.error_code, r.error_message)}"
+              for r in resp.entries if r.error_code != Errors.NONE]
+    if failed:
+        eprint("client quotas NOT carried: " + "; ".join(failed))
+        raise Failed()
+    print(f"client quotas: {len(quotas)} entities set on the target")
 
 
 def carry_acls(source: Side, target: Side) -> None:

@@ -20,9 +20,10 @@ from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartiti
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec
 
 from admin.client import AdminClient as WireAdmin
-from admin.migrate import SOURCE_OFFSET_HEADER
+from admin.migrate import SOURCE_OFFSET_HEADER, client_quotas
 from admin.share_groups import describe_group as describe_share_group
 from broker.testing import BrokerProcess
+from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as AlterQuotas
 from tests.kafka_ref.launcher import KafkaRef, missing_tools
 from tests.reference import NO_KAFKA_ENV
 from tests.support import create_topic, unique, until
@@ -228,7 +229,15 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     cons = Consumer({"bootstrap.servers": src, "group.id": cgroup})
     cons.commit(offsets=[TopicPartition(txn, 0, 18)], asynchronous=False)
     cons.close()
+    client = unique("slow")  # a client quota moves too
+    with WireAdmin(src) as w:
+        w.request(AlterQuotas(entries=[AlterQuotas.EntryData(
+            entity=[AlterQuotas.EntityData(entity_type="client-id", entity_name=client)],
+            ops=[AlterQuotas.OpData(key="producer_byte_rate", value=2048.0)])]))
     migrate("cutover", src, dst)
+    with WireAdmin(dst) as w:
+        assert client_quotas(w)[(("client-id", client),)] == {
+            "producer_byte_rate": 2048.0}
     target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
     fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
     assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
