@@ -135,14 +135,18 @@ class Side:
                 for t, p in tps}
         level = ck.IsolationLevel.READ_COMMITTED if committed else ck.IsolationLevel.READ_UNCOMMITTED
         deadline = time.monotonic() + self.timeout
-        while True:  # leaders move (a topic just created, a broker restarting): ask again
+        while True:  # a topic just created is not yet known everywhere, leaders move: ask again
             futs = self.admin.list_offsets(want, isolation_level=level, request_timeout=self.timeout)
             try:
                 return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
             except ck.KafkaException as e:
-                if not e.args[0].retriable() or time.monotonic() > deadline:
+                transient = e.args[0].retriable() or e.args[0].code() in (
+                    ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+                    ck.KafkaError.LEADER_NOT_AVAILABLE)
+                if not transient or time.monotonic() > deadline:
                     raise AdminError(f"ListOffsets on {self.bootstrap} failed: {e.args[0].str()}") from None
                 time.sleep(0.2)
+                self.admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap})  # fresh metadata
 
     def consumer(self, committed: bool):
         ck = _ck()

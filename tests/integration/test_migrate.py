@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, Producer, ShareConsumer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec
+from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                  AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourcePatternType,
+                                  ResourceType)
 
 from admin.client import AdminClient as WireAdmin
 from admin.migrate import SOURCE_OFFSET_HEADER, client_quotas
@@ -30,6 +32,9 @@ from tests.support import create_topic, unique, until
 
 pytestmark = pytest.mark.xdist_group("kafka-cluster")
 CLUSTER_ENV = "SHAREBROKER_MIGRATE_CLUSTER"
+# ACLs need an authorizer on both sides; the tests' clients (PLAINTEXT: User:ANONYMOUS) are super users
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +46,7 @@ def cluster():
     if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
         yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
         return
-    ref = KafkaRef(nodes=3, heap="-Xmx384m").start()
+    ref = KafkaRef(nodes=3, heap="-Xmx384m", settings=AUTHORIZER).start()
     try:
         yield ref
     finally:
@@ -50,7 +55,7 @@ def cluster():
 
 @pytest.fixture
 def source(tmp_path):
-    with BrokerProcess(tmp_path / "source", config={"group.share.min.record.lock.duration.ms": "1000"}) as b:
+    with BrokerProcess(tmp_path / "source", config={"group.share.min.record.lock.duration.ms": "1000", **AUTHORIZER}) as b:
         yield b
 
 
@@ -223,6 +228,11 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
     assert len(set(source_offsets(msgs))) == 22
 
+    # ACLs move
+    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{unique('alice')}", "*",
+                     AclOperation.READ, AclPermissionType.ALLOW)
+    source_admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
+    source_admin.create_acls([acl])[acl].result(15)
     # a consumer group's position on the transactional topic: source offsets count the markers and the
     # aborted records, target offsets do not (0-9, marker, 11-15 aborted, marker, 17-21 = values 10-14)
     cgroup = unique("cons")
@@ -239,6 +249,10 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         assert client_quotas(w)[(("client-id", client),)] == {
             "producer_byte_rate": 2048.0}
     target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    on_target = target_admin.describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(15)
+    assert on_target == [acl]
     fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
     assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
 
@@ -262,7 +276,12 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
         if topic not in admin.list_topics(timeout=10).topics:
             return 0
         fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)})
-        return sum(f.result().offset for f in fs.values())
+        try:
+            return sum(f.result().offset for f in fs.values())
+        except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker
+            assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
+                                        KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
+            return 0
     try:
         until(lambda: copied() >= 700, 90, "part of the topic copied")
         os.kill(proc.pid, signal.SIGKILL)
