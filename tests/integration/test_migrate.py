@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                   AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourcePatternType,
-                                  ResourceType)
+                                  ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from admin.client import AdminClient as WireAdmin
 from admin.migrate import SOURCE_OFFSET_HEADER, client_quotas
@@ -244,7 +244,11 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         w.request(AlterQuotas(entries=[AlterQuotas.EntryData(
             entity=[AlterQuotas.EntityData(entity_type="client-id", entity_name=client)],
             ops=[AlterQuotas.OpData(key="producer_byte_rate", value=2048.0)])]))
-    migrate("cutover", src, dst)
+    user = unique("carol")  # a SCRAM user is listed to be re-created
+    scram = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
+    source_admin.alter_user_scram_credentials([scram])[user].result(15)
+    out = migrate("cutover", src, dst).stdout
+    assert f"SCRAM users to re-create on the target: {user}" in out, out
     with WireAdmin(dst) as w:
         assert client_quotas(w)[(("client-id", client),)] == {
             "producer_byte_rate": 2048.0}
