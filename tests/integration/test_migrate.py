@@ -97,6 +97,20 @@ def read_all(bootstrap: str, topic: str, partitions: int = 1) -> list:
     return sorted(out, key=lambda m: (m.partition(), m.offset()))
 
 
+def copied(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records of ``topic`` on the cluster so far (0 while it does not exist yet)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=10).topics:
+        return 0
+    fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
+    try:
+        return sum(f.result(30).offset for f in fs.values())
+    except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker
+        assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
+                                    KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
+        return 0
+
+
 def source_offsets(msgs) -> list[int]:
     return [int(dict(m.headers())[SOURCE_OFFSET_HEADER]) for m in msgs]
 
@@ -274,24 +288,12 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
     proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst,
                              "--chunk", "200", "--max-records-per-second", "1500"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    admin = AdminClient({"bootstrap.servers": dst})
-
-    def copied() -> int:
-        if topic not in admin.list_topics(timeout=10).topics:
-            return 0
-        fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)})
-        try:
-            return sum(f.result().offset for f in fs.values())
-        except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker
-            assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
-                                        KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
-            return 0
     try:
-        until(lambda: copied() >= 700, 90, "part of the topic copied")
+        until(lambda: copied(dst, topic, 2) >= 700, 90, "part of the topic copied")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
-    assert copied() < n, "the sync finished before it was killed"
+    assert copied(dst, topic, 2) < n, "the sync finished before it was killed"
     migrate("sync", src, dst)
     msgs = read_all(dst, topic, 2)
     assert len(msgs) == n
@@ -352,3 +354,32 @@ def test_readme_move_runs_as_written(cluster, source):
     finally:
         tc.close()
     assert len(got | seen) == 50  # nothing unacknowledged was skipped
+
+
+# ----------------------------------------------------------------------------- a cluster node goes
+def test_sync_completes_while_a_cluster_broker_is_stopped(cluster, source):
+    """Last in the module: it leaves one of the three nodes stopped (the module's teardown stops the rest)."""
+    if not isinstance(cluster, KafkaRef):
+        pytest.skip("needs the module's own cluster (not SHAREBROKER_MIGRATE_CLUSTER)")
+    src, dst = source.bootstrap, cluster.bootstrap
+    topic = create_topic(src, 3)
+    n = 6000
+    produce(src, topic, [(b"%d" % i, b"y" * 100) for i in range(n)])
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst,
+                             "--replication-factor", "3", "--chunk", "200", "--max-records-per-second", "1500"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: copied(dst, topic, 3) >= 500 or proc.poll() is not None, 90, "part of the topic copied")
+        assert proc.poll() is None, "the sync finished before a broker was stopped"
+        cluster.nodes[0].stop()  # SIGTERM: a controlled shutdown, leaders move to the other two
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, out + err
+    msgs = read_all(dst, topic, 3)
+    assert len(msgs) == n
+    for part in range(3):
+        offs = source_offsets([m for m in msgs if m.partition() == part])
+        assert offs == list(range(len(offs)))
