@@ -192,17 +192,27 @@ def test_share_group_and_consumer_group_move(cluster, source):
     assert sorted(got) == sorted(b"v%d" % i for i in range(10, 30))
 
     # the consumer group resumes at the translated offsets
+    target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    committed = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup)])[cgroup].result(15)
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == {0: 7, 1: 12}, out
     rc = Consumer({"bootstrap.servers": dst, "group.id": cgroup, "auto.offset.reset": "latest",
                    "enable.auto.commit": False})
     rc.subscribe([log])
     first = {}
     try:
+        errors = []
+
         def first_records():
             m = rc.poll(0.5)
             if m is not None and m.error() is None:
                 first.setdefault(m.partition(), m.offset())
+            elif m is not None:
+                errors.append(str(m.error()))
             return len(first) == 2
-        until(first_records, 60, "records for the consumer group on the cluster")
+        try:
+            until(first_records, 90, "records for the consumer group on the cluster")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: errors {errors[-3:]}, assignment {rc.assignment()}, got {first}") from None
     finally:
         rc.close()
     assert first == {0: 7, 1: 12}
