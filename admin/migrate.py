@@ -539,9 +539,12 @@ class Translation:
     target: Side
     maps: dict
     ends: dict
+    cache: dict = field(default_factory=dict)  # groups often stand at the same offsets
 
     def __call__(self, tp, src: int) -> int:
-        return translate(self.target, self.maps.get(tp), tp, src, self.ends[tp])
+        if (tp, src) not in self.cache:
+            self.cache[(tp, src)] = translate(self.target, self.maps.get(tp), tp, src, self.ends[tp])
+        return self.cache[(tp, src)]
 
 
 def translation(source: Side, target: Side) -> Translation:

@@ -3,9 +3,10 @@
 Starts a sharebroker (``broker.testing.BrokerProcess``), fills ``--partitions`` partitions with
 ``--records`` records of ``--size`` bytes, starts the 3-node KRaft cluster of ``tests/kafka_ref``
 (or uses ``--target``), then times one full ``sync`` (``python -m admin.migrate``, replication
-factor 3) and a second ``sync`` with nothing new, and prints records/s and MB/s (keys + values).
+factor 3) and a second ``sync`` with nothing new, and prints records/s and MB/s (keys + values);
+then commits ``--groups`` consumer groups on the source and times the ``cutover``.
 
-    python bench/migrate.py [--records 200000] [--size 200] [--partitions 4] [--target HOST:PORT,...]
+    python bench/migrate.py [--records 200000] [--size 200] [--partitions 4] [--groups 100] [--target HOST:PORT,...]
 """
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def fill(bootstrap: str, records: int, size: int, partitions: int) -> str:
     return topic
 
 
+def commit_groups(bootstrap: str, topic: str, groups: int, partitions: int, records: int) -> None:
+    """``groups`` consumer groups, half at the end of every partition, half in the middle."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    per = records // partitions
+    for g in range(groups):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-group-{os.getpid()}-{g}"})
+        at = per if g % 2 == 0 else per // 2
+        c.commit(offsets=[TopicPartition(topic, p, at) for p in range(partitions)], asynchronous=False)
+        c.close()
+
+
 def sync(source: str, target: str) -> tuple[float, str]:
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "admin.migrate", "sync", "--source", source, "--target", target,
@@ -55,10 +68,11 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=200000)
     ap.add_argument("--size", type=int, default=200, help="value bytes")
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--groups", type=int, default=100, help="consumer groups to cut over (0: none)")
     ap.add_argument("--target", help="an already running Kafka cluster (default: start 3 nodes here)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, BrokerProcess(os.path.join(d, "source")) as src:
-        fill(src.bootstrap, args.records, args.size, args.partitions)
+        topic = fill(src.bootstrap, args.records, args.size, args.partitions)
         ref = None if args.target else KafkaRef(nodes=3).start()
         try:
             target = args.target or ref.bootstrap
@@ -69,6 +83,13 @@ def main() -> int:
             print(f"             the command's own figure: {line}")
             took2, line2 = sync(src.bootstrap, target)
             print(f"second sync: nothing new, {took2:.1f} s ({line2})")
+            if args.groups:
+                commit_groups(src.bootstrap, topic, args.groups, args.partitions, args.records)
+                t0 = time.monotonic()
+                subprocess.run([sys.executable, "-m", "admin.migrate", "cutover", "--source", src.bootstrap,
+                                "--target", target, "--timeout", "120"], capture_output=True, text=True, check=True)
+                print(f"cutover    : {args.groups} consumer groups x {args.partitions} partitions in "
+                      f"{time.monotonic() - t0:.1f} s (command wall time)")
         finally:
             if ref is not None:
                 ref.stop()
