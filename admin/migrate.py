@@ -73,6 +73,7 @@ NOT_CARRIED = [
     ("a share group's acknowledged records above its start offset",
      "Kafka's API sets only the start offset: they are delivered once more (counted)"),
     ("per-record delivery counts of share groups", "records start again at delivery count 0"),
+    ("superseded records of compacted topics", "only each key's latest record (the live one) is copied"),
     ("SCRAM credentials", "listed, to be re-created on the target (salted secrets are not readable)"),
 ]
 
