@@ -72,8 +72,12 @@ async def offset_fetch(ctx, req):
                 scope.denied, Errors.TOPIC_AUTHORIZATION_FAILED, _topic, Resp.OffsetFetchResponsePartition)
         return resp
     scopes = [_Scope(ctx, g.group_id, g.topics, version >= 10) for g in req.groups]
-    asked = [Req.OffsetFetchRequestGroup(group_id=g.group_id, member_id=g.member_id, member_epoch=g.member_epoch,
-                                         topics=s.asked) for g, s in zip(req.groups, scopes) if s.allowed]
+    asked = []
+    for g, s in zip(req.groups, scopes):
+        if s.allowed:
+            one = Req.OffsetFetchRequestGroup(group_id=g.group_id, member_id=g.member_id, member_epoch=g.member_epoch)
+            one.topics = s.asked  # after the constructor, which turns None (all topics) into [] (none)
+            asked.append(one)
     answers = iter((await groups.offset_fetch(Req(groups=asked, require_stable=req.require_stable),
                                               version)).groups)
     out = []

@@ -431,6 +431,10 @@ def test_offset_apis_list_describe_and_delete_groups(env):
         assert env.group in {g.group_id for g in w.request(ListGroupsRequest(), 4).groups}  # READ implies DESCRIBE
         (g,) = w.request(fetch, 8).groups
         assert [(p.error_code, p.committed_offset) for t in g.topics for p in t.partitions] == [(OK, 3)]
+        every = OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=env.group)])
+        every.groups[0].topics = None  # null: all the group's offsets (the constructor makes None [])
+        (g,) = w.request(every, 8).groups
+        assert [(t.name, p.committed_offset) for t in g.topics for p in t.partitions] == [(env.topic, 3)]
         assert w.request(od, 0).error_code == GROUP_DENIED  # OffsetDelete needs DELETE on the group
         env.grant("alice", DELETE, ResourceType.GROUP, env.group)
         r = w.request(od, 0)

@@ -1,0 +1,395 @@
+"""``sharebroker-migrate`` against a real 3-node Apache Kafka 4.4 KRaft cluster (``tests/kafka_ref``).
+
+The cluster is started once for the module (replication factor 3 for the copied topics, bounded
+heaps) and stopped at its end; each test has its own sharebroker as the source, so ``sync`` copies
+only that test's topics. The command runs as the operator runs it (``python -m admin.migrate``), and
+real clients (confluent-kafka's Producer, Consumer, ShareConsumer) check the result on the cluster.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                  AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourcePatternType,
+                                  ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
+
+from admin.client import AdminClient as WireAdmin
+from admin.migrate import SOURCE_OFFSET_HEADER, client_quotas
+from admin.share_groups import describe_group as describe_share_group
+from broker.testing import BrokerProcess
+from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as AlterQuotas
+from tests.kafka_ref.launcher import KafkaRef, missing_tools
+from tests.reference import NO_KAFKA_ENV
+from tests.support import create_topic, unique, until
+
+pytestmark = pytest.mark.xdist_group("kafka-cluster")
+CLUSTER_ENV = "SHAREBROKER_MIGRATE_CLUSTER"
+# ACLs need an authorizer on both sides; the tests' clients (PLAINTEXT: User:ANONYMOUS) are super users
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.environ.get(NO_KAFKA_ENV) == "1":
+        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
+    if missing_tools():
+        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing_tools())} on PATH")
+    if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
+        yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
+        return
+    ref = KafkaRef(nodes=3, heap="-Xmx384m", settings=AUTHORIZER).start()
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+@pytest.fixture
+def source(tmp_path):
+    with BrokerProcess(tmp_path / "source", config={"group.share.min.record.lock.duration.ms": "1000", **AUTHORIZER}) as b:
+        yield b
+
+
+def migrate(cmd: str, src: str, dst: str, *extra: str, check: bool = True, timeout: float = 120):
+    p = subprocess.run([sys.executable, "-m", "admin.migrate", cmd, "--source", src, "--target", dst, *extra],
+                       capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"migrate {cmd} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def produce(bootstrap: str, topic: str, records, **conf) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for key, value in records:
+        p.produce(topic, key=key, value=value)
+    assert p.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 1) -> list:
+    """Every record of ``topic`` on the cluster (read_committed), by partition and offset."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}).items()}
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, todo = [], {p for p, e in ends.items() if e > 0}
+    try:
+        def step():
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m)
+                    if m.offset() >= ends[m.partition()] - 1:
+                        todo.discard(m.partition())
+            return not todo
+        until(step, 60, f"all records of {topic}")
+    finally:
+        c.close()
+    return sorted(out, key=lambda m: (m.partition(), m.offset()))
+
+
+def copied(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records of ``topic`` on the cluster so far (0 while it does not exist yet)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=10).topics:
+        return 0
+    fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
+    try:
+        return sum(f.result(30).offset for f in fs.values())
+    except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker
+        assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
+                                    KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
+        return 0
+
+
+def source_offsets(msgs) -> list[int]:
+    return [int(dict(m.headers())[SOURCE_OFFSET_HEADER]) for m in msgs]
+
+
+def share_group_state(bootstrap: str, group: str) -> str:
+    with WireAdmin(bootstrap) as client:
+        return describe_share_group(client, group).state
+
+
+def share_poll(c, timeout=0.5) -> list:
+    return [m for m in (c.poll(timeout) or []) if m.error() is None]
+
+
+# ----------------------------------------------------------------------------- groups
+def test_share_group_and_consumer_group_move(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    queue, log = create_topic(src, 1), create_topic(src, 2)
+    produce(src, queue, [(b"k%d" % i, b"v%d" % i) for i in range(30)])
+    produce(src, log, [(b"%d" % i, b"c%d" % i) for i in range(40)])
+    group, cgroup = unique("share"), unique("cons")
+    admin = AdminClient({"bootstrap.servers": src})
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.record.lock.duration.ms", "20000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+
+    # half-consume: 0-9 and 15-19 accepted, 10-14 and the rest released, then some taken by a second
+    # consumer and left in flight when it goes
+    c = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c.subscribe([queue])
+    accepted = set()
+    want = set(range(10)) | set(range(15, 20))
+    try:
+        def step():
+            for m in share_poll(c):
+                ok = m.offset() in want
+                c.acknowledge(m, AcknowledgeType.ACCEPT if ok else AcknowledgeType.RELEASE)
+                accepted.update([m.offset()] if ok else [])
+            return accepted == want
+        until(step, 60, "the share group half-consumed")
+        c.commit_sync()
+    finally:
+        c.close()
+    inflight = ShareConsumer({"bootstrap.servers": src, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    inflight.subscribe([queue])
+    try:
+        taken = until(lambda: share_poll(inflight), 30, "records for the second consumer")
+        assert {m.offset() for m in taken} <= set(range(10, 15)) | set(range(20, 30))
+    finally:
+        inflight.close()
+    cons = Consumer({"bootstrap.servers": src, "group.id": cgroup, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest"})
+    cons.commit(offsets=[TopicPartition(log, 0, 7), TopicPartition(log, 1, 12)], asynchronous=False)
+    cons.close()
+
+    until(lambda: share_group_state(src, group) == "Empty", 30, "the share group empty on the source")
+    plan = migrate("plan", src, dst).stdout
+    assert queue in plan and "create" in plan and group in plan
+
+    out = migrate("sync", src, dst, "--replication-factor", "3").stdout
+    assert "total: 70 records" in out, out
+    md = AdminClient({"bootstrap.servers": dst}).list_topics(queue, timeout=15).topics[queue]
+    assert all(len(p.replicas) == 3 for p in md.partitions.values())
+
+    out = migrate("cutover", src, dst).stdout
+    row = next(line for line in out.splitlines() if line.startswith(group))
+    assert row.split()[3] == "5", out  # 15-19 acknowledged above the start offset 10: delivered once more
+
+    # the share consumers, pointed at the cluster, get exactly 10-29: the unacknowledged + 5 counted
+    got = {}
+    tc = ShareConsumer({"bootstrap.servers": dst, "group.id": group})
+    tc.subscribe([queue])
+    try:
+        until(lambda: [got.setdefault(m.value(), m) for m in share_poll(tc)] and len(got) >= 20, 60,
+              "20 records on the cluster")
+        assert share_poll(tc, 2.0) == []
+    finally:
+        tc.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(10, 30))
+
+    # the consumer group resumes at the translated offsets
+    target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    committed = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup)])[cgroup].result(15)
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == {0: 7, 1: 12}, out
+    rc = Consumer({"bootstrap.servers": dst, "group.id": cgroup, "auto.offset.reset": "latest",
+                   "enable.auto.commit": False})
+    rc.subscribe([log])
+    first = {}
+    try:
+        errors = []
+
+        def first_records():
+            m = rc.poll(0.5)
+            if m is not None and m.error() is None:
+                first.setdefault(m.partition(), m.offset())
+            elif m is not None:
+                errors.append(str(m.error()))
+            return len(first) == 2
+        try:
+            until(first_records, 90, "records for the consumer group on the cluster")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: errors {errors[-3:]}, assignment {rc.assignment()}, got {first}") from None
+    finally:
+        rc.close()
+    assert first == {0: 7, 1: 12}
+
+    assert migrate("verify", src, dst).returncode == 0
+
+
+# ----------------------------------------------------------------------------- records
+def test_compacted_and_transactional_topics_incremental_and_verify(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    compacted = create_topic(src, 1, cleanup_policy="compact")
+    txn = create_topic(src, 1)
+    produce(src, compacted, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(25)] + [(b"k4", None)])
+    p = Producer({"bootstrap.servers": src, "transactional.id": unique("tx")})
+    p.init_transactions(30)
+    for committed, values in ((True, range(10)), (False, range(100, 105)), (True, range(10, 15))):
+        p.begin_transaction()
+        for i in values:
+            p.produce(txn, key=b"t", value=b"%d" % i)
+        assert p.flush(30) == 0  # on the log before the commit or abort marker
+        p.commit_transaction(30) if committed else p.abort_transaction(30)
+
+    out = migrate("sync", src, dst, "--replication-factor", "3").stdout
+    copied = read_all(dst, compacted)
+    assert [(m.key(), m.value()) for m in copied] == [(b"k0", b"v20"), (b"k1", b"v21"), (b"k2", b"v22"),
+                                                     (b"k3", b"v23")], out  # the live records only
+    assert [m.value() for m in read_all(dst, txn)] == [b"%d" % i for i in range(15)]
+
+    # a second sync copies only what is new
+    p.begin_transaction()
+    for i in range(15, 22):
+        p.produce(txn, key=b"t", value=b"%d" % i)
+    p.commit_transaction(30)
+    out = migrate("sync", src, dst).stdout
+    assert f"{txn}: 7 records" in out and f"{compacted}: 0 records" in out, out
+    msgs = read_all(dst, txn)
+    assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
+    assert len(set(source_offsets(msgs))) == 22
+
+    # ACLs move
+    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{unique('alice')}", "*",
+                     AclOperation.READ, AclPermissionType.ALLOW)
+    source_admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
+    source_admin.create_acls([acl])[acl].result(15)
+    # a consumer group's position on the transactional topic: source offsets count the markers and the
+    # aborted records, target offsets do not (0-9, marker, 11-15 aborted, marker, 17-21 = values 10-14)
+    cgroup = unique("cons")
+    cons = Consumer({"bootstrap.servers": src, "group.id": cgroup})
+    cons.commit(offsets=[TopicPartition(txn, 0, 18)], asynchronous=False)
+    cons.close()
+    client = unique("slow")  # a client quota moves too
+    with WireAdmin(src) as w:
+        w.request(AlterQuotas(entries=[AlterQuotas.EntryData(
+            entity=[AlterQuotas.EntityData(entity_type="client-id", entity_name=client)],
+            ops=[AlterQuotas.OpData(key="producer_byte_rate", value=2048.0)])]))
+    user = unique("carol")  # a SCRAM user is listed to be re-created
+    scram = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
+    source_admin.alter_user_scram_credentials([scram])[user].result(15)
+    out = migrate("cutover", src, dst).stdout
+    assert f"SCRAM users to re-create on the target: {user}" in out, out
+    with WireAdmin(dst) as w:
+        assert client_quotas(w)[(("client-id", client),)] == {
+            "producer_byte_rate": 2048.0}
+    target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    on_target = target_admin.describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(15)
+    assert on_target == [acl]
+    fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
+    assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
+
+    assert migrate("verify", src, dst).returncode == 0
+    produce(dst, txn, [(b"t", b"planted")])  # a difference on the target
+    bad = migrate("verify", src, dst, check=False)
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    topic = create_topic(src, 2)
+    n = 6000
+    produce(src, topic, [(b"%d" % i, b"x" * 100) for i in range(n)])
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst,
+                             "--chunk", "200", "--max-records-per-second", "1500"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: copied(dst, topic, 2) >= 700, 90, "part of the topic copied")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert copied(dst, topic, 2) < n, "the sync finished before it was killed"
+    migrate("sync", src, dst)
+    msgs = read_all(dst, topic, 2)
+    assert len(msgs) == n
+    for part in range(2):
+        offs = source_offsets([m for m in msgs if m.partition() == part])
+        assert offs == list(range(len(offs)))  # each source record once, in order
+    assert migrate("verify", src, dst).returncode == 0
+
+
+# ----------------------------------------------------------------------------- the README's move
+def readme_steps() -> list[list[str]]:
+    """The ``sharebroker-migrate`` lines of the README's "Outgrowing one machine" example, comments off."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Outgrowing one machine.*?```sh\n(.*?)```", text, re.S).group(1)
+    return [shlex.split(line.split("#")[0]) for line in block.splitlines() if line.startswith("sharebroker-migrate")]
+
+
+def test_readme_move_runs_as_written(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    steps = readme_steps()
+    assert [s[1] for s in steps] == ["plan", "sync", "sync", "cutover", "verify"]
+    topic = create_topic(src, 2)
+    group = unique("share")
+    admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    produce(src, topic, [(b"%d" % i, b"a%d" % i) for i in range(40)])
+    c = ShareConsumer({"bootstrap.servers": src, "group.id": group})  # implicit acknowledgement
+    c.subscribe([topic])
+    seen = set()
+
+    def run(step):
+        argv = [sys.executable, "-m", "admin.migrate", *step[1:]]
+        argv = [dst if a == "$T" else src if a == "$S" else a for a in argv]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, f"{step}: {p.stdout}\n{p.stderr}"
+        return p.stdout
+
+    try:
+        until(lambda: seen.update(m.value() for m in share_poll(c)) or len(seen) >= 10, 30, "records consumed")
+        run(steps[0])
+        run(steps[1])  # while the consumer runs and producers write
+        produce(src, topic, [(b"%d" % i, b"b%d" % i) for i in range(10)])
+        c.poll(0.5)  # acknowledges what it had (implicit mode) before leaving
+    finally:
+        c.close()
+    until(lambda: share_group_state(src, group) == "Empty", 30, "the share group empty on the source")
+    for step in steps[2:]:
+        out = run(step)
+    assert "verify: source and target match" in out
+    tc = ShareConsumer({"bootstrap.servers": dst, "group.id": group})
+    tc.subscribe([topic])
+    got = set()
+    try:
+        until(lambda: got.update(m.value() for m in share_poll(tc)) or len(got | seen) >= 50, 60,
+              "the rest of the records on the cluster")
+    finally:
+        tc.close()
+    assert len(got | seen) == 50  # nothing unacknowledged was skipped
+
+
+# ----------------------------------------------------------------------------- a cluster node goes
+def test_sync_completes_while_a_cluster_broker_is_stopped(cluster, source):
+    """Last in the module: it leaves one of the three nodes stopped (the module's teardown stops the rest)."""
+    if not isinstance(cluster, KafkaRef):
+        pytest.skip("needs the module's own cluster (not SHAREBROKER_MIGRATE_CLUSTER)")
+    src, dst = source.bootstrap, cluster.bootstrap
+    topic = create_topic(src, 3)
+    n = 6000
+    produce(src, topic, [(b"%d" % i, b"y" * 100) for i in range(n)])
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst,
+                             "--replication-factor", "3", "--chunk", "200", "--max-records-per-second", "1500"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: copied(dst, topic, 3) >= 500 or proc.poll() is not None, 90, "part of the topic copied")
+        assert proc.poll() is None, "the sync finished before a broker was stopped"
+        cluster.nodes[0].stop()  # SIGTERM: a controlled shutdown, leaders move to the other two
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, out + err
+    msgs = read_all(dst, topic, 3)
+    assert len(msgs) == n
+    for part in range(3):
+        offs = source_offsets([m for m in msgs if m.partition() == part])
+        assert offs == list(range(len(offs)))
