@@ -458,7 +458,7 @@ class ConsumerGroupManager:
         updated.client_id = client_id
         updated.client_host = client_host
 
-        bump = group.group_epoch == 0
+        bump = False
         if is_new or updated.metadata_tuple() != member.metadata_tuple():
             self._emit(group, records, R.consumer_member_metadata(gid, updated))
             if (sorted(updated.subscribed_topic_names) != sorted(member.subscribed_topic_names)
