@@ -257,6 +257,8 @@ async def test_restart_replays_consumer_group():
     # Session timers were re-armed at load: silence fences both members.
     await env2.advance(45000)
     assert g2.members == {} and g2.state_name() == "Empty"
+    # Left empty, the assignment epoch follows the group epoch at once (Kafka's consumerGroupFenceMembers).
+    assert g2.assignment_epoch == g2.group_epoch == 5
 
 
 async def test_offsets_of_consumer_group_members():
