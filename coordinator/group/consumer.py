@@ -458,7 +458,7 @@ class ConsumerGroupManager:
         updated.client_id = client_id
         updated.client_host = client_host
 
-        bump = group.group_epoch == 0
+        bump = False
         if is_new or updated.metadata_tuple() != member.metadata_tuple():
             self._emit(group, records, R.consumer_member_metadata(gid, updated))
             if (sorted(updated.subscribed_topic_names) != sorted(member.subscribed_topic_names)
@@ -628,6 +628,11 @@ class ConsumerGroupManager:
             self._emit(group, records, rec)
         new_hash = metadata_hash(self.c.cluster, group.subscribed_topic_names())
         self._emit(group, records, R.consumer_group_epoch(gid, group.group_epoch + 1, new_hash))
+        if not group.members:
+            # Left empty: the assignment epoch follows the group epoch at once, timestamp 0 as a new
+            # group's so the assignment interval holds no next assignment back (Kafka's
+            # consumerGroupFenceMembers).
+            self._emit(group, records, R.consumer_target_epoch(gid, group.group_epoch, 0))
         self.cancel_member_timers(gid, mid)
         return records
 

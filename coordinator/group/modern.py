@@ -29,9 +29,12 @@ class ModernGroup(Group):
 
     def __init__(self, group_id: str):
         self.group_id = group_id
-        self.group_epoch = 0
+        # A new group starts at group epoch 1 with an empty target assignment at epoch 1, as Kafka 4.4
+        # (KAFKA-20268): the first subscription bumps it to 2 and the first computed target is epoch 2.
+        # A group loaded from __consumer_offsets gets the epochs of its records when they are replayed.
+        self.group_epoch = 1
         self.metadata_hash = 0
-        self.assignment_epoch = 0
+        self.assignment_epoch = 1
         self.assignment_timestamp = 0  # when the target assignment was last computed (KIP-1263)
         self.members: dict = {}
         self.target: dict[str, Parts] = {}

@@ -533,10 +533,6 @@ EXPECTED: dict[tuple[str, str], str] = {
         "deliberate (issue 29, README 'Deviations'): ours initializes the share state before answering the first "
         "heartbeat, so its answer carries the assignment (first records ~0.1 s after subscribe()); Kafka 4.4 "
         "answers an empty assignment and assigns at the next heartbeat, 5 s later",
-    ("share_group_heartbeat_errors", "join.member_epoch"):
-        "Kafka 4.4 creates a share (or consumer) group at group epoch 1 with an empty target assignment at epoch 1 "
-        "(ModernGroup's constructor, KAFKA-20268, for assignment offload), so the first join's subscription bumps "
-        "it to 2; ours starts at 0 and answers 1 (the epoch is opaque to clients, which echo it)",
     **{("share_fetch_session_epochs", f"{step}.error_message"): _MESSAGE
        for step in ("unknown_session", "stale_epoch", "future_epoch", "ack_stale_epoch", "acks_on_opening_fetch",
                     "ack_opens_no_session")},

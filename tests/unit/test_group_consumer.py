@@ -27,20 +27,20 @@ def all_parts(*assignments) -> list:
 async def test_first_member_gets_everything():
     env = Env()
     r = await hb(env, "cg", "m1", topics=["foo"])
-    assert r.error_code == 0 and r.member_id == "m1" and r.member_epoch == 1
+    assert r.error_code == 0 and r.member_id == "m1" and r.member_epoch == 2
     assert r.heartbeat_interval_ms == 5000
     assert assignment_of(r) == {FOO: {0, 1, 2}}
     g = env.coord.groups["cg"]
-    assert (g.group_epoch, g.assignment_epoch, g.state_name()) == (1, 1, "Stable")
+    assert (g.group_epoch, g.assignment_epoch, g.state_name()) == (2, 2, "Stable")
     # A plain heartbeat with the same epoch and no change carries no assignment.
-    r = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
-    assert r.error_code == 0 and r.member_epoch == 1 and r.assignment is None
+    r = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
+    assert r.error_code == 0 and r.member_epoch == 2 and r.assignment is None
 
 
 async def test_v0_server_generates_member_id():
     env = Env()
     r = await hb(env, "cg", "", topics=["foo"], version=0)
-    assert r.error_code == 0 and len(r.member_id) == 22 and r.member_epoch == 1
+    assert r.error_code == 0 and len(r.member_id) == 22 and r.member_epoch == 2
 
 
 async def test_second_member_revoke_before_assign():
@@ -48,24 +48,24 @@ async def test_second_member_revoke_before_assign():
     await hb(env, "cg", "m1", topics=["foo"])
     r2 = await hb(env, "cg", "m2", topics=["foo"])
     g = env.coord.groups["cg"]
-    assert g.group_epoch == 2 and g.assignment_epoch == 2 and g.state_name() == "Reconciling"
+    assert g.group_epoch == 3 and g.assignment_epoch == 3 and g.state_name() == "Reconciling"
     target1, target2 = g.target["m1"], g.target["m2"]
     assert all_parts(target1, target2) == [(FOO, 0), (FOO, 1), (FOO, 2)]
-    # m2 cannot get partitions m1 still owns: it moves to epoch 2 and waits for them.
-    assert r2.member_epoch == 2 and assignment_of(r2) == {}
+    # m2 cannot get partitions m1 still owns: it moves to epoch 3 and waits for them.
+    assert r2.member_epoch == 3 and assignment_of(r2) == {}
     assert g.members["m2"].state == UNRELEASED_PARTITIONS
     # m1 is asked to revoke: same epoch, smaller assignment.
-    r1 = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
-    assert r1.member_epoch == 1 and assignment_of(r1) == target1
+    r1 = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
+    assert r1.member_epoch == 2 and assignment_of(r1) == target1
     assert g.members["m1"].state == UNREVOKED_PARTITIONS
     # Still owning the revoked partitions: no progress.
-    r1 = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
-    assert r1.member_epoch == 1 and r1.assignment is None
-    # Revoked: m1 moves to epoch 2; m2 then gets its partitions.
-    r1 = await hb(env, "cg", "m1", epoch=1, topics=None, owned=target1)
-    assert r1.member_epoch == 2 and g.members["m1"].state == STABLE
-    r2 = await hb(env, "cg", "m2", epoch=2, topics=None, owned={})
-    assert r2.member_epoch == 2 and assignment_of(r2) == target2
+    r1 = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
+    assert r1.member_epoch == 2 and r1.assignment is None
+    # Revoked: m1 moves to epoch 3; m2 then gets its partitions.
+    r1 = await hb(env, "cg", "m1", epoch=2, topics=None, owned=target1)
+    assert r1.member_epoch == 3 and g.members["m1"].state == STABLE
+    r2 = await hb(env, "cg", "m2", epoch=3, topics=None, owned={})
+    assert r2.member_epoch == 3 and assignment_of(r2) == target2
     assert g.state_name() == "Stable"
     assert sorted(len(ps) for t in (target1, target2) for ps in t.values()) == [1, 2]
 
@@ -73,18 +73,18 @@ async def test_second_member_revoke_before_assign():
 async def test_epoch_fencing_and_request_validation():
     env = Env()
     await hb(env, "cg", "m1", topics=["foo"])
-    assert (await hb(env, "cg", "m1", epoch=5, topics=None)).error_code == Errors.FENCED_MEMBER_EPOCH
-    assert (await hb(env, "cg", "ghost", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
-    assert (await hb(env, "nogroup", "m1", epoch=1, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert (await hb(env, "cg", "m1", epoch=6, topics=None)).error_code == Errors.FENCED_MEMBER_EPOCH
+    assert (await hb(env, "cg", "ghost", epoch=2, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert (await hb(env, "nogroup", "m1", epoch=2, topics=None)).error_code == Errors.UNKNOWN_MEMBER_ID
     await hb(env, "cg", "m2", topics=["foo"])
-    await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
+    await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
     g = env.coord.groups["cg"]
-    await hb(env, "cg", "m1", epoch=1, topics=None, owned=g.target["m1"])
-    assert g.members["m1"].member_epoch == 2
+    await hb(env, "cg", "m1", epoch=2, topics=None, owned=g.target["m1"])
+    assert g.members["m1"].member_epoch == 3
     # The previous epoch is accepted when the owned partitions are a subset (lost response).
-    r = await hb(env, "cg", "m1", epoch=1, topics=None, owned=g.target["m1"])
-    assert r.error_code == 0 and r.member_epoch == 2
-    r = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
+    r = await hb(env, "cg", "m1", epoch=2, topics=None, owned=g.target["m1"])
+    assert r.error_code == 0 and r.member_epoch == 3
+    r = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
     assert r.error_code == Errors.FENCED_MEMBER_EPOCH
     bad = cg_hb("cg", "m3")
     bad.rebalance_timeout_ms = -1
@@ -103,19 +103,19 @@ async def test_leave_and_session_timeout_hand_partitions_over():
     g = env.coord.groups["cg"]
     r = await hb(env, "cg", "m2", epoch=-1, topics=None)
     assert r.error_code == 0 and r.member_epoch == -1
-    assert "m2" not in g.members and g.group_epoch == 3
-    r1 = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
+    assert "m2" not in g.members and g.group_epoch == 4
+    r1 = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
     # m1 never revoked anything, so its assignment is unchanged and not resent.
-    assert r1.member_epoch == 3 and r1.assignment is None and g.members["m1"].assigned == {FOO: {0, 1, 2}}
+    assert r1.member_epoch == 4 and r1.assignment is None and g.members["m1"].assigned == {FOO: {0, 1, 2}}
     # m3 joins, then stops heartbeating: fenced after the 45 s session timeout.
     await hb(env, "cg", "m3", topics=["foo"])
-    assert g.group_epoch == 4
+    assert g.group_epoch == 5
     for _ in range(9):
         await env.advance(5000)
         await hb(env, "cg", "m1", epoch=g.members["m1"].member_epoch, topics=None,
                  owned=g.members["m1"].assigned)
     assert "m3" not in g.members
-    assert g.group_epoch == 5
+    assert g.group_epoch == 6
     r1 = await hb(env, "cg", "m1", epoch=g.members["m1"].member_epoch, topics=None, owned=g.members["m1"].assigned)
     assert assignment_of(r1) == {FOO: {0, 1, 2}} or r1.assignment is None
     assert g.members["m1"].assigned == {FOO: {0, 1, 2}}
@@ -125,7 +125,7 @@ async def test_rebalance_timeout_fences_a_member_that_does_not_revoke():
     env = Env()
     await hb(env, "cg", "m1", topics=["foo"], rebalance=10000)
     await hb(env, "cg", "m2", topics=["foo"])
-    await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
+    await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
     g = env.coord.groups["cg"]
     assert g.members["m1"].state == UNREVOKED_PARTITIONS
     await env.advance(10000)
@@ -141,7 +141,7 @@ async def test_range_assignor_by_server_assignor_and_describe():
     g = env.coord.groups["cg"]
     assert g.target["m1"] == {FOO: {0, 1}, BAR: {0}} and g.target["m2"] == {FOO: {2}, BAR: {1}}
     d = env.coord.consumer_group_describe(ConsumerGroupDescribeRequest(group_ids=["cg", "nope"]), 1).groups
-    assert d[0].error_code == 0 and d[0].assignor_name == "range" and d[0].group_epoch == 2
+    assert d[0].error_code == 0 and d[0].assignor_name == "range" and d[0].group_epoch == 3
     assert d[0].group_state == "Reconciling"
     m1 = next(m for m in d[0].members if m.member_id == "m1")
     assert m1.client_id == "client" and m1.client_host == "/127.0.0.1" and m1.member_type == 1
@@ -204,19 +204,19 @@ async def test_group_config_overrides_reset_policy():
 async def test_static_member_temporary_leave_and_takeover():
     env = Env()
     r = await hb(env, "cg", "a1", topics=["foo"], instance="inst")
-    assert r.member_epoch == 1
+    assert r.member_epoch == 2
     g = env.coord.groups["cg"]
     r = await hb(env, "cg", "a1", epoch=-2, topics=None, instance="inst")
     assert r.error_code == 0 and r.member_epoch == -2
-    assert g.members["a1"].assigned == {FOO: {0, 1, 2}} and g.group_epoch == 1
+    assert g.members["a1"].assigned == {FOO: {0, 1, 2}} and g.group_epoch == 2
     # A new incarnation with the same instance id takes the assignment over without a rebalance.
     r = await hb(env, "cg", "a2", topics=["foo"], instance="inst")
-    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {FOO: {0, 1, 2}}
-    assert list(g.members) == ["a2"] and g.group_epoch == 1
+    assert r.error_code == 0 and r.member_epoch == 2 and assignment_of(r) == {FOO: {0, 1, 2}}
+    assert list(g.members) == ["a2"] and g.group_epoch == 2
     # The instance id is now owned by a2.
     r = await hb(env, "cg", "a3", topics=["foo"], instance="inst")
     assert r.error_code == Errors.UNRELEASED_INSTANCE_ID
-    r = await hb(env, "cg", "a1", epoch=1, topics=None, instance="inst")
+    r = await hb(env, "cg", "a1", epoch=2, topics=None, instance="inst")
     assert r.error_code == Errors.FENCED_INSTANCE_ID
 
 
@@ -225,8 +225,8 @@ async def test_new_topic_bumps_epoch_and_assigns():
     r = await hb(env, "cg", "m1", topics=["foo", "later"])
     assert assignment_of(r) == {FOO: {0}}
     later = env.cluster.add_topic("later", 2)
-    r = await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0}})
-    assert r.member_epoch == 2 and assignment_of(r) == {FOO: {0}, later: {0, 1}}
+    r = await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0}})
+    assert r.member_epoch == 3 and assignment_of(r) == {FOO: {0}, later: {0, 1}}
 
 
 async def test_regex_subscription():
@@ -240,7 +240,7 @@ async def test_restart_replays_consumer_group():
     env = Env()
     await hb(env, "cg", "m1", topics=["foo"])
     await hb(env, "cg", "m2", topics=["foo"])
-    await hb(env, "cg", "m1", epoch=1, topics=None, owned={FOO: {0, 1, 2}})
+    await hb(env, "cg", "m1", epoch=2, topics=None, owned={FOO: {0, 1, 2}})
     g = env.coord.groups["cg"]
     snapshot = {mid: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation)
                 for mid, m in g.members.items()}
@@ -251,12 +251,14 @@ async def test_restart_replays_consumer_group():
             for mid, m in g2.members.items()} == snapshot
     assert g2.partition_epochs == g.partition_epochs
     # Reconciliation continues where it stopped.
-    r1 = await env2.coord.consumer_group_heartbeat(cg_hb("cg", "m1", epoch=1, topics=None, owned=g2.target["m1"]),
+    r1 = await env2.coord.consumer_group_heartbeat(cg_hb("cg", "m1", epoch=2, topics=None, owned=g2.target["m1"]),
                                                    1, "c", "h")
-    assert r1.member_epoch == 2
+    assert r1.member_epoch == 3
     # Session timers were re-armed at load: silence fences both members.
     await env2.advance(45000)
     assert g2.members == {} and g2.state_name() == "Empty"
+    # Left empty, the assignment epoch follows the group epoch at once (Kafka's consumerGroupFenceMembers).
+    assert g2.assignment_epoch == g2.group_epoch == 5
 
 
 async def test_offsets_of_consumer_group_members():
@@ -272,7 +274,7 @@ async def test_offsets_of_consumer_group_members():
         group_id="cg", member_id="m1", member_epoch=9,
         topics=[OffsetFetchRequest.OffsetFetchRequestTopics(name="foo", partition_indexes=[0])])])
     assert (await env.coord.offset_fetch(req, 9)).groups[0].error_code == Errors.STALE_MEMBER_EPOCH
-    req.groups[0].member_epoch = 1
+    req.groups[0].member_epoch = 2
     got = (await env.coord.offset_fetch(req, 9)).groups[0]
     assert got.error_code == 0 and got.topics[0].partitions[0].committed_offset == 3
 

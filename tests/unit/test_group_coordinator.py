@@ -425,7 +425,7 @@ async def test_failed_consumer_heartbeat_rolls_back():
     assert r.error_code == Errors.COORDINATOR_NOT_AVAILABLE
     assert "cg" not in env.coord.groups
     r = await env.coord.consumer_group_heartbeat(cg_hb("cg", "m1"), 1, "c", "h")
-    assert r.error_code == 0 and r.member_epoch == 1
+    assert r.error_code == 0 and r.member_epoch == 2
 
 
 async def test_duplicate_protocol_names_are_ignored():

@@ -24,16 +24,16 @@ async def test_first_heartbeat_initializes_share_state_and_answers_with_the_assi
     env = Env()
     r = await env.share_hb("sg", "s1", topics=["foo"])
     foo = env.cluster.topic_id("foo")
-    assert r.error_code == 0 and r.member_epoch == 1 and assignment_of(r) == {foo: {0, 1, 2}}
+    assert r.error_code == 0 and r.member_epoch == 2 and assignment_of(r) == {foo: {0, 1, 2}}
     assert all(env.share_state.state_of("sg", foo, p) is not None for p in range(3))
     g = env.coord.groups["sg"]
-    assert (g.group_epoch, g.assignment_epoch, g.initialized[foo][1]) == (1, 1, {0, 1, 2})
+    assert (g.group_epoch, g.assignment_epoch, g.initialized[foo][1]) == (2, 2, {0, 1, 2})
     d = describe(env, "sg")[0]
-    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 1, 1, "simple")
-    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 1
-    assert env.share_state.state_of("sg", foo, 0).state_epoch == 1  # initialized at the group epoch
-    steady = await env.share_hb("sg", "s1", epoch=1, topics=None)
-    assert steady.member_epoch == 1 and steady.assignment is None
+    assert (d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 2, 2, "simple")
+    assert d.members[0].client_host == "/127.0.0.1" and d.members[0].member_epoch == 2
+    assert env.share_state.state_of("sg", foo, 0).state_epoch == 2  # initialized at the group epoch
+    steady = await env.share_hb("sg", "s1", epoch=2, topics=None)
+    assert steady.member_epoch == 2 and steady.assignment is None
 
 
 async def test_a_join_is_answered_only_once_its_partitions_are_initialized():
@@ -79,13 +79,13 @@ async def test_second_member_rebalances_without_revocation():
     foo = env.cluster.topic_id("foo")
     await env.share_hb("sg", "s1")
     r2 = await env.share_hb("sg", "s2")
-    assert r2.member_epoch == 2
-    r1 = await env.share_hb("sg", "s1", epoch=1, topics=None)
-    assert r1.member_epoch == 2  # takes its new target at once: share groups do not revoke
+    assert r2.member_epoch == 3
+    r1 = await env.share_hb("sg", "s1", epoch=2, topics=None)
+    assert r1.member_epoch == 3  # takes its new target at once: share groups do not revoke
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
     assert a1 | a2 == {0, 1, 2} and not a1 & a2
-    steady = await env.share_hb("sg", "s1", epoch=2, topics=None)
-    assert steady.member_epoch == 2 and steady.assignment is None
+    steady = await env.share_hb("sg", "s1", epoch=3, topics=None)
+    assert steady.member_epoch == 3 and steady.assignment is None
 
 
 async def test_members_joining_together_share_the_first_assignment():
@@ -101,7 +101,7 @@ async def test_members_joining_together_share_the_first_assignment():
     await env.advance(0)
     await env.advance(39)
     assert not t1.done() and not t2.done()  # the group forms: nothing assigned yet
-    assert env.coord.groups["sg"].assignment_epoch == 0
+    assert env.coord.groups["sg"].assignment_epoch == 1
     await env.advance(1)
     r1, r2 = await t1, await t2
     a1, a2 = assignment_of(r1)[foo], assignment_of(r2)[foo]
@@ -134,7 +134,7 @@ async def test_concurrent_joins_compute_on_committed_state():
     rs = await asyncio.gather(*(env.share_hb("sg", f"s{i}") for i in range(4)))
     assert all(r.error_code == 0 for r in rs)
     g = env.coord.groups["sg"]
-    assert sorted(g.members) == ["s0", "s1", "s2", "s3"] and g.group_epoch == 4 and g.assignment_epoch == 4
+    assert sorted(g.members) == ["s0", "s1", "s2", "s3"] and g.group_epoch == 5 and g.assignment_epoch == 5
 
 
 async def test_leave_and_session_expiry_remove_the_member():
@@ -144,7 +144,7 @@ async def test_leave_and_session_expiry_remove_the_member():
     r = await env.share_hb("sg", "s1", epoch=-1, topics=None)
     assert r.error_code == 0 and r.member_epoch == -1
     g = env.coord.groups["sg"]
-    assert list(g.members) == ["s2"] and g.group_epoch == 3 and g.assignment_epoch == 2
+    assert list(g.members) == ["s2"] and g.group_epoch == 4 and g.assignment_epoch == 3
     await env.advance(SESSION)
     assert env.coord.groups["sg"].assignment_epoch == env.coord.groups["sg"].group_epoch  # empty: caught up
     assert env.coord.groups["sg"].members == {} and env.coord.groups["sg"].state_name() == "Empty"
@@ -155,7 +155,7 @@ async def test_heartbeats_keep_the_session():
     await env.share_hb("sg", "s1")
     for _ in range(3):
         await env.advance(SESSION - 1000)
-        assert (await env.share_hb("sg", "s1", epoch=1, topics=None)).error_code == 0
+        assert (await env.share_hb("sg", "s1", epoch=2, topics=None)).error_code == 0
     assert "s1" in env.coord.groups["sg"].members
 
 
@@ -209,7 +209,7 @@ async def test_failed_append_creates_nothing_and_answers_coordinator_error():
     r = await env.share_hb("sg", "s1")
     assert r.error_code == Errors.COORDINATOR_NOT_AVAILABLE and "sg" not in env.coord.groups
     r = await env.share_hb("sg", "s1")
-    assert r.error_code == 0 and r.member_epoch == 1
+    assert r.error_code == 0 and r.member_epoch == 2
 
 
 async def test_delete_groups_removes_records_and_share_state_then_tells_the_listener():
@@ -245,7 +245,7 @@ async def test_deleted_groups_leave_no_memory_behind():
         assert gid in mgr._forming
         await env.advance(100)                     # share state initialized, the group formed
         assert assignment_of(await join)
-        await env.share_hb(gid, "s1", epoch=1, topics=None)
+        await env.share_hb(gid, "s1", epoch=2, topics=None)
         assert gid in mgr._initializing
         await env.share_hb(gid, "s1", epoch=-1, topics=None)
         resp = await env.coord.delete_groups(DeleteGroupsRequest(groups_names=[gid]), 2)
