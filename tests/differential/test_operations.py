@@ -88,6 +88,11 @@ def log_dirs(s: Side) -> dict:
     s.create_topic(n["topic"], partitions=2)
     _produce(s, n["topic"], 1, 7)
     w = s.wire()
+    # Kafka creates a new topic's partition logs when its broker applies the metadata, which can come
+    # after CreateTopics and the produce answered: wait until both are in the log directory
+    until(lambda: sum(len(t.partitions) for d in w.request(DLD(topics=[DLD.DescribableLogDirTopic(
+        topic=n["topic"], partitions=[0, 1])]), 4).results for t in d.topics) == 2, 30,
+        "both partitions of the new topic in the log directory")
     out = {}
     for v in (1, 4):
         r = plain(w.request(DLD(topics=[DLD.DescribableLogDirTopic(topic=n["topic"], partitions=[0, 1, 5]),
