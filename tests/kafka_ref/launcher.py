@@ -105,9 +105,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sharebroker" / f"kafka-{KAFKA_VERSION}")
 
 
-def _valid_classpath(path: Path) -> str | None:
+def _valid_classpath(path: Path, pom: Path = POM) -> str | None:
     try:
-        if path.stat().st_mtime < POM.stat().st_mtime:
+        if path.stat().st_mtime < pom.stat().st_mtime:
             return None
         cp = path.read_text().strip()
     except OSError:
@@ -118,11 +118,12 @@ def _valid_classpath(path: Path) -> str | None:
     return cp
 
 
-def classpath(timeout: float = 1800.0) -> str:
-    """The reference Kafka's classpath, resolved with Maven the first time (under a lock, so parallel
-    test workers download once), then read from the cache."""
-    out = cache_dir() / "classpath.txt"
-    cp = _valid_classpath(out)
+def classpath(timeout: float = 1800.0, pom: Path = POM, name: str = "classpath.txt") -> str:
+    """The reference Kafka's classpath (or that of another ``pom`` beside it, cached as ``name``),
+    resolved with Maven the first time (under a lock, so parallel test workers download once),
+    then read from the cache."""
+    out = cache_dir() / name
+    cp = _valid_classpath(out, pom)
     if cp:
         return cp
     if missing_tools():
@@ -130,16 +131,16 @@ def classpath(timeout: float = 1800.0) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / "classpath.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cp = _valid_classpath(out)  # another process resolved it while this one waited
+        cp = _valid_classpath(out, pom)  # another process resolved it while this one waited
         if cp:
             return cp
         tmp = out.with_suffix(".tmp")
-        cmd = ["mvn", "-B", "-q", "-f", str(POM), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
+        cmd = ["mvn", "-B", "-q", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or not tmp.exists():
-            raise KafkaRefError("Maven could not resolve the reference Kafka:\n" + (done.stdout + done.stderr)[-3000:])
+            raise KafkaRefError(f"Maven could not resolve {pom.name}:\n" + (done.stdout + done.stderr)[-3000:])
         os.replace(tmp, out)
-    cp = _valid_classpath(out)
+    cp = _valid_classpath(out, pom)
     if not cp:
         raise KafkaRefError(f"Maven wrote no usable classpath to {out}")
     return cp
