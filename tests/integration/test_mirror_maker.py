@@ -106,7 +106,12 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
                 return group_offsets(AdminClient({"bootstrap.servers": bootstrap}), group) == expected
             return check
         for name, bootstrap in targets.items():
-            until(translated(bootstrap), 90, f"{group}'s offsets translated on {name}")
+            try:
+                until(translated(bootstrap), 90, f"{group}'s offsets translated on {name}")
+            except AssertionError as e:
+                seen = group_offsets(AdminClient({"bootstrap.servers": bootstrap}), group)
+                raise AssertionError(f"{e}: {seen} != {expected}; offsets on "
+                                     f"{ {n: group_offsets(AdminClient({'bootstrap.servers': b}), group) for n, b in targets.items()} }") from e
             for t, n in parts.items():
                 assert end_offsets(bootstrap, f"src.{t}", n) == end_offsets(a.bootstrap, t, n)
 

@@ -35,10 +35,16 @@ def mm2_properties(src: str, targets: dict[str, str], topics: str, groups: str,
         "sync.group.offsets.enabled": "true",
         "sync.group.offsets.interval.seconds": "1",
         "emit.checkpoints.interval.seconds": "1",
-        "emit.heartbeats.interval.seconds": "1",
+        # only the src->target herders (heartbeats would add a herder for every other pair)
+        "emit.heartbeats.enabled": "false",
+        # Connect finds MM2's connectors through their ServiceLoader manifests, without a class scan
+        "plugin.discovery": "service_load",
         "refresh.topics.interval.seconds": "1",
         "refresh.groups.interval.seconds": "1",
         "offset-syncs.topic.location": "source",
+        # the worker's offset flush also sends the offset syncs MirrorSourceTask held back (OffsetSyncWriter's
+        # delayed and throttled ones): every second, not every minute, so translations catch up quickly
+        "offset.flush.interval.ms": "1000",
         "replication.factor": one,
         "checkpoints.topic.replication.factor": one,
         "heartbeats.topic.replication.factor": one,
