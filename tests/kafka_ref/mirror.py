@@ -14,7 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.kafka_ref.launcher import HEAP, JVM_OPTS, LOG4J2, KafkaNode, _die_with_parent, _signal, _wait_dead, classpath
+from tests.kafka_ref.launcher import HEAP, JVM_OPTS, LOG4J2, KafkaNode, _die_with_parent, _signal, _wait_dead, classpath, tail_files
 
 MM2_POM = Path(__file__).resolve().parent / "mm2-pom.xml"
 
@@ -95,13 +95,7 @@ class MirrorMaker:
             _wait_dead(node, 10.0)
 
     def tail(self, lines: int = 60) -> str:
-        out = []
-        for f in (self.directory / "stdout.log", self.log_file):
-            try:
-                out.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
-            except OSError:
-                pass
-        return "\n".join(out)
+        return tail_files((self.directory / "stdout.log", self.log_file), lines)
 
     def __enter__(self) -> "MirrorMaker":
         return self.start()
