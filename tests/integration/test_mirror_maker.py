@@ -78,9 +78,20 @@ def consume(bootstrap: str, group: str, topics: list[str], count: int) -> list[t
     return got
 
 
+def apis_served(b: BrokerProcess) -> set[str]:
+    """The requests ``b`` has answered at least once (its /metrics)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+    prefix = 'kafka_network_requestmetrics_requests_total{request="'
+    return {line[len(prefix):].split('"')[0] for line in text.splitlines()
+            if line.startswith(prefix) and float(line.split()[-1]) > 0}
+
+
 def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, tmp_path):
-    a = BrokerProcess(tmp_path / "a").start()
-    b = BrokerProcess(tmp_path / "b").start()
+    metrics = {"sharebroker.metrics.listener": "127.0.0.1:0"}
+    a = BrokerProcess(tmp_path / "a", config=metrics).start()
+    b = BrokerProcess(tmp_path / "b", config=metrics).start()
     mm = None
     try:
         t1, t2, group = unique("mm2-t1"), unique("mm2-t2"), unique("mm2-g")
@@ -100,18 +111,19 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
                          extra={"offset.lag.max": "0"}).start()
         expected = {(f"src.{t}", p): o for (t, p), o in committed.items()}
 
-        def translated(bootstrap):
+        admins = {name: AdminClient({"bootstrap.servers": bootstrap}) for name, bootstrap in targets.items()}
+
+        def translated(name):
             def check():
                 assert mm.alive(), f"MirrorMaker exited:\n{mm.tail()}"
-                return group_offsets(AdminClient({"bootstrap.servers": bootstrap}), group) == expected
+                return group_offsets(admins[name], group) == expected
             return check
         for name, bootstrap in targets.items():
             try:
-                until(translated(bootstrap), 90, f"{group}'s offsets translated on {name}")
+                until(translated(name), 90, f"{group}'s offsets translated on {name}")
             except AssertionError as e:
-                seen = group_offsets(AdminClient({"bootstrap.servers": bootstrap}), group)
-                raise AssertionError(f"{e}: {seen} != {expected}; offsets on "
-                                     f"{ {n: group_offsets(AdminClient({'bootstrap.servers': b}), group) for n, b in targets.items()} }") from e
+                seen = {n: group_offsets(admin, group) for n, admin in admins.items()}
+                raise AssertionError(f"{e}: expected {expected} on both, have {seen}") from e
             for t, n in parts.items():
                 assert end_offsets(bootstrap, f"src.{t}", n) == end_offsets(a.bootstrap, t, n)
 
@@ -126,6 +138,11 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
         got = consume(b.bootstrap, group, [f"src.{t}" for t in parts], 2 * second)
         assert sorted(v for _, _, v in got) == sorted(b"%s-%d" % (t.encode(), i) for t in parts
                                                      for i in range(first, first + second))
+        # what MM2 asked the two sharebrokers (all answered: the records and offsets above)
+        assert {"DescribeConfigs", "DescribeAcls", "ListGroups", "OffsetFetch", "CreateTopics", "Fetch",
+                "Produce"} <= apis_served(a)  # topic configs and ACLs read, group offsets read, offset syncs
+        assert {"CreateTopics", "IncrementalAlterConfigs", "JoinGroup", "SyncGroup", "DescribeGroups",
+                "OffsetFetch", "OffsetCommit", "Produce"} <= apis_served(b)  # copies, Connect workers, offsets
     finally:
         if mm is not None:
             mm.stop()
