@@ -1,12 +1,14 @@
 """MirrorMaker 2 for the tests: the dedicated driver ``org.apache.kafka.connect.mirror.MirrorMaker``
-(``connect-mirror-maker.sh``) replicating cluster ``src`` to cluster ``dst``.
+(``connect-mirror-maker.sh``) replicating cluster ``src`` to one or more target clusters.
 
-``tests/kafka_ref/mm2-pom.xml`` names connect-mirror with Kafka 4.4.0's connect-runtime and clients;
-Maven resolves them as for the reference Kafka (``launcher.classpath``), cached in
-``~/.cache/sharebroker/kafka-4.4.0/mm2-classpath.txt``. ``MirrorMaker(src, {alias: bootstrap}, topics,
-groups, dir)`` writes ``mm2.properties`` (cluster ``src`` replicated to each target alias) (replication factor 1 for every internal topic on both sides, checkpoints and
-group offset syncs every second, short topic/group refreshes) and runs it with ``-Xmx512m``; ``stop()``
-sends SIGTERM, then SIGKILL. The JVM also gets SIGTERM when the process that started it dies.
+``tests/kafka_ref/mm2-pom.xml`` names connect-mirror with its Connect runtime and Java clients (4.3.1:
+Maven Central serves no connect-mirror 4.4.0); Maven resolves them as for the reference Kafka
+(``launcher.classpath``), cached in ``~/.cache/sharebroker/kafka-4.4.0/mm2-classpath.txt``.
+``MirrorMaker(src, {alias: bootstrap}, topics, groups, dir)`` writes ``mm2.properties`` (``src``
+replicated to each target alias; replication factor 1 for every internal topic on both sides;
+checkpoints, group offset syncs, refreshes and offset flushes every second) and runs it with
+``-Xmx512m``; ``stop()`` sends SIGTERM, then SIGKILL. The JVM also gets SIGTERM when the process
+that started it dies.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.kafka_ref.launcher import HEAP, JVM_OPTS, LOG4J2, KafkaNode, _die_with_parent, _signal, _wait_dead, classpath, tail_files
+from tests.kafka_ref.launcher import (HEAP, JVM_OPTS, LOG4J2, KafkaNode, _die_with_parent, _signal, _wait_dead, classpath,
+                                      tail_files)
 
 MM2_POM = Path(__file__).resolve().parent / "mm2-pom.xml"
 
