@@ -283,13 +283,18 @@ class KafkaNode:
         return None
 
     def tail(self, lines: int = 40) -> str:
-        parts = []
-        for f in (self.directory / "stdout.log", self.log_file):
-            try:
-                parts.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
-            except OSError:
-                pass
-        return "\n".join(parts)
+        return tail_files((self.directory / "stdout.log", self.log_file), lines)
+
+
+def tail_files(files, lines: int) -> str:
+    """The last ``lines`` lines of each of ``files`` that exists, each under its name."""
+    parts = []
+    for f in files:
+        try:
+            parts.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
+        except OSError:
+            pass
+    return "\n".join(parts)
 
 
 def _die_with_parent() -> None:
