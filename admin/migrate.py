@@ -587,7 +587,6 @@ def set_group_configs(target: Side, group: str, configs: dict[str, str]) -> None
 
 
 def cmd_cutover(source: Side, target: Side, args) -> None:
-    ck = _ck()
     groups = source_groups(source)
     busy = [f"{g.group} ({g.state})" for g in groups if g.state not in ("Empty", "Dead")]
     if busy:
@@ -602,10 +601,7 @@ def cmd_cutover(source: Side, target: Side, args) -> None:
             offs = committed_offsets(source.wire, g.group, source.wire.coordinator(g.group))
             new = {tp: tr(tp, o) for tp, o in offs.items() if tp[0] in moved}
             if new:
-                req = ck.ConsumerGroupTopicPartitions(
-                    g.group, [ck.TopicPartition(t, p, o) for (t, p), o in sorted(new.items())])
-                for fut in target.admin.alter_consumer_group_offsets([req], request_timeout=target.timeout).values():
-                    fut.result()
+                alter_consumer_offsets(target, g.group, new)
             rows.append([g.group, "consumer", len(new), "-", "-"])
         else:
             offs = share_start_offsets(source, g.group)
@@ -619,6 +615,27 @@ def cmd_cutover(source: Side, target: Side, args) -> None:
     carry_quotas(source, target)
     carry_acls(source, target)
     list_scram_users(source)
+
+
+def alter_consumer_offsets(target, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """AlterConsumerGroupOffsets on the target until every partition is written: its answer carries an
+    error per partition (not raised by the client), and a cluster's new group coordinator answers
+    retriable ones (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR) for a while; others are fatal."""
+    ck = _ck()
+    deadline = time.monotonic() + target.timeout * 4
+    while True:
+        req = ck.ConsumerGroupTopicPartitions(group, [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+        try:
+            res = target.admin.alter_consumer_group_offsets([req], request_timeout=target.timeout)[group].result()
+            failed = [tp for tp in res.topic_partitions if tp.error is not None]
+        except ck.KafkaException as e:
+            failed = [e.args[0]]
+        if not failed:
+            return
+        err = failed[0] if isinstance(failed[0], ck.KafkaError) else failed[0].error
+        if not err.retriable() or time.monotonic() > deadline:
+            raise AdminError(f"writing group {group}'s offsets on the target failed: {err.str()}")
+        time.sleep(0.5)
 
 
 def client_quotas(client: WireAdmin) -> dict[tuple, dict[str, float]]:

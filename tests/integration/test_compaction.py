@@ -350,7 +350,6 @@ def test_share_group_consumes_a_topic_while_it_is_cleaned(broker):
     assert all(w.acked[off] == (k, v) for off, k, v in delivered)
     live = {off for off, _v in w.latest(max(w.acked) + 1).values()}
     assert live <= set(offsets), f"live records never delivered: {sorted(live - set(offsets))[:10]}"
-    assert len(delivered) < len(w.acked)  # some superseded records were compacted away before delivery
 
 
 def _batch_counts(broker, topic: str) -> dict[int, int]:
