@@ -1,6 +1,6 @@
 """Fixtures for every test directory, and how the whole suite is spread over processes.
 
-Parallel runs: ``pytest`` without paths (the README's command, which ``.ci/run`` runs) runs the suite
+Parallel runs: ``pytest`` without paths (what the README's ``tools/test.sh -q`` runs, and so ``.ci/run``) runs the suite
 on pytest-xdist workers (``--dist loadgroup``; ``SHAREBROKER_TEST_WORKERS`` sets how many, 0 runs it
 in this process). A run given paths (``pytest tests/unit/test_x.py``) or its own ``-n`` is left as it
 is. The tests are independent: every broker listens on port 0 and keeps its data under the test's

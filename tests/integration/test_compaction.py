@@ -236,7 +236,7 @@ def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
     assert {k: (off, v) for off, k, v in seen if off < roll} == want and len([s for s in seen if s[0] < roll]) == 50
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if kcat is None:
-        pytest.skip("kcat is not installed (Debian package kcat; .ci/run installs it)")
+        pytest.skip("kcat is not installed (Debian package kcat; tools/test.sh installs it)")
     out = subprocess.run([kcat, "-C", "-b", bs, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
                           "-f", "%o %k %s\n"], capture_output=True, timeout=60, check=True).stdout.decode()
     rows = [line.split(" ", 2) for line in out.splitlines()]
