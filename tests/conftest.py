@@ -90,15 +90,24 @@ def rdkafka_clients() -> int:
 _session_clients = [0]  # clients created by session-scoped fixtures: they live as long as the run
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    if fixturedef.scope not in ("session", "package"):
-        return (yield)
-    before = rdkafka_clients()
-    try:
-        return (yield)
-    finally:
-        _session_clients[0] += rdkafka_clients() - before
+class _SessionFixtureClients:
+    """Counts the clients session-scoped fixtures create. A plugin, not a hook of this conftest: the
+    setup hook of a session-scoped fixture is called on the session's node, which does not see
+    conftests below the rootdir."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope not in ("session", "package"):
+            return (yield)
+        before = rdkafka_clients()  # rd_kafka_new() returns once its rdk:main thread is up (and named)
+        try:
+            return (yield)
+        finally:
+            _session_clients[0] += rdkafka_clients() - before
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SessionFixtureClients(), "sharebroker-session-fixture-clients")
 
 
 def own_clients() -> int:
