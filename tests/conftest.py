@@ -1,6 +1,6 @@
 """Fixtures for every test directory, and how the whole suite is spread over processes.
 
-Parallel runs: ``pytest`` without paths (the README's command, which ``.ci/run`` runs) runs the suite
+Parallel runs: ``pytest`` without paths (what the README's ``tools/test.sh -q`` runs, and so ``.ci/run``) runs the suite
 on pytest-xdist workers (``--dist loadgroup``; ``SHAREBROKER_TEST_WORKERS`` sets how many, 0 runs it
 in this process). A run given paths (``pytest tests/unit/test_x.py``) or its own ``-n`` is left as it
 is. The tests are independent: every broker listens on port 0 and keeps its data under the test's
@@ -16,10 +16,21 @@ about.
 
 ``kafka_ref`` (``tests/reference.py``): a reference Apache Kafka 4.4.0 started once for the whole run
 and shared by the xdist workers.
+
+The one client-leak check: every librdkafka client (confluent-kafka's Producer, Consumer,
+ShareConsumer, AdminClient) runs one ``rdk:main`` thread from its creation until it is closed or
+destroyed. After each test, and at the end of each module, no more of these threads may run than
+before it: a client a test (or a module's fixtures) created and left open keeps connecting to its
+broker, stopped by then, for the rest of the run. The check is the thread count, so it needs no
+hook into the C types and cannot miss a client created by a helper; when it fails it names the
+client objects still alive and what refers to them.
 """
 from __future__ import annotations
 
+import gc
 import os
+import sys
+import traceback
 
 import pytest
 
@@ -67,15 +78,129 @@ def _assert_no_new_tracebacks(when: str) -> None:
     assert not problems, f"the broker logged a Python traceback ({when}):\n" + "\n----\n".join(problems)
 
 
+def rdkafka_clients() -> int:
+    """How many librdkafka client handles this process runs (one ``rdk:main`` thread each; the
+    thread ends inside ``close()`` / the handle's destruction, which joins it)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith("rdk:main")
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n
+
+
+_session_clients = [0]  # clients created by session-scoped fixtures: they live as long as the run
+
+
+class _SessionFixtureClients:
+    """Counts the clients session-scoped fixtures create. A plugin, not a hook of this conftest: the
+    setup hook of a session-scoped fixture is called on the session's node, which does not see
+    conftests below the rootdir."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope not in ("session", "package"):
+            return (yield)
+        before = rdkafka_clients()  # rd_kafka_new() returns once its rdk:main thread is up (and named)
+        try:
+            return (yield)
+        finally:
+            _session_clients[0] += rdkafka_clients() - before
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SessionFixtureClients(), "sharebroker-session-fixture-clients")
+
+
+def own_clients() -> int:
+    """The clients not owned by session-scoped fixtures (which may first be set up in any module)."""
+    return rdkafka_clients() - _session_clients[0]
+
+
+def _dict_name(d: dict) -> str:
+    """A module's globals or a dict some module holds in a global, by name; else its first keys."""
+    for m in list(sys.modules.values()):
+        g = getattr(m, "__dict__", None)
+        if g is d:
+            return f"the globals of {m.__name__}"
+        if isinstance(g, dict):
+            for k, v in list(g.items()):
+                if v is d:
+                    return f"{m.__name__}.{k}"
+    return f"a dict with keys {list(d)[:5]}"
+
+
+def _client_objects() -> list[str]:
+    """The live confluent-kafka client objects, each with what refers to it (for the failure message)."""
+    try:
+        from confluent_kafka import Consumer, Producer, ShareConsumer
+        from confluent_kafka.admin import AdminClient
+    except ImportError:
+        return []
+    kinds = (Producer, Consumer, ShareConsumer, AdminClient)
+    out = []
+    for obj in gc.get_objects():
+        if isinstance(obj, kinds):
+            holders = []
+            for r in gc.get_referrers(obj):
+                if isinstance(r, dict):
+                    holders.append(_dict_name(r))
+                elif type(r).__name__ == "frame":
+                    holders.append(f"a frame of {r.f_code.co_name} ({r.f_code.co_filename}:{r.f_lineno})")
+                elif r is not out and not isinstance(r, list):
+                    holders.append(type(r).__name__)
+            out.append(f"{type(obj).__name__} at {id(obj):#x}, held by {', '.join(holders) or 'nothing visible'}")
+    return out
+
+
+def _release_failed_test_frames(config) -> None:
+    """pytest keeps the last failure's traceback (``sys.last_traceback``), and with it the clients
+    in that test's frames; its report is written by now, so free them (unless --pdb wants them)."""
+    tb = getattr(sys, "last_traceback", None)
+    if tb is not None and not config.option.usepdb:
+        traceback.clear_frames(tb)
+        sys.last_traceback = sys.last_value = None
+        if hasattr(sys, "last_exc"):
+            sys.last_exc = None
+
+
+_current_item: list = [None]  # the test being run: its fixture values are released by the checks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _current_item[0] = item
+
+
+def _assert_no_new_clients(before: int, when: str, config) -> None:
+    if own_clients() <= before:
+        return
+    _release_failed_test_frames(config)
+    item = _current_item[0]
+    if item is not None and isinstance(getattr(item, "funcargs", None), dict):
+        item.funcargs.clear()  # the fixture values, torn down by now (pytest drops them after this teardown)
+    gc.collect()  # clients only in reference cycles are destroyed by a collection
+    after = own_clients()
+    assert after <= before, (
+        f"{after - before} librdkafka client(s) left open {when} (close() consumers, let producers and admin "
+        f"clients go out of scope): live client objects:\n  " + "\n  ".join(_client_objects()))
+
+
 @pytest.fixture(autouse=True)
 def _no_broker_tracebacks(request):
     """Set up first and torn down last among function fixtures, so brokers stopped by other
-    fixtures are checked too."""
+    fixtures are checked too; so are the clients the test's fixtures closed."""
+    clients = own_clients()
     yield
     _assert_no_new_tracebacks(f"during {request.node.nodeid}")
+    _assert_no_new_clients(clients, f"by {request.node.nodeid}", request.config)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_broker_tracebacks_module(request):
+    clients = own_clients()
     yield
     _assert_no_new_tracebacks(f"while tearing down {request.node.nodeid}")
+    _assert_no_new_clients(clients, f"by the module fixtures of {request.node.nodeid}", request.config)

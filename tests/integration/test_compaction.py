@@ -236,7 +236,7 @@ def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
     assert {k: (off, v) for off, k, v in seen if off < roll} == want and len([s for s in seen if s[0] < roll]) == 50
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if kcat is None:
-        pytest.skip("kcat is not installed (Debian package kcat; .ci/run installs it)")
+        pytest.skip("kcat is not installed (Debian package kcat; tools/test.sh installs it)")
     out = subprocess.run([kcat, "-C", "-b", bs, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
                           "-f", "%o %k %s\n"], capture_output=True, timeout=60, check=True).stdout.decode()
     rows = [line.split(" ", 2) for line in out.splitlines()]
@@ -244,15 +244,39 @@ def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
     assert len([r for r in rows if int(r[0]) < roll]) == 50
 
 
+def broker_end_offset(bootstrap: str, topic: str) -> int:
+    """The partition's high watermark (ListOffsets, read_uncommitted)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("w"), "isolation.level": "read_uncommitted"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15, cached=False)[1]
+    finally:
+        c.close()
+
+
+def set_topic_config(bootstrap: str, topic: str, **configs) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), str(v), incremental_operation=AlterConfigOpType.SET)
+        for k, v in configs.items()])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the result is in
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
 def test_aborted_records_removed_committed_kept(broker):
+    """The aborted records are read (read_uncommitted) before the cleaner may run, then cleaned away."""
     bs = broker.bootstrap
-    topic = create(bs)
+    # no cleaning until the first read: a dirty ratio is never above 1 (any segment roll, e.g. on a
+    # slow machine between the two transactions, would let the cleaner run before that read)
+    topic = create(bs, min_cleanable_dirty_ratio=1)
     p = Producer({"bootstrap.servers": bs, "transactional.id": unique("tx"), "linger.ms": 5})
     p.init_transactions(15)
     p.begin_transaction()
     for i in range(50):
         p.produce(topic, key=b"k%d" % i, value=b"aborted-%d" % i, partition=0)
-    p.flush(15)
+    # librdkafka drops the records it has not sent yet at abort_transaction(): all 50 must be in the log first
+    assert p.flush(60) == 0
+    assert broker_end_offset(bs, topic) == 50
     p.abort_transaction(15)
     p.begin_transaction()
     for i in range(25, 75):
@@ -263,6 +287,8 @@ def test_aborted_records_removed_committed_kept(broker):
     roll = w.roll()
     before = read_all(bs, topic, roll)  # read_uncommitted: the aborted records are still there
     assert sum(1 for _, _, v in before if v.startswith(b"aborted")) == 50
+    assert cleaned_to(broker, topic) == -1
+    set_topic_config(bs, topic, min_cleanable_dirty_ratio=0)
     _wait_cleaned(broker, topic, roll)
     after = read_all(bs, topic, roll)
     assert not [r for r in after if r[2].startswith(b"aborted")]

@@ -73,6 +73,7 @@ def test_kill9_at_every_point_of_cleaning(tmp_path):
         topics[topic] = dict(w.acked)
         if phase:
             until(lambda: b.proc.poll() is not None, 60, f"the broker to die at phase {phase}")
+            b.stop()  # dead already: waits until its last lines (written just before the kill) are read
             assert any(f"crash.phase={phase}" in line for line in b.log_lines)
         else:
             until(lambda: time.time() * 1000 - w.sent_ms[0] > LAG_MS, 10, "the round to be cleanable")

@@ -5,7 +5,7 @@ is lexed; each metric it names must exist on ``/metrics`` of a running broker (p
 prometheus_client) with the labels the expression matches on, groups by and shows in legends.
 The broker is driven first so that the share-group series exist: a share group with lag whose
 consumer accepted, released and rejected records, a dead-letter topic with a record, a consumer
-group with committed offsets.  ``promtool`` (Debian's prometheus package; .ci/run installs it)
+group with committed offsets.  ``promtool`` (Debian's prometheus package; tools/test.sh installs it)
 checks the syntax of both files and runs the alert rules' unit tests (``alerts_test.yml``).
 """
 from __future__ import annotations
@@ -399,7 +399,7 @@ def test_the_limit_gauges_the_alerts_use_tell_the_truth(broker_factory):
 def _promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.fail("promtool is needed (Debian's prometheus package; .ci/run installs it)")
+        pytest.fail("promtool is needed (Debian's prometheus package; tools/test.sh installs it)")
     return path
 
 

@@ -48,17 +48,19 @@ def broker(pki, tmp_path_factory):
     })
     b = BrokerProcess(tmp_path_factory.mktemp("acl-broker"), config=settings)
     b.start()
+    # the super user's AdminClient, one for the module (a destroyed handle fails its pending futures);
+    # dropped before the broker stops, so it does not keep reconnecting to it for the rest of the run
+    _ADMINS[id(b)] = AdminClient(client_security(b, "SASL_PLAINTEXT", pki, "PLAIN", "admin"))
     yield b
+    del _ADMINS[id(b)]
     b.close()
 
 
-_ADMINS: dict = {}
+_ADMINS: dict = {}  # written by the broker fixture, for its lifetime
 
 
 def admin_client(b, pki) -> AdminClient:
-    """The super user's AdminClient (kept: a destroyed handle fails its pending futures)."""
-    if id(b) not in _ADMINS:
-        _ADMINS[id(b)] = AdminClient(client_security(b, "SASL_PLAINTEXT", pki, "PLAIN", "admin"))
+    """The super user's AdminClient of the module's broker."""
     return _ADMINS[id(b)]
 
 

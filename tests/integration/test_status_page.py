@@ -1,7 +1,7 @@
 """The status page (``GET /`` on the metrics listener) as a person sees it, in a real browser.
 
 Debian's chromium runs headless and selenium drives it through Debian's chromedriver (nothing is
-downloaded; .ci/run installs both).  The test reads the rendered text of the page: the share group
+downloaded; tools/test.sh installs both).  The test reads the rendered text of the page: the share group
 with its state, members and per-partition numbers, a member leaving, the lag rising in the
 sparkline, a consumer group's lag and the dead-letter topic's record count; the expected numbers
 come from what the test itself produced and acknowledged.  Group and client ids full of HTML must
@@ -33,7 +33,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def browser(tmp_path_factory):
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+        pytest.fail(f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver (tools/test.sh does)")
     opts = webdriver.ChromeOptions()
     for flag in FLAGS + [f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"]:
         opts.add_argument(flag)

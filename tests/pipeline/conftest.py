@@ -141,5 +141,7 @@ class Kafka:
 
 
 @pytest.fixture(scope="session")
-def kafka(broker) -> Kafka:
-    return Kafka(broker.bootstrap)
+def kafka(broker):
+    k = Kafka(broker.bootstrap)
+    yield k
+    del k.admin  # closed before the broker stops (the last test still refers to the helper until its end)

@@ -57,12 +57,20 @@ def test_eight_tasks_on_two_partitions_each_record_accepted_once(spark, broker, 
 
 
 def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, tmp_path):
+    """Task 1's first attempt is killed (SIGKILL of its Python worker) while it holds a record it has
+    acquired and not acknowledged; handlers fail transiently (RELEASE) or for good (REJECT). No order of
+    events is left to timing: task 0 waits for the kill before handling more than its first 20
+    records, so task 1 gets records whenever it starts; the kill comes on a record at its first
+    delivery, so no attempt handled it before; locks last longer than the test, so a record comes back
+    only by a RELEASE or when its consumer closes or dies, never because a slow machine let a lock
+    expire."""
     topic = kafka.topic(2, "work")
     limit = 3
-    group = kafka.group(share_delivery_count_limit=limit, share_record_lock_duration_ms=1500)
+    group = kafka.group(share_delivery_count_limit=limit, share_record_lock_duration_ms=60_000)
     n = 600
     kafka.produce(topic, ({"value": b"%d" % i, "partition": i % 2} for i in range(n)), per_flush=10)
     log = str(tmp_path / "calls.log")
+    killed_on = str(tmp_path / "killed")  # written by task 1's first attempt just before it dies
     handled = [0]  # per task attempt (the handler is unpickled afresh for each task)
 
     def handler(rec):
@@ -74,9 +82,15 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
         with open(log, "a") as f:
             f.write(f"{i},{rec.delivery_count},{task},{attempt},{os.getpid()}\n")
         handled[0] += 1
-        if task == 1 and attempt == 0 and handled[0] >= 60 and i % 50 not in (7, 17):
-            # the Python worker dies mid-poll, nothing acknowledged, on a good record (in flight
-            # whatever the poll sizes were)
+        if task == 0 and attempt == 0 and handled[0] == 20:
+            deadline = time.monotonic() + 120  # task 1 runs beside it (2 slots): only a broken run waits long
+            while not os.path.exists(killed_on) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if (task == 1 and attempt == 0 and handled[0] >= 60 and rec.delivery_count == 1
+                and i % 50 not in (7, 17) and i % 10 != 3):
+            # the Python worker dies mid-poll, nothing of this poll acknowledged, on a good record
+            with open(killed_on, "w") as f:
+                f.write(str(i))
             os.kill(os.getpid(), signal.SIGKILL)
         if i % 50 == 7:
             raise Transient(f"{i} always fails")  # poison by retries: archived at the delivery limit
@@ -84,7 +98,6 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
             raise Poison(f"{i} is malformed")  # REJECT: archived at once
         if i % 10 == 3 and rec.delivery_count == 1:
             raise Transient(f"{i} fails the first time")
-        time.sleep(0.005)  # some work: task 0 cannot drain the topic before task 1 joins
         return str(i)
 
     # tasks 0 and 1 run first (2 slots) and share the 2 partitions; the killed member keeps its
@@ -95,7 +108,9 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
 
     calls = [tuple(int(x) for x in line.split(",")) for line in open(log)]
     killed = [c for c in calls if c[2] == 1 and c[3] == 0]
-    assert len(killed) >= 60 and killed[-1][0] % 50 not in (7, 17), "task 1 was not killed on a good record"
+    assert os.path.exists(killed_on), f"task 1 was not killed (its first attempt handled {len(killed)} records)"
+    victim = int(open(killed_on).read())
+    assert killed[-1][:2] == (victim, 1), killed[-1]
     assert any(t["task"] == 1 and t["attempt"] >= 1 for t in res.tasks), "Spark did not retry the killed task"
 
     poison_retry = {i for i in range(n) if i % 50 == 7}
@@ -110,11 +125,14 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
         if i % 10 == 3:
             assert max(r.delivery_count for r in by_record[i]) >= 2, (i, by_record[i])
 
-    # what the killed attempt handled without writing its output came back and was done by another attempt
+    # the record the kill caught came back (the dead consumer's connection closed) and another attempt did it
     killed_pid = killed[0][4]
+    assert [(r.task, r.attempt) for r in by_record[victim] if r.delivery_count < 2] == []
+    assert any(c[0] == victim and c[4] != killed_pid for c in calls)
+    # so did everything else the killed attempt handled without writing its output
     done_by_killed = {int(r.result) for rows in by_record.values() for r in rows if (r.task, r.attempt) == (1, 0)}
     lost_in_flight = {c[0] for c in killed} - done_by_killed - poison_retry - poison_reject
-    assert lost_in_flight, "the kill did not catch any record in flight"
+    assert victim in lost_in_flight
     for i in lost_in_flight:
         assert any((r.task, r.attempt) != (1, 0) for r in by_record[i]), i
         assert any(c[0] == i and c[4] != killed_pid for c in calls), i
