@@ -50,9 +50,16 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
-# The Spark tests (tests/pipeline): a Java 17 runtime.
+# The Spark tests (tests/pipeline) run on a Java 17 runtime; the reference Apache Kafka 4.4 and the Java
+# programs beside it (tests/kafka_ref, tests/differential, test_java_apps.py, ...) need the compiler too.
 need_java() {
-    have java || apt_install openjdk-17-jre-headless
+    { have java && have javac; } || apt_install openjdk-17-jdk-headless
+}
+
+# The reference Apache Kafka 4.4 and the Java clients, Streams, Connect and MirrorMaker 2 jars are resolved
+# from Maven Central by tests/kafka_ref with Maven (cached in ~/.m2 and ~/.cache/sharebroker).
+need_maven() {
+    have mvn || apt_install maven
 }
 
 # The status-page test (tests/integration/test_status_page.py): headless chromium and its chromedriver.
@@ -87,7 +94,7 @@ need_python_packages() {
     "$PYTHON" -m pip install -q -e '.[test]'
 }
 
-REQUIREMENTS=(need_java need_chromium need_promtool need_kcat need_python_packages)
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_python_packages)
 
 install_only=
 if [ "${1-}" = --install-only ]; then

@@ -94,7 +94,8 @@ STUBS = {
 if [ "$1" = install ]; then
     for pkg in "$@"; do
         case "$pkg" in
-            openjdk-17-jre-headless) cmds="java" ;;
+            openjdk-17-jdk-headless) cmds="java javac" ;;
+            maven) cmds="mvn" ;;
             chromium) cmds="chromium" ;;
             chromium-driver) cmds="chromedriver" ;;
             kcat) cmds="kcat" ;;
@@ -146,7 +147,7 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     install = "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
     as_root = [re.sub(r"install -m 0755 \S+/x/usr/bin/promtool", "install -m 0755 .../x/usr/bin/promtool", c)
                for c in calls(env) if c.startswith("sudo")]
-    assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jre-headless",
+    assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jdk-headless", f"{install} maven",
                        f"{install} chromium chromium-driver",
                        "sudo install -m 0755 .../x/usr/bin/promtool /usr/local/bin/promtool",
                        f"{install} kcat"]
