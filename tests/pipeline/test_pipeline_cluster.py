@@ -1,0 +1,99 @@
+"""The pipeline, unchanged, against a 3-node Apache Kafka 4.4 KRaft cluster (``tests/kafka_ref``).
+
+The cluster is started once for the module (bounded heaps) and stopped at its end;
+``SHAREBROKER_PIPELINE_CLUSTER=host:port,...`` points the tests at a running one instead. Topics have
+replication factor 3. The share workers (``pipeline.workers``) and the ``kafka_topic`` data source
+(``pipeline.topics``) run exactly as their sharebroker tests run them, with the same assertions; the
+only difference is the broker settings the cluster starts with: Kafka's own minimums for share-group
+sessions, heartbeats and locks, lowered as sharebroker's test broker lowers them (``BROKER_CONFIG``),
+so the groups' Kafka-standard configs (``FAST_GROUP``) are accepted.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from confluent_kafka.admin import NewTopic
+from pyspark import cloudpickle
+
+from pipeline.workers import run_share_workers
+from tests.kafka_ref.launcher import KafkaRef, missing_tools
+from tests.pipeline.conftest import BROKER_CONFIG, Kafka
+from tests.reference import NO_KAFKA_ENV
+from tests.support import unique
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the handler travels to the workers by value
+
+CLUSTER_ENV = "SHAREBROKER_PIPELINE_CLUSTER"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.environ.get(NO_KAFKA_ENV) == "1":
+        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
+    if missing_tools():
+        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing_tools())} on PATH")
+    if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
+        yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
+        return
+    ref = KafkaRef(nodes=3, heap="-Xmx384m", settings=BROKER_CONFIG).start()
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+@pytest.fixture(scope="module")
+def ckafka(cluster):
+    k = Kafka(cluster.bootstrap)
+    yield k
+    del k.admin
+
+
+def replicated_topic(k, partitions: int, prefix: str) -> str:
+    name = unique(prefix)
+    k.admin.create_topics([NewTopic(name, partitions, replication_factor=3)])[name].result(30)
+    return name
+
+
+def test_share_workers_on_the_cluster_accept_each_record_once(spark, cluster, ckafka):
+    topic = replicated_topic(ckafka, 2, "work")
+    group = ckafka.group()
+    n = 1000
+    ckafka.produce(topic, ({"value": b"%d" % i, "partition": i % 2} for i in range(n)), per_flush=20)
+
+    def handler(rec):
+        return rec.value.decode()
+
+    res = run_share_workers(spark, {"bootstrap.servers": cluster.bootstrap, "group.id": group}, [topic], handler,
+                            workers=4, max_records_per_task=n // 4, idle_timeout=5)
+    assert [t["task"] for t in res.tasks] == list(range(4))
+    assert res.totals["accepted"] == n and res.totals["released"] == 0 and res.totals["rejected"] == 0, res.table()
+    assert res.totals["ack_errors"] == 0
+    by_record: dict[int, list] = {}
+    for r in res.outputs.collect():
+        by_record.setdefault(int(r.result), []).append(r)
+    assert sorted(by_record) == list(range(n))
+    assert all(len(v) == 1 for v in by_record.values()), "a record was handled twice"
+    assert all(v[0].delivery_count <= 2 for v in by_record.values())  # a capped task's records come back once
+    assert {(v[0].partition, v[0].offset) for v in by_record.values()} == {(p, o) for p in (0, 1)
+                                                                            for o in range(n // 2)}
+    assert ckafka.leftovers(group, topic) == []
+
+
+def test_kafka_topic_write_then_read_back_on_the_cluster(spark, cluster, ckafka):
+    topic = replicated_topic(ckafka, 3, "write")
+    n = 3000
+    src = spark.range(n).selectExpr("id", "cast(id as string) as key", "cast(id * 7 as string) as value",
+                                    "cast(id % 3 as int) as partition")
+    (src.drop("id").write.format("kafka_topic").mode("append").option("kafka.bootstrap.servers", cluster.bootstrap)
+     .option("topic", topic).save())
+    df = spark.read.format("kafka_topic").option("kafka.bootstrap.servers", cluster.bootstrap) \
+        .option("subscribe", topic).load()
+    assert df.rdd.getNumPartitions() == 3  # one input partition per topic-partition
+    rows = df.selectExpr("cast(key as string) k", "cast(value as string) v", "partition", "offset").collect()
+    assert len(rows) == n
+    assert sorted((int(r.k), int(r.v), r.partition) for r in rows) == [(i, i * 7, i % 3) for i in range(n)]
+    for p in range(3):  # offsets of each partition are dense from 0: nothing written twice
+        assert sorted(r.offset for r in rows if r.partition == p) == list(range(n // 3))
