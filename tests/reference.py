@@ -114,6 +114,21 @@ def skip_without_kafka() -> None:
         pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing)} on PATH (resolved with Maven)")
 
 
+def kafka_cluster(running_env: str, settings: dict[str, str] | None = None, heap: str = "-Xmx384m"):
+    """A generator for a module-scoped fixture: a 3-node Kafka 4.4 KRaft cluster started for the module
+    and stopped at its end, or (``running_env`` set to ``host:port,...``) a running one, an object with
+    only ``.bootstrap``. Skips as ``skip_without_kafka``."""
+    skip_without_kafka()
+    if os.environ.get(running_env):  # an already running cluster (to iterate on a module's tests)
+        yield type("Running", (), {"bootstrap": os.environ[running_env]})()
+        return
+    ref = KafkaRef(nodes=3, heap=heap, settings=settings).start()
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_ref():
     """A running reference Apache Kafka 4.4.0 (``tests.kafka_ref.KafkaRef``; ``.bootstrap``)."""

@@ -26,8 +26,8 @@ from admin.migrate import SOURCE_OFFSET_HEADER, client_quotas
 from admin.share_groups import describe_group as describe_share_group
 from broker.testing import BrokerProcess
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as AlterQuotas
-from tests.kafka_ref.launcher import KafkaRef, missing_tools
-from tests.reference import NO_KAFKA_ENV
+from tests.kafka_ref.launcher import KafkaRef
+from tests.reference import kafka_cluster
 from tests.support import create_topic, unique, until
 
 pytestmark = pytest.mark.xdist_group("kafka-cluster")
@@ -39,18 +39,7 @@ AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.Sta
 
 @pytest.fixture(scope="module")
 def cluster():
-    if os.environ.get(NO_KAFKA_ENV) == "1":
-        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
-    if missing_tools():
-        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing_tools())} on PATH")
-    if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
-        yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
-        return
-    ref = KafkaRef(nodes=3, heap="-Xmx384m", settings=AUTHORIZER).start()
-    try:
-        yield ref
-    finally:
-        ref.stop()
+    yield from kafka_cluster(CLUSTER_ENV, settings=AUTHORIZER)
 
 
 @pytest.fixture

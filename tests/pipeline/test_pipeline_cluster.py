@@ -10,7 +10,6 @@ so the groups' Kafka-standard configs (``FAST_GROUP``) are accepted.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -18,9 +17,8 @@ from confluent_kafka.admin import NewTopic
 from pyspark import cloudpickle
 
 from pipeline.workers import run_share_workers
-from tests.kafka_ref.launcher import KafkaRef, missing_tools
 from tests.pipeline.conftest import BROKER_CONFIG, Kafka
-from tests.reference import NO_KAFKA_ENV
+from tests.reference import kafka_cluster
 from tests.support import unique
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the handler travels to the workers by value
@@ -30,18 +28,7 @@ CLUSTER_ENV = "SHAREBROKER_PIPELINE_CLUSTER"
 
 @pytest.fixture(scope="module")
 def cluster():
-    if os.environ.get(NO_KAFKA_ENV) == "1":
-        pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
-    if missing_tools():
-        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing_tools())} on PATH")
-    if os.environ.get(CLUSTER_ENV):  # an already running cluster (to iterate on these tests)
-        yield type("Running", (), {"bootstrap": os.environ[CLUSTER_ENV]})()
-        return
-    ref = KafkaRef(nodes=3, heap="-Xmx384m", settings=BROKER_CONFIG).start()
-    try:
-        yield ref
-    finally:
-        ref.stop()
+    yield from kafka_cluster(CLUSTER_ENV, settings=BROKER_CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +44,7 @@ def replicated_topic(k, partitions: int, prefix: str) -> str:
     return name
 
 
-def test_share_workers_on_the_cluster_accept_each_record_once(spark, cluster, ckafka):
+def test_share_workers_on_the_cluster_accept_each_record_once(cluster, ckafka, spark):
     topic = replicated_topic(ckafka, 2, "work")
     group = ckafka.group()
     n = 1000
@@ -82,7 +69,7 @@ def test_share_workers_on_the_cluster_accept_each_record_once(spark, cluster, ck
     assert ckafka.leftovers(group, topic) == []
 
 
-def test_kafka_topic_write_then_read_back_on_the_cluster(spark, cluster, ckafka):
+def test_kafka_topic_write_then_read_back_on_the_cluster(cluster, ckafka, spark):
     topic = replicated_topic(ckafka, 3, "write")
     n = 3000
     src = spark.range(n).selectExpr("id", "cast(id as string) as key", "cast(id * 7 as string) as value",
