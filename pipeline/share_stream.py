@@ -136,20 +136,24 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
         """One poll's records, with the earliest time they may have been acquired (the previous
         poll's start: librdkafka's fetch goes on after a poll returns). Records older than half the
         lock duration are RELEASEd (their lock may expire before the batch is committed, or already
-        did: then the release fails with INVALID_RECORD_STATE, ignored) and the consumer polls again."""
+        did: then the release fails with INVALID_RECORD_STATE, ignored) and the consumer polls again,
+        once: the records of that poll are handed out whatever their age (a release adds a delivery)."""
         from confluent_kafka import AcknowledgeType
 
         c = self._get_consumer()
-        while True:
-            began = time.time()
-            acquired_after = began if self._poll_started is None else self._poll_started
-            self._poll_started = began
-            msgs = [m for m in c.poll(self.poll_timeout) if m.error() is None]
-            if not msgs or time.time() - acquired_after <= self.lock_s / 2:
-                return msgs, acquired_after
+        msgs, acquired_after = self._poll_once(c)
+        if msgs and time.time() - acquired_after > self.lock_s / 2:
             for m in msgs:
                 c.acknowledge(m, AcknowledgeType.RELEASE)
             c.commit_sync(60)
+            msgs, acquired_after = self._poll_once(c)
+        return msgs, acquired_after
+
+    def _poll_once(self, c) -> tuple[list, float]:
+        began = time.time()
+        acquired_after = began if self._poll_started is None else self._poll_started
+        self._poll_started = began
+        return [m for m in c.poll(self.poll_timeout) if m.error() is None], acquired_after
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator:
         # Replay of a batch that was logged but not committed before a restart. Its records were
