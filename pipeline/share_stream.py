@@ -17,6 +17,12 @@ for the batch after it (``read(start)`` with ``start >= n``; also on ``commit``)
 only once batch n's sink output and commit log entry are written. Nothing is acknowledged before
 that: a query that fails or stops drops its consumer without acknowledging, so the records of
 uncommitted batches return to the group and are delivered again.
+
+librdkafka's ShareFetch outlives ``poll()``: records it acquires after a poll returned wait in the
+client, their locks running, until the next poll (Spark decides when that is). So a poll's records
+may have been acquired as early as the previous poll's start; when that is more than half the lock
+duration (option ``recordLockMs``, the group's share.record.lock.duration.ms) ago, they are RELEASEd
+and polled again rather than handed to a batch whose acknowledgement would come after their lock ran out.
 """
 from __future__ import annotations
 
@@ -58,6 +64,8 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
         self.schema = schema
         # how long one micro-batch's poll may wait for its first records
         self.poll_timeout = float(option(options, "pollTimeoutMs", 1000)) / 1000
+        # the group's share.record.lock.duration.ms (Kafka's default 30 s): how old polled records may be
+        self.lock_s = float(option(options, "recordLockMs", 30000)) / 1000
         max_records = option(options, "maxRecordsPerBatch")
         if max_records is not None:
             self.conf.setdefault("max.poll.records", str(max_records))
@@ -65,7 +73,8 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
         self.ack_log = option(options, "acknowledgementLog")
         self._consumer = None
         self._pending: dict[int, list] = {}  # batch number -> messages polled, not yet acknowledged
-        self._polled_at: dict[int, float] = {}
+        self._polled_at: dict[int, float] = {}  # batch number -> earliest time its records were acquired
+        self._poll_started: float | None = None  # when the last poll began
 
     # ------------------------------------------------------------------ consumer (driver side)
     def _get_consumer(self):
@@ -115,13 +124,36 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
         if self._pending:  # a batch Spark planned but did not log (it asks again): hand it out again
             n = min(self._pending)
             return iter([self._to_batch(self._pending[n])]), {"batch": n}
-        msgs = [m for m in self._get_consumer().poll(self.poll_timeout) if m.error() is None]
+        msgs, acquired_after = self._poll()
         if not msgs:
             return iter([]), start
         n = first + 1
         self._pending[n] = msgs
-        self._polled_at[n] = time.time()
+        self._polled_at[n] = acquired_after
         return iter([self._to_batch(msgs)]), {"batch": n}
+
+    def _poll(self) -> tuple[list, float]:
+        """One poll's records, with the earliest time they may have been acquired (the previous
+        poll's start: librdkafka's fetch goes on after a poll returns). Records older than half the
+        lock duration are RELEASEd (their lock may expire before the batch is committed, or already
+        did: then the release fails with INVALID_RECORD_STATE, ignored) and the consumer polls again,
+        once: the records of that poll are handed out whatever their age (a release adds a delivery)."""
+        from confluent_kafka import AcknowledgeType
+
+        c = self._get_consumer()
+        msgs, acquired_after = self._poll_once(c)
+        if msgs and time.time() - acquired_after > self.lock_s / 2:
+            for m in msgs:
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            c.commit_sync(60)
+            msgs, acquired_after = self._poll_once(c)
+        return msgs, acquired_after
+
+    def _poll_once(self, c) -> tuple[list, float]:
+        began = time.time()
+        acquired_after = began if self._poll_started is None else self._poll_started
+        self._poll_started = began
+        return [m for m in c.poll(self.poll_timeout) if m.error() is None], acquired_after
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator:
         # Replay of a batch that was logged but not committed before a restart. Its records were
@@ -138,6 +170,7 @@ class ShareStreamReader(SimpleDataSourceStreamReader):
             c.close()  # pending (unacknowledged) records are released to the group
         self._pending.clear()
         self._polled_at.clear()
+        self._poll_started = None
 
     def _to_batch(self, msgs: list):
         import pyarrow as pa

@@ -126,3 +126,41 @@ def test_stop_and_restart_every_record_at_least_once_acked_after_commit(spark, b
     acked_records = [tuple(x[1:]) for a in ack_lines for x in a["records"]]
     assert set(acked_records) == {(r.partition, r.offset) for r in rows}
     assert kafka.leftovers(group, topic) == []
+
+
+def test_records_acquired_after_an_empty_poll_are_not_handed_out_with_expired_locks(spark, broker, kafka, tmp_path):
+    """librdkafka's ShareFetch goes on after a poll returned nothing: the records it acquires wait in the
+    client, their locks running, until the next poll, which Spark may make long after (issue 29: a query
+    whose first poll came too early got its first batch a minute later, and that batch's ACCEPT failed
+    with INVALID_RECORD_STATE). The source releases such records and polls them again, with fresh locks."""
+    from pipeline.share_stream import SHARE_SCHEMA, ShareStreamReader
+
+    topic = kafka.topic(1, "idle")
+    group = kafka.group(share_record_lock_duration_ms=2000)
+    acks = str(tmp_path / "acks.jsonl")
+    reader = ShareStreamReader({"kafka.bootstrap.servers": broker.bootstrap, "kafka.group.id": group,
+                                "subscribe": topic, "pollTimeoutMs": "200", "recordLockMs": "2000",
+                                "acknowledgementLog": acks}, spark.createDataFrame([], SHARE_SCHEMA).schema)
+
+    def next_batch(start: int):
+        _, end = reader.read({"batch": start})
+        return end if end != {"batch": start} else None
+
+    try:
+        kafka.produce(topic, [{"value": b"probe"}])
+        assert until(lambda: next_batch(-1), 60, "the probe record") == {"batch": 0}
+        # batch 0 committed: acknowledged, then a poll that finds nothing; the consumer's fetch goes on
+        assert next_batch(0) is None
+        kafka.produce(topic, ({"value": b"%d" % i} for i in range(10)))
+        # what that fetch acquired stays in the consumer until its lock expires: then another member
+        # gets the records (and releases them when it closes)
+        until(lambda: kafka.leftovers(group, topic), 60, "the records available again")
+        assert until(lambda: next_batch(0), 30, "a batch") == {"batch": 1}
+        reader.read({"batch": 1})  # batch 1 committed: its records are acknowledged
+        lines = [json.loads(x) for x in open(acks)]
+        assert [a["batch"] for a in lines] == [0, 1]
+        assert not lines[1]["failed"], lines[1]
+        assert len(lines[1]["records"]) == 10
+    finally:
+        reader.stop()
+    assert kafka.leftovers(group, topic) == []
