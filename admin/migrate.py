@@ -633,7 +633,11 @@ def alter_consumer_offsets(target, group: str, offsets: dict[tuple[str, int], in
         if not failed:
             return
         err = failed[0] if isinstance(failed[0], ck.KafkaError) else failed[0].error
-        if not err.retriable() or time.monotonic() > deadline:
+        # librdkafka marks few group errors retriable; these are, in Kafka (RetriableException)
+        transient = err.retriable() or err.code() in (
+            ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS, ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
+            ck.KafkaError.NOT_COORDINATOR, ck.KafkaError.REQUEST_TIMED_OUT, ck.KafkaError._TIMED_OUT)
+        if not transient or time.monotonic() > deadline:
             raise AdminError(f"writing group {group}'s offsets on the target failed: {err.str()}")
         time.sleep(0.5)
 
