@@ -120,7 +120,7 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
             return check
         for name, bootstrap in targets.items():
             try:
-                until(translated(name), 90, f"{group}'s offsets translated on {name}")
+                until(translated(name), 240, f"{group}'s offsets translated on {name}")
             except AssertionError as e:
                 seen = {n: group_offsets(admin, group) for n, admin in admins.items()}
                 raise AssertionError(f"{e}: expected {expected} on both, have {seen}") from e

@@ -58,7 +58,7 @@ def started(start):
 
 def test_stop_and_restart_every_record_at_least_once_acked_after_commit(spark, broker, kafka, tmp_path):
     topic = kafka.topic(2, "stream")
-    group = kafka.group(share_record_lock_duration_ms=30000)
+    group = kafka.group(share_record_lock_duration_ms=60000)
     n = 200
     kafka.produce(topic, ({"value": b"%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(n)),
                   per_flush=10)
