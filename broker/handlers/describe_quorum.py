@@ -8,7 +8,8 @@ finalized-features epoch ApiVersions reports (``api_versions.FEATURES_EPOCH``: i
 is the metadata offset of the last feature change, which nothing here changes), so the quorum
 never lags.  The voter's last fetch and caught-up times are now (the leader's own, as Kafka); v2
 adds its directory id (none: the zero id) and the node with the listener the request came on.
-A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
+AddRaftVoter and RemoveRaftVoter (``add_raft_voter``, ``remove_raft_voter``) answer against this same
+voter set (``voter_set_text``).  A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
 partition.  DESCRIBE on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED at the top level.  Kafka
 brokers forward this to the controller; ApiVersions advertises it the same way.
 """
@@ -22,6 +23,7 @@ from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
 from protocol.lazy_messages import DescribeQuorumResponse
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
@@ -31,6 +33,28 @@ _V = DescribeQuorumResponse.ReplicaState
 _N = DescribeQuorumResponse.Node
 _L = DescribeQuorumResponse.Listener
 _UNKNOWN = "This server does not host this topic-partition."  # Errors.UNKNOWN_TOPIC_OR_PARTITION's message
+
+
+def replica_key_text(replica_id: int, directory_id: bytes) -> str:
+    """ReplicaKey.toString: a zero directory id is undefined."""
+    from broker.client_metrics import uuid_str
+    d = "<undefined>" if directory_id == ZERO_UUID else uuid_str(directory_id)
+    return f"ReplicaKey(id={replica_id}, directoryId={d})"
+
+
+def voter_set_text(node_id: int) -> str:
+    """The voter set's keys as KafkaRaftClient's messages print them: this node, with no directory id
+    (what DescribeQuorum v2 reports for it)."""
+    return f"[{replica_key_text(node_id, ZERO_UUID)}]"
+
+
+def cluster_id_mismatch(ctx, cluster_id: str | None) -> str | None:
+    """KafkaRaftClient.hasValidClusterId: a request may name the cluster (null: any); the message for
+    INCONSISTENT_CLUSTER_ID when it names another one, else None."""
+    ours = ctx.components.node.cluster_id
+    if cluster_id is None or cluster_id == ours:
+        return None
+    return f'The given id "{cluster_id}" doesn\'t match the cluster id "{ours}"'
 
 
 def _valid(req) -> bool:
