@@ -16,15 +16,15 @@ from protocol.messages.add_raft_voter import AddRaftVoterRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_acls import DescribeAclsRequest
-from protocol.messages.remove_raft_voter import RemoveRaftVoterRequest
-from protocol.messages.unregister_broker import UnregisterBrokerRequest
-from protocol.messages.unregister_controller import UnregisterControllerRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.metadata import MetadataRequest
+from protocol.messages.remove_raft_voter import RemoveRaftVoterRequest
+from protocol.messages.unregister_broker import UnregisterBrokerRequest
+from protocol.messages.unregister_controller import UnregisterControllerRequest
 from tests.support import PLAIN_JAAS, client_security, make_pki, security_settings, tls_wire, wire_plain_login
 from tests.wire import WireClient
 
