@@ -3,6 +3,9 @@ features, and KIP-511 client validation.  (The reference Kafka 4.4's own answer 
 field in tests/differential/test_protocol.py, scenario ``api_versions``.)"""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from broker.dispatch import load_handlers
@@ -47,6 +50,39 @@ def test_every_client_api_of_kafka_4_4_at_kafkas_versions(sharebroker):
     assert set(reference) == set(kafka) | set(excluded)
     assert set(kafka_apis.CONTROLLER_ONLY) == set(reference) - set(kafka)
     assert all(reference[k].name == name for k, (name, _) in excluded.items())
+
+
+def _readme_api_table() -> dict[int, tuple[int, int] | None]:
+    """The README's "Kafka 4.4's client APIs" table: {api key: (min, max), None where not served}. A row
+    may name several keys ("29-31", "48, 49") with one range for all or one range each."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("### Kafka 4.4's client APIs"):]
+    section = section[:section.index("\n#", 1)]
+    out = {}
+    for keys, versions in re.findall(r"^\| ([\d, -]+) \| [^|]+ \| ([\d, —-]+) \|", section, re.M):
+        def span(text: str) -> tuple[int, int]:  # "3" or "0-13"
+            lo, _, hi = text.strip().partition("-")
+            return int(lo), int(hi or lo)
+
+        expanded = [k for part in keys.split(",") for k in range(span(part)[0], span(part)[1] + 1)]
+        ranges = [None if v.strip() == "—" else span(v) for v in versions.split(",")]
+        assert len(ranges) in (1, len(expanded)), keys
+        for i, key in enumerate(expanded):
+            assert key not in out, f"key {key} twice in the README table"
+            out[key] = ranges[0] if len(ranges) == 1 else ranges[i]
+    return out
+
+
+def test_readme_api_table_is_what_apiversions_advertises(sharebroker):
+    """Every broker API of Kafka 4.4 has its row, with the versions we advertise ("—": not served, and
+    then one of the deliberate exclusions)."""
+    ours = advertised_ranges(sharebroker.bootstrap)
+    table = _readme_api_table()
+    assert {k: v for k, v in table.items() if v is not None} == ours
+    missing = {k for k, v in table.items() if v is None}
+    assert missing <= set(kafka_apis.not_served())
+    if kafka_apis.REFERENCE.is_dir():
+        assert set(table) == set(kafka_apis.broker_apis())
 
 
 def test_advertised_ranges_are_the_handler_table(sharebroker):
