@@ -16,12 +16,10 @@ here; a new voter is refused either way).  ALTER on the CLUSTER, else CLUSTER_AU
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.handlers.describe_quorum import cluster_id_mismatch, replica_key_text, voter_set_text
-from broker.security.authorize import allowed_cluster
+from broker.handlers.describe_quorum import replica_key_text, voter_change_refused, voter_set_text
 from protocol.errors import Errors
 from protocol.lazy_messages import AddRaftVoterResponse
 from protocol.messages.registry import ApiKey
-from protocol.primitives import ZERO_UUID
 
 
 def _answer(code: int, message: str | None) -> AddRaftVoterResponse:
@@ -30,13 +28,9 @@ def _answer(code: int, message: str | None) -> AddRaftVoterResponse:
 
 @handler(ApiKey.ADD_RAFT_VOTER, versions=(0, 1))
 async def add_raft_voter(ctx, req):
-    if not allowed_cluster(ctx, "ALTER"):
-        return _answer(Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    mismatch = cluster_id_mismatch(ctx, req.cluster_id)
-    if mismatch is not None:
-        return _answer(Errors.INCONSISTENT_CLUSTER_ID, mismatch)
-    if req.voter_directory_id == ZERO_UUID:
-        return _answer(Errors.INVALID_REQUEST, "Add voter request didn't include a valid voter")
+    refused = voter_change_refused(ctx, req, "Add")
+    if refused is not None:
+        return _answer(*refused)
     node = ctx.components.node.node_id
     key = replica_key_text(req.voter_id, req.voter_directory_id)
     if req.voter_id == node:

@@ -8,10 +8,11 @@ finalized-features epoch ApiVersions reports (``api_versions.FEATURES_EPOCH``: i
 is the metadata offset of the last feature change, which nothing here changes), so the quorum
 never lags.  The voter's last fetch and caught-up times are now (the leader's own, as Kafka); v2
 adds its directory id (none: the zero id) and the node with the listener the request came on.
-AddRaftVoter and RemoveRaftVoter (``add_raft_voter``, ``remove_raft_voter``) answer against this same
-voter set (``voter_set_text``).  A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
+A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
 partition.  DESCRIBE on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED at the top level.  Kafka
-brokers forward this to the controller; ApiVersions advertises it the same way.
+brokers forward this to the controller; ApiVersions advertises it the same way.  AddRaftVoter and
+RemoveRaftVoter (``add_raft_voter``, ``remove_raft_voter``) answer against this same voter set
+(``voter_set_text``, ``voter_change_refused``).
 """
 from __future__ import annotations
 
@@ -48,13 +49,18 @@ def voter_set_text(node_id: int) -> str:
     return f"[{replica_key_text(node_id, ZERO_UUID)}]"
 
 
-def cluster_id_mismatch(ctx, cluster_id: str | None) -> str | None:
-    """KafkaRaftClient.hasValidClusterId: a request may name the cluster (null: any); the message for
-    INCONSISTENT_CLUSTER_ID when it names another one, else None."""
+def voter_change_refused(ctx, req, verb: str) -> tuple[int, str] | None:
+    """What AddRaftVoter and RemoveRaftVoter (``verb`` "Add" / "Remove") check first, in Kafka's order:
+    ALTER on the CLUSTER (ControllerApis; the code's own message), the cluster id if the request names
+    one (KafkaRaftClient.hasValidClusterId), and a voter directory id.  (code, message), or None."""
+    if not allowed_cluster(ctx, "ALTER"):
+        return Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
     ours = ctx.components.node.cluster_id
-    if cluster_id is None or cluster_id == ours:
-        return None
-    return f'The given id "{cluster_id}" doesn\'t match the cluster id "{ours}"'
+    if req.cluster_id is not None and req.cluster_id != ours:
+        return Errors.INCONSISTENT_CLUSTER_ID, f'The given id "{req.cluster_id}" doesn\'t match the cluster id "{ours}"'
+    if req.voter_directory_id == ZERO_UUID:
+        return Errors.INVALID_REQUEST, f"{verb} voter request didn't include a valid voter"
+    return None
 
 
 def _valid(req) -> bool:

@@ -11,12 +11,10 @@ on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED (ControllerApis.handleRemoveRa
 from __future__ import annotations
 
 from broker.dispatch import handler
-from broker.handlers.describe_quorum import cluster_id_mismatch, replica_key_text, voter_set_text
-from broker.security.authorize import allowed_cluster
+from broker.handlers.describe_quorum import replica_key_text, voter_change_refused, voter_set_text
 from protocol.errors import Errors
 from protocol.lazy_messages import RemoveRaftVoterResponse
 from protocol.messages.registry import ApiKey
-from protocol.primitives import ZERO_UUID
 
 
 def _answer(code: int, message: str | None) -> RemoveRaftVoterResponse:
@@ -25,13 +23,9 @@ def _answer(code: int, message: str | None) -> RemoveRaftVoterResponse:
 
 @handler(ApiKey.REMOVE_RAFT_VOTER, versions=(0, 0))
 async def remove_raft_voter(ctx, req):
-    if not allowed_cluster(ctx, "ALTER"):
-        return _answer(Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    mismatch = cluster_id_mismatch(ctx, req.cluster_id)
-    if mismatch is not None:
-        return _answer(Errors.INCONSISTENT_CLUSTER_ID, mismatch)
-    if req.voter_directory_id == ZERO_UUID:
-        return _answer(Errors.INVALID_REQUEST, "Remove voter request didn't include a valid voter")
+    refused = voter_change_refused(ctx, req, "Remove")
+    if refused is not None:
+        return _answer(*refused)
     key = replica_key_text(req.voter_id, req.voter_directory_id)
     return _answer(Errors.VOTER_NOT_FOUND, f"Cannot remove voter {key} from the set of voters "
                                            f"{voter_set_text(ctx.components.node.node_id)}")
