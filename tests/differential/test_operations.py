@@ -2,8 +2,9 @@
 Kafka 4.4.0: AlterConfigs (legacy), DescribeLogDirs, AlterReplicaLogDirs, OffsetForLeaderEpoch,
 DescribeTopicPartitions, ElectLeaders, Alter/ListPartitionReassignments, DescribeQuorum,
 UpdateFeatures and the quorum-membership APIs (UnregisterBroker, UnregisterController, AddRaftVoter,
-RemoveRaftVoter, each only in ways that leave the shared reference node as it was), with the harness of ``test_protocol.py`` (same requests, same names, answers
-compared field by field; every remaining difference listed in ``EXPECTED`` with its reason).
+RemoveRaftVoter, each only in ways that leave the shared reference node as it was), with the harness
+of ``test_protocol.py`` (same requests, same names, answers compared field by field; every remaining
+difference listed in ``EXPECTED`` with its reason).
 """
 from __future__ import annotations
 

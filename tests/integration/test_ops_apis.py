@@ -624,9 +624,11 @@ def test_add_raft_voter(broker, wire, version):
                                              listeners=[L(name="CONTROLLER", host="127.0.0.1", port=9093)]), version)
         return r.error_code, r.error_message
 
-    assert ask(2, cluster="AAAAAAAAAAAAAAAAAAAAAA") == (
-        Errors.INCONSISTENT_CLUSTER_ID, f'The given id "AAAAAAAAAAAAAAAAAAAAAA" doesn\'t match the cluster id "{cluster_id}"')
-    assert ask(2, directory_id=bytes(16)) == (Errors.INVALID_REQUEST, "Add voter request didn't include a valid voter")
+    other = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert ask(2, cluster=other) == (Errors.INCONSISTENT_CLUSTER_ID,
+                                     f'The given id "{other}" doesn\'t match the cluster id "{cluster_id}"')
+    assert ask(2, directory_id=bytes(16)) == (Errors.INVALID_REQUEST,
+                                              "Add voter request didn't include a valid voter")
     assert ask(1, cluster=cluster_id) == (
         Errors.DUPLICATE_VOTER, f"The voter id for ReplicaKey(id=1, directoryId={_DIR_TEXT}) is already part of the "
                                 f"set of voters {_VOTERS}.")

@@ -148,7 +148,8 @@ def test_acl_apis_need_cluster_alter_and_describe(broker):
             operation=2, permission_type=3)])
         assert w.request(c, 3).results[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
         # the quorum-membership APIs need ALTER on the cluster too (ControllerApis)
-        for req, version in ((UnregisterBrokerRequest(broker_id=7), 0), (UnregisterControllerRequest(controller_id=7), 0),
+        for req, version in ((UnregisterBrokerRequest(broker_id=7), 0),
+                             (UnregisterControllerRequest(controller_id=7), 0),
                              (AddRaftVoterRequest(voter_id=7, voter_directory_id=b"\1" * 16, listeners=[]), 1),
                              (RemoveRaftVoterRequest(voter_id=7, voter_directory_id=b"\1" * 16), 0)):
             r = w.request(req, version)
