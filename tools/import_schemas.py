@@ -32,6 +32,7 @@ APIS = [
     "AlterConfigs", "DescribeLogDirs", "AlterReplicaLogDirs", "OffsetForLeaderEpoch",
     "DescribeTopicPartitions", "ElectLeaders", "AlterPartitionReassignments",
     "ListPartitionReassignments", "DescribeQuorum", "UpdateFeatures",
+    "UnregisterBroker", "UnregisterController", "AddRaftVoter", "RemoveRaftVoter",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
     "GetTelemetrySubscriptions", "PushTelemetry",
 ]

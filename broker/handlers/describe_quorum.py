@@ -10,7 +10,9 @@ never lags.  The voter's last fetch and caught-up times are now (the leader's ow
 adds its directory id (none: the zero id) and the node with the listener the request came on.
 A request for anything but that one partition: UNKNOWN_TOPIC_OR_PARTITION on each requested
 partition.  DESCRIBE on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED at the top level.  Kafka
-brokers forward this to the controller; ApiVersions advertises it the same way.
+brokers forward this to the controller; ApiVersions advertises it the same way.  AddRaftVoter and
+RemoveRaftVoter (``add_raft_voter``, ``remove_raft_voter``) answer against this same voter set
+(``voter_set_text``, ``voter_change_refused``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from broker.security.authorize import allowed_cluster
 from protocol.errors import Errors
 from protocol.lazy_messages import DescribeQuorumResponse
 from protocol.messages.registry import ApiKey
+from protocol.primitives import ZERO_UUID
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
@@ -31,6 +34,33 @@ _V = DescribeQuorumResponse.ReplicaState
 _N = DescribeQuorumResponse.Node
 _L = DescribeQuorumResponse.Listener
 _UNKNOWN = "This server does not host this topic-partition."  # Errors.UNKNOWN_TOPIC_OR_PARTITION's message
+
+
+def replica_key_text(replica_id: int, directory_id: bytes) -> str:
+    """ReplicaKey.toString: a zero directory id is undefined."""
+    from broker.client_metrics import uuid_str
+    d = "<undefined>" if directory_id == ZERO_UUID else uuid_str(directory_id)
+    return f"ReplicaKey(id={replica_id}, directoryId={d})"
+
+
+def voter_set_text(node_id: int) -> str:
+    """The voter set's keys as KafkaRaftClient's messages print them: this node, with no directory id
+    (what DescribeQuorum v2 reports for it)."""
+    return f"[{replica_key_text(node_id, ZERO_UUID)}]"
+
+
+def voter_change_refused(ctx, req, verb: str) -> tuple[int, str] | None:
+    """What AddRaftVoter and RemoveRaftVoter (``verb`` "Add" / "Remove") check first, in Kafka's order:
+    ALTER on the CLUSTER (ControllerApis; the code's own message), the cluster id if the request names
+    one (KafkaRaftClient.hasValidClusterId), and a voter directory id.  (code, message), or None."""
+    if not allowed_cluster(ctx, "ALTER"):
+        return Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    ours = ctx.components.node.cluster_id
+    if req.cluster_id is not None and req.cluster_id != ours:
+        return Errors.INCONSISTENT_CLUSTER_ID, f'The given id "{req.cluster_id}" doesn\'t match the cluster id "{ours}"'
+    if req.voter_directory_id == ZERO_UUID:
+        return Errors.INVALID_REQUEST, f"{verb} voter request didn't include a valid voter"
+    return None
 
 
 def _valid(req) -> bool:

@@ -63,6 +63,7 @@ class ApiKey(IntEnum):
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    UNREGISTER_BROKER = 64
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
@@ -75,6 +76,8 @@ class ApiKey(IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
     INITIALIZE_SHARE_GROUP_STATE = 83
     READ_SHARE_GROUP_STATE = 84
     WRITE_SHARE_GROUP_STATE = 85
@@ -83,6 +86,7 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+    UNREGISTER_CONTROLLER = 94
 
 
 # api key -> (module, request class, response class)
@@ -138,6 +142,7 @@ MODULES = {
     57: ("protocol.messages.update_features", "UpdateFeaturesRequest", "UpdateFeaturesResponse"),
     60: ("protocol.messages.describe_cluster", "DescribeClusterRequest", "DescribeClusterResponse"),
     61: ("protocol.messages.describe_producers", "DescribeProducersRequest", "DescribeProducersResponse"),
+    64: ("protocol.messages.unregister_broker", "UnregisterBrokerRequest", "UnregisterBrokerResponse"),
     65: ("protocol.messages.describe_transactions", "DescribeTransactionsRequest", "DescribeTransactionsResponse"),
     66: ("protocol.messages.list_transactions", "ListTransactionsRequest", "ListTransactionsResponse"),
     68: ("protocol.messages.consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"),
@@ -150,6 +155,8 @@ MODULES = {
     77: ("protocol.messages.share_group_describe", "ShareGroupDescribeRequest", "ShareGroupDescribeResponse"),
     78: ("protocol.messages.share_fetch", "ShareFetchRequest", "ShareFetchResponse"),
     79: ("protocol.messages.share_acknowledge", "ShareAcknowledgeRequest", "ShareAcknowledgeResponse"),
+    80: ("protocol.messages.add_raft_voter", "AddRaftVoterRequest", "AddRaftVoterResponse"),
+    81: ("protocol.messages.remove_raft_voter", "RemoveRaftVoterRequest", "RemoveRaftVoterResponse"),
     83: ("protocol.messages.initialize_share_group_state", "InitializeShareGroupStateRequest", "InitializeShareGroupStateResponse"),
     84: ("protocol.messages.read_share_group_state", "ReadShareGroupStateRequest", "ReadShareGroupStateResponse"),
     85: ("protocol.messages.write_share_group_state", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse"),
@@ -158,6 +165,7 @@ MODULES = {
     90: ("protocol.messages.describe_share_group_offsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse"),
     91: ("protocol.messages.alter_share_group_offsets", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse"),
     92: ("protocol.messages.delete_share_group_offsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse"),
+    94: ("protocol.messages.unregister_controller", "UnregisterControllerRequest", "UnregisterControllerResponse"),
 }
 
 

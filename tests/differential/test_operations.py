@@ -1,13 +1,16 @@
 """Differential conformance of the admin and operations APIs (issue 27) with the reference Apache
 Kafka 4.4.0: AlterConfigs (legacy), DescribeLogDirs, AlterReplicaLogDirs, OffsetForLeaderEpoch,
-DescribeTopicPartitions, ElectLeaders, Alter/ListPartitionReassignments, DescribeQuorum and
-UpdateFeatures, with the harness of ``test_protocol.py`` (same requests, same names, answers
-compared field by field; every remaining difference listed in ``EXPECTED`` with its reason).
+DescribeTopicPartitions, ElectLeaders, Alter/ListPartitionReassignments, DescribeQuorum,
+UpdateFeatures and the quorum-membership APIs (UnregisterBroker, UnregisterController, AddRaftVoter,
+RemoveRaftVoter, each only in ways that leave the shared reference node as it was), with the harness
+of ``test_protocol.py`` (same requests, same names, answers compared field by field; every remaining
+difference listed in ``EXPECTED`` with its reason).
 """
 from __future__ import annotations
 
 import pytest
 
+from protocol.messages.add_raft_voter import AddRaftVoterRequest as ARV
 from protocol.messages.alter_configs import AlterConfigsRequest as AC
 from protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest as APR
 from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest as ARL
@@ -20,6 +23,9 @@ from protocol.messages.list_partition_reassignments import ListPartitionReassign
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest as OLE
 from protocol.messages.produce import ProduceRequest as P
+from protocol.messages.remove_raft_voter import RemoveRaftVoterRequest as RRV
+from protocol.messages.unregister_broker import UnregisterBrokerRequest as UB
+from protocol.messages.unregister_controller import UnregisterControllerRequest as UC
 from protocol.messages.update_features import UpdateFeaturesRequest as UF
 from protocol.records import build_batch
 from protocol.errors import Errors
@@ -199,6 +205,33 @@ def update_features(s: Side) -> dict:
             "downgrade": update(("share.version", 1, 2))}
 
 
+def quorum_membership(s: Side) -> dict:
+    """Never this node's own broker id to UnregisterBroker (Kafka would unregister the reference node),
+    and no new voter to AddRaftVoter (Kafka would try to reach it): the answers each broker gives alone."""
+    w = s.wire()
+    md = w.request(MetadataRequest(topics=[]), 12)
+    node, cluster, directory = md.brokers[0].node_id, md.cluster_id, bytes(range(1, 17))
+    listeners = [ARV.Listener(name="CONTROLLER", host="127.0.0.1", port=1)]
+
+    def add(**kw):
+        return plain(w.request(ARV(timeout_ms=5000, listeners=listeners, **{
+            "cluster_id": cluster, "voter_id": node, "voter_directory_id": directory, **kw}), 1))
+
+    def remove(**kw):
+        return plain(w.request(RRV(**{"cluster_id": cluster, "voter_id": node, "voter_directory_id": directory,
+                                      **kw}), 0))
+    return {"unregister_unknown_broker": plain(w.request(UB(broker_id=node + 100), 0)),
+            "unregister_this_controller": plain(w.request(UC(controller_id=node), 0)),
+            "unregister_other_controller": plain(w.request(UC(controller_id=node + 100), 0)),
+            "add_voter_other_cluster": add(cluster_id="AAAAAAAAAAAAAAAAAAAAAA"),
+            "add_voter_no_directory": add(voter_directory_id=bytes(16)),
+            "add_voter_already_one": add(),
+            "remove_voter_other_cluster": remove(cluster_id="AAAAAAAAAAAAAAAAAAAAAA"),
+            "remove_voter_no_directory": remove(voter_directory_id=bytes(16)),
+            "remove_voter_other_directory": remove(),
+            "remove_voter_unknown": remove(voter_id=node + 100)}
+
+
 SCENARIOS = {
     "alter_configs_legacy": (alter_configs_legacy, ("topic", "unknown")),
     "log_dirs": (log_dirs, ("topic", "unknown")),
@@ -207,6 +240,7 @@ SCENARIOS = {
     "elect_and_reassign": (elect_and_reassign, ("topic", "unknown")),
     "describe_quorum": (describe_quorum, ()),
     "update_features": (update_features, ()),
+    "quorum_membership": (quorum_membership, ()),
 }
 
 _NO_METADATA_LOG = "no KRaft metadata log here: its offsets are the finalized-features epoch (1)"
@@ -220,6 +254,9 @@ EXPECTED: dict[tuple[str, str], str] = {
         "the data directory has no directory id (Kafka's meta.properties directory.id): the zero id",
     ("describe_quorum", "metadata_partition.nodes[0].listeners[0].name"):
         "no controller listener here: the voter is reached on the listener the request came on",
+    ("quorum_membership", "unregister_other_controller.error_code"):
+        "metadata.version 4.4-IV0 here (Kafka: IV2, 33): below IV2 Kafka's controller answers UNSUPPORTED_VERSION, "
+        "as ours; at IV2 it looks the id up (CONTROLLER_ID_NOT_REGISTERED)",
     ("update_features", "downgrade.error_code"): _FIXED_FEATURES,
     ("update_features", "downgrade.error_message"): _FIXED_FEATURES,
 }

@@ -25,6 +25,7 @@ from protocol.primitives import ZERO_UUID
 from protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AckReq
 from protocol.messages.share_fetch import ShareFetchRequest as FetchReq
 from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as HbReq
+from tests import kafka_apis
 from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
 from tests.support import until
 from tests.wire import WireClient
@@ -488,17 +489,8 @@ SCENARIOS = {
     "client_metrics_configs": (client_metrics_configs, ("sub", "unset", "client")),
 }
 
-# Kafka 4.4 APIs this broker does not serve (ApiKey only names ours), by the reason
-_NOT_SERVED = {
-    "WRITE_TXN_MARKERS": (27, "broker-to-broker: markers are written locally"),
-    "UNREGISTER_BROKER": (64, "no KRaft quorum"),
-    "ADD_RAFT_VOTER": (80, "no KRaft quorum"),
-    "REMOVE_RAFT_VOTER": (81, "no KRaft quorum"),
-    "STREAMS_GROUP_HEARTBEAT": (88, "streams groups (KIP-1071) not implemented"),
-    "STREAMS_GROUP_DESCRIBE": (89, "streams groups (KIP-1071) not implemented"),
-    "STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE": (93, "streams groups (KIP-1071) not implemented"),
-    "UNREGISTER_CONTROLLER": (94, "no KRaft quorum"),
-}
+# Kafka 4.4 broker APIs this broker does not serve (ApiKey only names ours), with the reason (tests/kafka_apis.py)
+_NOT_SERVED = {**kafka_apis.NOT_SERVED_BROKER_APIS, **kafka_apis.STREAMS_GROUPS_BEING_ADDED}
 _MV = "metadata.version stays at 4.4-IV0 (31): IV1 (32) adds CIDR ACL host patterns (KIP-1276), IV2 (33) " \
       "controller unregistration (KIP-1312), neither served"
 _NEW_TOPIC_CONFIGS = "a Kafka 4.4 topic config not implemented yet"
@@ -508,7 +500,7 @@ _MESSAGE = "ours says what is wrong where Kafka sends no message (clients show i
 
 # (scenario, path) -> why the difference is expected.  A path is "step.field.sub[i].field".
 EXPECTED: dict[tuple[str, str], str] = {
-    **{("api_versions", f"v3.api_keys.api-{key}"): f"{name}: {why}" for name, (key, why) in _NOT_SERVED.items()},
+    **{("api_versions", f"v3.api_keys.api-{key}"): f"{name}: {why}" for key, (name, why) in _NOT_SERVED.items()},
     ("api_versions", "v3.finalized_features.eligible.leader.replicas.version"):
         "one replica per partition: no eligible leader replicas (KIP-966)",
     **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "

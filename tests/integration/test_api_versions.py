@@ -1,11 +1,88 @@
-"""ApiVersions: advertised = served, Kafka 4.4's features, and KIP-511 client validation."""
+"""ApiVersions: advertised = served, every client API of Kafka 4.4 at Kafka's versions, Kafka 4.4's
+features, and KIP-511 client validation.  (The reference Kafka 4.4's own answer is compared field by
+field in tests/differential/test_protocol.py, scenario ``api_versions``.)"""
 from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
 
 from broker.dispatch import load_handlers
 from protocol.errors import Errors
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.registry import ApiKey
+from tests import kafka_apis
 from tests.wire import WireClient
+
+
+def advertised_ranges(bootstrap: str) -> dict[int, tuple[int, int]]:
+    with WireClient(bootstrap) as w:
+        r = w.request(ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0"), 3)
+    assert r.error_code == 0
+    return {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+
+
+def test_every_client_api_of_kafka_4_4_at_kafkas_versions(sharebroker):
+    """Each API a Kafka 4.4 broker listener serves (its schemas' ``listeners``) is advertised with Kafka's
+    highest stable version and no higher minimum, unless ``tests/kafka_apis`` lists it as deliberately
+    not served; nothing is advertised that a Kafka broker does not serve; and the lists stay true."""
+    if not kafka_apis.REFERENCE.is_dir():
+        pytest.skip(f"reference schemas not present at {kafka_apis.REFERENCE}")
+    ours = advertised_ranges(sharebroker.bootstrap)
+    kafka = kafka_apis.broker_apis()
+    excluded = kafka_apis.not_served()
+    problems = []
+    for key, api in sorted(kafka.items()):
+        if key in excluded:
+            if key in ours:
+                problems.append(f"{key} {api.name}: served now, drop it from tests/kafka_apis.py's exclusions")
+        elif key not in ours:
+            problems.append(f"{key} {api.name}: not served (Kafka 4.4: {api.min_version}-{api.max_version})")
+        elif ours[key][1] != api.max_version or ours[key][0] > api.min_version:
+            problems.append(f"{key} {api.name}: ours {ours[key][0]}-{ours[key][1]}, "
+                            f"Kafka 4.4 {api.min_version}-{api.max_version}")
+    problems += [f"{key}: advertised, but not a Kafka 4.4 broker API" for key in sorted(set(ours) - set(kafka))]
+    assert not problems, "\n".join(problems)
+    # every API Kafka has is served or listed with its reason, and the controller-only list is exactly
+    # what Kafka serves on no broker listener
+    reference = kafka_apis.reference_apis()
+    assert set(reference) == set(kafka) | set(excluded)
+    assert set(kafka_apis.CONTROLLER_ONLY) == set(reference) - set(kafka)
+    assert all(reference[k].name == name for k, (name, _) in excluded.items())
+
+
+def _readme_api_table() -> dict[int, tuple[int, int] | None]:
+    """The README's "Kafka 4.4's client APIs" table: {api key: (min, max), None where not served}. A row
+    may name several keys ("29-31", "48, 49") with one range for all or one range each."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("### Kafka 4.4's client APIs"):]
+    section = section[:section.index("\n#", 1)]
+    out = {}
+    for keys, versions in re.findall(r"^\| ([\d, -]+) \| [^|]+ \| ([\d, —-]+) \|", section, re.M):
+        def span(text: str) -> tuple[int, int]:  # "3" or "0-13"
+            lo, _, hi = text.strip().partition("-")
+            return int(lo), int(hi or lo)
+
+        expanded = [k for part in keys.split(",") for k in range(span(part)[0], span(part)[1] + 1)]
+        ranges = [None if v.strip() == "—" else span(v) for v in versions.split(",")]
+        assert len(ranges) in (1, len(expanded)), keys
+        for i, key in enumerate(expanded):
+            assert key not in out, f"key {key} twice in the README table"
+            out[key] = ranges[0] if len(ranges) == 1 else ranges[i]
+    return out
+
+
+def test_readme_api_table_is_what_apiversions_advertises(sharebroker):
+    """Every broker API of Kafka 4.4 has its row, with the versions we advertise ("—": not served, and
+    then one of the deliberate exclusions)."""
+    ours = advertised_ranges(sharebroker.bootstrap)
+    table = _readme_api_table()
+    assert {k: v for k, v in table.items() if v is not None} == ours
+    missing = {k for k, v in table.items() if v is None}
+    assert missing <= set(kafka_apis.not_served())
+    if kafka_apis.REFERENCE.is_dir():
+        assert set(table) == set(kafka_apis.broker_apis())
 
 
 def test_advertised_ranges_are_the_handler_table(sharebroker):

@@ -1,6 +1,7 @@
 """The admin and operations APIs of issue 27: AlterConfigs (legacy), DescribeLogDirs,
 AlterReplicaLogDirs, OffsetForLeaderEpoch, DescribeTopicPartitions, ElectLeaders,
-Alter/ListPartitionReassignments, DescribeQuorum and UpdateFeatures, each at every version we serve
+Alter/ListPartitionReassignments, DescribeQuorum, UpdateFeatures, UnregisterBroker, UnregisterController,
+AddRaftVoter and RemoveRaftVoter, each at every version we serve
 over the wire (tests/wire.py), and through the clients that have them (kafka-python's admin has all
 of them, aiokafka's alter_configs, confluent-kafka's describe_topics / elect_leaders).
 """
@@ -15,6 +16,7 @@ from confluent_kafka import Producer
 
 from broker.testing import BrokerProcess
 from protocol.errors import Errors
+from protocol.messages.add_raft_voter import AddRaftVoterRequest
 from protocol.messages.alter_configs import AlterConfigsRequest
 from protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
@@ -27,7 +29,11 @@ from protocol.messages.describe_quorum import DescribeQuorumRequest
 from protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest
 from protocol.messages.elect_leaders import ElectLeadersRequest
 from protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest
+from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+from protocol.messages.remove_raft_voter import RemoveRaftVoterRequest
+from protocol.messages.unregister_broker import UnregisterBrokerRequest
+from protocol.messages.unregister_controller import UnregisterControllerRequest
 from protocol.messages.update_features import UpdateFeaturesRequest
 from tests.wire import WireClient
 
@@ -574,10 +580,85 @@ def test_update_features_through_kafka_python(broker):
         kp.close()
 
 
+# ------------------------------------------- UnregisterBroker (64), UnregisterController (94)
+def test_unregister_broker(wire):
+    """Kafka's controller: an id with no registration is BROKER_ID_NOT_REGISTERED; this node's own id is
+    refused (a single node cannot leave its cluster; Kafka would unregister it)."""
+    def ask(broker_id):
+        r = wire.request(UnregisterBrokerRequest(broker_id=broker_id), 0)
+        return r.error_code, r.error_message
+
+    assert ask(7) == (Errors.BROKER_ID_NOT_REGISTERED, "Broker ID 7 is not currently registered")
+    assert ask(-1) == (Errors.BROKER_ID_NOT_REGISTERED, "Broker ID -1 is not currently registered")
+    assert ask(1) == (Errors.INVALID_REQUEST, "Broker cannot unregister itself while it is active.")
+    md = wire.request(MetadataRequest(topics=[]), 12)
+    assert [b.node_id for b in md.brokers] == [1]  # still registered
+
+
+def test_unregister_controller(wire):
+    """QuorumController.unregisterController at metadata.version 4.4-IV0: itself INVALID_REQUEST, any other
+    id UNSUPPORTED_VERSION (controller unregistration needs 4.4-IV2)."""
+    def ask(controller_id):
+        r = wire.request(UnregisterControllerRequest(controller_id=controller_id), 0)
+        return r.error_code, r.error_message
+
+    assert ask(1) == (Errors.INVALID_REQUEST, "Controller cannot unregister itself while it is active.")
+    assert ask(3) == (Errors.UNSUPPORTED_VERSION,
+                      "The current MetadataVersion is too old to support controller unregistration.")
+
+
+# ------------------------------------------------------ AddRaftVoter (80), RemoveRaftVoter (81)
+_DIR = bytes(range(1, 17))
+_DIR_TEXT = "AQIDBAUGBwgJCgsMDQ4PEA"  # Uuid.toString of _DIR
+_VOTERS = "[ReplicaKey(id=1, directoryId=<undefined>)]"  # DescribeQuorum's one voter
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_add_raft_voter(broker, wire, version):
+    cluster_id = wire.request(MetadataRequest(topics=[]), 12).cluster_id
+    L = AddRaftVoterRequest.Listener
+
+    def ask(voter_id, directory_id=_DIR, cluster=None):
+        r = wire.request(AddRaftVoterRequest(cluster_id=cluster, timeout_ms=5000, voter_id=voter_id,
+                                             voter_directory_id=directory_id,
+                                             listeners=[L(name="CONTROLLER", host="127.0.0.1", port=9093)]), version)
+        return r.error_code, r.error_message
+
+    other = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert ask(2, cluster=other) == (Errors.INCONSISTENT_CLUSTER_ID,
+                                     f'The given id "{other}" doesn\'t match the cluster id "{cluster_id}"')
+    assert ask(2, directory_id=bytes(16)) == (Errors.INVALID_REQUEST,
+                                              "Add voter request didn't include a valid voter")
+    assert ask(1, cluster=cluster_id) == (
+        Errors.DUPLICATE_VOTER, f"The voter id for ReplicaKey(id=1, directoryId={_DIR_TEXT}) is already part of the "
+                                f"set of voters {_VOTERS}.")
+    code, message = ask(2)
+    assert code == Errors.UNSUPPORTED_VERSION and f"ReplicaKey(id=2, directoryId={_DIR_TEXT})" in message
+    assert "single node" in message
+
+
+def test_remove_raft_voter(wire):
+    """A quorum of one voter: Kafka's VoterSet.removeVoter never removes the last one (VOTER_NOT_FOUND)."""
+    cluster_id = wire.request(MetadataRequest(topics=[]), 12).cluster_id
+
+    def ask(voter_id, directory_id=_DIR, cluster=None):
+        r = wire.request(RemoveRaftVoterRequest(cluster_id=cluster, voter_id=voter_id,
+                                                voter_directory_id=directory_id), 0)
+        return r.error_code, r.error_message
+
+    assert ask(1, cluster="AAAAAAAAAAAAAAAAAAAAAA")[0] == Errors.INCONSISTENT_CLUSTER_ID
+    assert ask(1, directory_id=bytes(16)) == (Errors.INVALID_REQUEST,
+                                              "Remove voter request didn't include a valid voter")
+    for voter_id in (1, 2):
+        assert ask(voter_id, cluster=cluster_id) == (
+            Errors.VOTER_NOT_FOUND, f"Cannot remove voter ReplicaKey(id={voter_id}, directoryId={_DIR_TEXT}) from "
+                                    f"the set of voters {_VOTERS}")
+
+
 # ----------------------------------------------------------------------------- ApiVersions
 def test_api_versions_advertises_the_operations_apis(wire):
     resp = wire.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert {key: got.get(key) for key in (23, 33, 34, 35, 43, 45, 46, 55, 57, 75)} == {
+    assert {key: got.get(key) for key in (23, 33, 34, 35, 43, 45, 46, 55, 57, 64, 75, 80, 81, 94)} == {
         23: (2, 4), 33: (0, 2), 34: (1, 2), 35: (1, 5), 43: (0, 2), 45: (0, 1), 46: (0, 0), 55: (0, 2),
-        57: (0, 2), 75: (0, 0)}
+        57: (0, 2), 64: (0, 0), 75: (0, 0), 80: (0, 1), 81: (0, 0), 94: (0, 0)}

@@ -2,7 +2,9 @@
 launcher uses, ``tests/kafka_ref``) against sharebroker, for the operations APIs of issue 27:
 ``kafka-log-dirs`` (DescribeLogDirs), ``kafka-leader-election`` (ElectLeaders),
 ``kafka-reassign-partitions --list`` (ListPartitionReassignments), ``kafka-features describe``
-(ApiVersions' features), ``kafka-metadata-quorum describe`` (DescribeQuorum) and ``kafka-topics
+(ApiVersions' features), ``kafka-metadata-quorum describe`` (DescribeQuorum), ``add-controller`` /
+``remove-controller`` (AddRaftVoter / RemoveRaftVoter), ``kafka-cluster unregister`` /
+``unregister-controller`` (UnregisterBroker / UnregisterController) and ``kafka-topics
 --describe`` (DescribeTopicPartitions), and the Java consumer of ``kafka-console-consumer`` validating its
 committed position with OffsetForLeaderEpoch.  Each tool is a JVM start (5-10 s here).  Skipped where
 Java or Maven is missing, as the reference-Kafka tests are.
@@ -47,11 +49,12 @@ def admin_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
 
 
-def kafka_tool(cp: str, main: str, *args: str) -> str:
+def kafka_tool(cp: str, main: str, *args: str, returncode: int = 0) -> str:
+    """The tool's stdout (its stderr too when it is expected to fail: ``returncode`` != 0)."""
     r = subprocess.run(["java", "-Xmx256m", "-cp", cp, f"org.apache.kafka.tools.{main}", *args],
                        capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, f"{main} exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return r.stdout
+    assert r.returncode == returncode, f"{main} exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout if returncode == 0 else r.stdout + r.stderr
 
 
 def test_kafka_log_dirs(tools_cp, broker):
@@ -94,6 +97,46 @@ def test_kafka_metadata_quorum_describe(tools_cp, broker):
                              "--replication")
     (row,) = [line.split() for line in replication.splitlines()[1:] if line.strip()]
     assert row[0] == "1" and row[3] == "0" and row[-1] == "Leader"
+
+
+def test_kafka_cluster_unregister(tools_cp, broker):
+    """``kafka-cluster.sh unregister`` / ``unregister-controller`` get the controller's answers: no such
+    broker; this node refused; controller unregistration unsupported at metadata.version 4.4-IV0."""
+    bs = ("--bootstrap-server", broker.bootstrap)
+    assert "Broker ID 7 is not currently registered" in kafka_tool(tools_cp, "ClusterTool", "unregister", *bs,
+                                                                   "--id", "7", returncode=1)
+    assert "Broker cannot unregister itself while it is active." in kafka_tool(
+        tools_cp, "ClusterTool", "unregister", *bs, "--id", "1", returncode=1)
+    assert "The target cluster does not support the controller unregistration API." in kafka_tool(
+        tools_cp, "ClusterTool", "unregister-controller", *bs, "--id", "3")
+    assert "Controller cannot unregister itself while it is active." in kafka_tool(
+        tools_cp, "ClusterTool", "unregister-controller", *bs, "--id", "1", returncode=1)
+
+
+def test_kafka_metadata_quorum_remove_controller(tools_cp, broker):
+    """The last voter is never removed (VoterSet.removeVoter): the tool's --unregister advice follows."""
+    out = kafka_tool(tools_cp, "MetadataQuorumCommand", "--bootstrap-server", broker.bootstrap, "remove-controller",
+                     "--controller-id", "1", "--controller-directory-id", "AQIDBAUGBwgJCgsMDQ4PEA", "--unregister",
+                     returncode=1)
+    assert ("Failed to remove KRaft voter 1: Cannot remove voter ReplicaKey(id=1, directoryId=AQIDBAUGBwgJCgsMDQ4PEA) "
+            "from the set of voters [ReplicaKey(id=1, directoryId=<undefined>)]. To unregister the controller from "
+            "the cluster, run `kafka-cluster.sh unregister-controller --id 1`.") in out
+
+
+def test_kafka_metadata_quorum_add_controller(tools_cp, broker, tmp_path):
+    """A new controller, configured and formatted as the tool needs (its meta.properties' directory id), is
+    refused: a single node has no metadata log to replicate to it."""
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    (meta / "meta.properties").write_text(f"version=1\nnode.id=2\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\n"
+                                          "directory.id=AQIDBAUGBwgJCgsMDQ4PEA\n")
+    config = tmp_path / "controller.properties"
+    config.write_text(f"process.roles=controller\nnode.id=2\ncontroller.listener.names=CONTROLLER\n"
+                      f"listeners=CONTROLLER://127.0.0.1:19093\nmetadata.log.dir={meta}\n")
+    out = kafka_tool(tools_cp, "MetadataQuorumCommand", "--bootstrap-server", broker.bootstrap, "--command-config",
+                     str(config), "add-controller", returncode=1)
+    assert "UnsupportedVersionException: Cluster doesn't support adding voter ReplicaKey(id=2, " \
+           "directoryId=AQIDBAUGBwgJCgsMDQ4PEA): sharebroker is a single node" in out
 
 
 def requests_served(b: BrokerProcess, api: str) -> int:

@@ -12,6 +12,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
 
 from broker.testing import BrokerProcess
 from protocol.errors import Errors
+from protocol.messages.add_raft_voter import AddRaftVoterRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_acls import DescribeAclsRequest
@@ -21,6 +22,9 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.metadata import MetadataRequest
+from protocol.messages.remove_raft_voter import RemoveRaftVoterRequest
+from protocol.messages.unregister_broker import UnregisterBrokerRequest
+from protocol.messages.unregister_controller import UnregisterControllerRequest
 from tests.support import PLAIN_JAAS, client_security, make_pki, security_settings, tls_wire, wire_plain_login
 from tests.wire import WireClient
 
@@ -143,6 +147,14 @@ def test_acl_apis_need_cluster_alter_and_describe(broker):
             resource_type=2, resource_name="x", resource_pattern_type=3, principal="User:alice", host="*",
             operation=2, permission_type=3)])
         assert w.request(c, 3).results[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        # the quorum-membership APIs need ALTER on the cluster too (ControllerApis)
+        for req, version in ((UnregisterBrokerRequest(broker_id=7), 0),
+                             (UnregisterControllerRequest(controller_id=7), 0),
+                             (AddRaftVoterRequest(voter_id=7, voter_directory_id=b"\1" * 16, listeners=[]), 1),
+                             (RemoveRaftVoterRequest(voter_id=7, voter_directory_id=b"\1" * 16), 0)):
+            r = w.request(req, version)
+            assert (r.error_code, r.error_message) == (Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                                       "Cluster authorization failed."), req
 
 
 # ------------------------------------------------------------------ enforcement
