@@ -8,6 +8,7 @@ real clients (confluent-kafka's Producer, Consumer, ShareConsumer) check the res
 from __future__ import annotations
 
 import os
+import pty
 import re
 import shlex
 import signal
@@ -300,6 +301,83 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
         offs = source_offsets([m for m in msgs if m.partition() == part])
         assert offs == list(range(len(offs)))  # each source record once, in order
     assert migrate("verify", src, dst).returncode == 0
+
+
+PROGRESS = re.compile(r"(\S+): (\d+)/(\d+) records \((\d+)%\), (\d+) records/s, ([\d.]+) MB/s, lag (\d+), "
+                      r"total (\d+) records$")
+
+
+def progress_lines(lines: list[str]) -> dict[str, list[tuple[int, ...]]]:
+    """Per topic, each progress line's (copied, to copy, percent, rate, lag, total)."""
+    out: dict[str, list] = {}
+    for line in lines:
+        m = PROGRESS.search(line)
+        if m:
+            out.setdefault(m.group(1), []).append(tuple(int(m.group(i)) for i in (2, 3, 4, 5, 7, 8)))
+    return out
+
+
+def check_progress(rows, to_copy: int, before: int, limit: float) -> None:
+    """Copied rises to at most ``to_copy``; with no producers running, copied + lag == to copy (the
+    source's end does not move); the running total adds the topics before; the rate is bounded by
+    ``--max-records-per-second`` (partitions are copied one after another) plus one pacing step."""
+    assert rows, "no progress lines"
+    copied = [r[0] for r in rows]
+    assert copied == sorted(copied) and 0 < copied[-1] <= to_copy, rows
+    for c, total, pct, rate, lag, running in rows:
+        assert total == to_copy and c + lag == to_copy and running == before + c, rows
+        assert pct == round(100 * c / to_copy) and 0 < rate <= limit * 1.5, rows
+
+
+def test_sync_shows_progress_per_topic(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    big, small = create_topic(src, 2), create_topic(src, 1)
+    produce(src, big, [(b"%d" % i, b"p" * 100) for i in range(2000)])
+    produce(src, small, [(b"%d" % i, b"q" * 100) for i in range(600)])
+    pace = ["--chunk", "200", "--max-records-per-second", "1000", "--progress-interval", "0.2"]
+
+    # not a terminal (a pipe, a log): plain lines every --progress-interval seconds
+    out = migrate("sync", src, dst, *pace).stdout
+    rows = progress_lines([line for line in out.splitlines() if line.startswith("progress ")])
+    assert sorted(rows) == sorted([big, small]), out
+    assert len(rows[big]) >= 3, out  # 2000 records at most 1000/s: 2 s or more
+    first, second = (big, small) if out.index(big + ":") < out.index(small + ":") else (small, big)
+    n = {big: 2000, small: 600}
+    check_progress(rows[first], n[first], 0, 1000)
+    check_progress(rows[second], n[second], n[first], 1000)
+    assert f"{big}: 2000 records" in out and f"{small}: 600 records" in out and "total: 2600 records" in out, out
+
+    # a terminal: one live line per topic, rewritten in place, with a bar; then the topic's result
+    produce(src, small, [(b"%d" % i, b"r" * 100) for i in range(1500)])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst, *pace],
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    raw = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the command ended and closed its side
+                break
+            if not data:
+                break
+            raw += data
+        assert proc.wait(60) == 0, raw
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = raw.decode().replace("\r\n", "\n")  # the terminal's ONLCR
+    lines = text.split("\n")
+    live = next(line for line in lines if small in line)  # the small topic's one line
+    updates = [u for u in live.split("\r\x1b[K") if u]
+    assert len(updates) >= 4 and updates[-1].startswith(f"{small}: 1500 records, "), updates
+    bars = updates[:-1]
+    assert all(re.match(r"\[[#.]{24}\] ", u) for u in bars), bars
+    check_progress(list(progress_lines(bars).values())[0], 1500, 0, 1000)
+    assert bars[-1].count("#") > bars[0].count("#")
+    assert f"{big}: 0 records" in text and "total: 1500 records" in text and "progress " not in text, text
 
 
 # ----------------------------------------------------------------------------- the README's move
