@@ -74,8 +74,12 @@ NOT_CARRIED = [
      "Kafka's API sets only the start offset: they are delivered once more (counted)"),
     ("per-record delivery counts of share groups", "records start again at delivery count 0"),
     ("superseded records of compacted topics", "only each key's latest record (the live one) is copied"),
-    ("SCRAM credentials", "listed, to be re-created on the target (salted secrets are not readable)"),
+    ("SCRAM credentials", "listed (SCRAM USERS) to be re-created with their passwords: see below"),
 ]
+SCRAM_WHY = ("SCRAM credentials cannot be carried: DescribeUserScramCredentials answers a user's mechanisms and "
+             "iteration counts only, never the salt or keys; AlterUserScramCredentials takes a salted password, "
+             "from which the target derives its keys, and neither sharebroker's store nor Kafka keeps it (only the "
+             "keys derived from it, one-way): re-create each user on the target with its password")
 
 
 def _ck():
@@ -365,6 +369,11 @@ def cmd_plan(source: Side, target: Side, args) -> None:
         print(f"\nnot empty (stop their consumers before cutover): {', '.join(busy)}")
     print("\nNOT CARRIED")
     print_table(["WHAT", "WHY"], NOT_CARRIED, [60, 10])
+    users = scram_users(source)
+    if users:
+        print("\nSCRAM USERS (to re-create on the target)")
+        print_table(["USER", "MECHANISMS"], [[u, m] for u, m in sorted(users.items())], [30, 40])
+        print(SCRAM_WHY)
 
 
 # ----------------------------------------------------------------------------- sync
@@ -760,14 +769,23 @@ def carry_acls(source: Side, target: Side) -> None:
         raise Failed() from None
 
 
-def list_scram_users(source: Side) -> None:
+def scram_users(source: Side) -> dict[str, str]:
+    """The source's SCRAM users and their mechanisms with iteration counts (all the protocol tells)."""
     ck = _ck()
     try:
         users = source.admin.describe_user_scram_credentials(request_timeout=source.timeout).result()
-    except (ck.KafkaException, TypeError, AttributeError):
-        return
+    except ck.KafkaException:  # no SCRAM on the source
+        return {}
+    return {u: ", ".join(f"{i.mechanism.name.replace('_', '-')}: {i.iterations} iterations"
+                         for i in d.scram_credential_infos) for u, d in users.items()}
+
+
+def list_scram_users(source: Side) -> None:
+    users = scram_users(source)
     if users:
-        print("SCRAM users to re-create on the target: " + ", ".join(sorted(users)))
+        print("SCRAM users to re-create on the target: "
+              + "; ".join(f"{u} ({m})" for u, m in sorted(users.items())))
+        print(SCRAM_WHY)
 
 
 # ----------------------------------------------------------------------------- verify

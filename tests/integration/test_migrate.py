@@ -261,8 +261,12 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     user = unique("carol")  # a SCRAM user is listed to be re-created
     scram = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
     source_admin.alter_user_scram_credentials([scram])[user].result(15)
+    out = migrate("plan", src, dst).stdout  # plan names them, with what the protocol tells, and says why
+    scram_part = out[out.index("SCRAM USERS"):]
+    assert re.search(rf"^{user} +SCRAM-SHA-256: 4096 iterations$", scram_part, re.M), out
+    assert "never the salt or keys" in scram_part and "re-create each user on the target" in scram_part, out
     out = migrate("cutover", src, dst).stdout
-    assert f"SCRAM users to re-create on the target: {user}" in out, out
+    assert f"SCRAM users to re-create on the target: {user} (SCRAM-SHA-256: 4096 iterations)" in out, out
     with WireAdmin(dst) as w:
         assert client_quotas(w)[(("client-id", client),)] == {
             "producer_byte_rate": 2048.0}
