@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                  AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourcePatternType,
+                                  AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, OffsetSpec, ResourcePatternType,
                                   ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from admin.client import AdminClient as WireAdmin
@@ -40,7 +40,7 @@ AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.Sta
 
 @pytest.fixture(scope="module")
 def cluster():
-    yield from kafka_cluster(CLUSTER_ENV, settings=AUTHORIZER)
+    yield from kafka_cluster(CLUSTER_ENV, settings=AUTHORIZER, scram_listener=True)
 
 
 @pytest.fixture
@@ -99,6 +99,47 @@ def copied(bootstrap: str, topic: str, partitions: int) -> int:
         assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
                                     KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
         return 0
+
+
+def throttle_times(bootstrap: str, topic: str, client_id: str) -> list[float]:
+    """The throttle times the cluster answered a producer with ``client_id`` that sent 40 KB at once."""
+    times: list[float] = []
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 100,
+                  "throttle_cb": lambda event: times.append(event.throttle_time)})
+    for _ in range(40):
+        p.produce(topic, value=b"z" * 1000)
+    assert p.flush(30) == 0
+    p.poll(0)
+    return [t for t in times if t > 0]
+
+
+def sasl_read(bootstrap: str, user: str, password: str, topic: str):
+    """The first record's value of ``topic`` partition 0 read as ``user`` over SCRAM-SHA-256;
+    "denied" when Metadata answers TOPIC_AUTHORIZATION_FAILED; None while the login fails (a
+    user just created reaches every node of the cluster through its metadata log)."""
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": user, "sasl.password": password}
+    try:
+        md = AdminClient(conf).list_topics(topic, timeout=10).topics[topic]
+    except KafkaException as e:
+        assert e.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                                    KafkaError._TIMED_OUT, KafkaError._TRANSPORT), e
+        return None
+    if md.error is not None:
+        assert md.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, md.error
+        return "denied"
+    c = Consumer({**conf, "group.id": unique("sasl"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])  # no committed offsets: the topic's READ is all it needs
+    try:
+        def first():
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:  # librdkafka looks up the group's coordinator
+                assert m.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED, m.error()  # even when assigned
+                return None
+            return m
+        return until(first, 30, f"a record of {topic} for {user}").value()
+    finally:
+        c.close()
 
 
 def source_offsets(msgs) -> list[int]:
@@ -242,8 +283,9 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
     assert len(set(source_offsets(msgs))) == 22
 
-    # ACLs move
-    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{unique('alice')}", "*",
+    # ACLs move: the SCRAM user carol may read the transactional topic
+    user = unique("carol")
+    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{user}", "*",
                      AclOperation.READ, AclPermissionType.ALLOW)
     source_admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
     source_admin.create_acls([acl])[acl].result(15)
@@ -258,7 +300,7 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         w.request(AlterQuotas(entries=[AlterQuotas.EntryData(
             entity=[AlterQuotas.EntityData(entity_type="client-id", entity_name=client)],
             ops=[AlterQuotas.OpData(key="producer_byte_rate", value=2048.0)])]))
-    user = unique("carol")  # a SCRAM user is listed to be re-created
+    # a SCRAM user is listed to be re-created
     scram = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
     source_admin.alter_user_scram_credentials([scram])[user].result(15)
     out = migrate("plan", src, dst).stdout  # plan names them, with what the protocol tells, and says why
@@ -271,10 +313,19 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         assert client_quotas(w)[(("client-id", client),)] == {
             "producer_byte_rate": 2048.0}
     target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    # the quota applies on the cluster: 40 KB in one go from that client id is throttled, from another not
+    scratch = unique("scratch")  # on the target only: verify compares the source's topics
+    target_admin.create_topics([NewTopic(scratch, 1)])[scratch].result(30)
+    assert throttle_times(dst, scratch, client) and not throttle_times(dst, scratch, unique("fast"))
     on_target = target_admin.describe_acls(AclBindingFilter(
         ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
         AclPermissionType.ANY)).result(15)
     assert on_target == [acl]
+    if cluster.scram_bootstrap:  # the ACL applies: carol, re-created as plan says, reads that topic only
+        target_admin.alter_user_scram_credentials([scram])[user].result(15)
+        assert until(lambda: sasl_read(cluster.scram_bootstrap, user, "secret", txn), 60,
+                     f"{user} logged in on the cluster") == b"0"
+        assert sasl_read(cluster.scram_bootstrap, user, "secret", compacted) == "denied"
     fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
     assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
 
