@@ -101,7 +101,10 @@ def test_kafka_share_stream_resumes_on_the_cluster_after_a_migration(cluster, ck
         n = 200
         skafka.produce(topic, ({"value": b"%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(n)),
                        per_flush=20)
-        # accept some records, release every third one handed out, leave the rest
+        # accept the first 20 records of a partition, then release every third record handed out and
+        # accept the others; then a second consumer leaves with records in flight (released when it
+        # closes). The start offsets persisted (what DescribeShareGroupOffsets answers) lag one state
+        # write behind (as Kafka's SharePartition writes, then advances): the release writes them
         accepted: set[int] = set()
         c = ShareConsumer({"bootstrap.servers": source.bootstrap, "group.id": group,
                            "share.acknowledgement.mode": "explicit"})
@@ -109,7 +112,7 @@ def test_kafka_share_stream_resumes_on_the_cluster_after_a_migration(cluster, ck
         try:
             def step():
                 for m in share_poll(c):
-                    keep = int(m.value()) % 3 != 0
+                    keep = int(m.value()) < 40 or int(m.value()) % 3 != 0
                     c.acknowledge(m, AcknowledgeType.ACCEPT if keep else AcknowledgeType.RELEASE)
                     accepted.update([int(m.value())] if keep else [])
                 return len(accepted) >= 60
@@ -117,12 +120,19 @@ def test_kafka_share_stream_resumes_on_the_cluster_after_a_migration(cluster, ck
             c.commit_sync()
         finally:
             c.close()
+        inflight = ShareConsumer({"bootstrap.servers": source.bootstrap, "group.id": group,
+                                  "share.acknowledgement.mode": "explicit"})
+        inflight.subscribe([topic])
+        try:
+            until(lambda: share_poll(inflight), 30, "records for the second consumer")
+        finally:
+            inflight.close()
         del skafka.admin
         until(lambda: share_group_state(source.bootstrap, group) == "Empty", 30, "the share group empty")
         migrate("sync", source.bootstrap, cluster.bootstrap, "--replication-factor", "3")
         out = migrate("cutover", source.bootstrap, cluster.bootstrap).stdout
     redelivered = int(next(line for line in out.splitlines() if line.startswith(group)).split()[3])
-    assert 0 < len(accepted) < n and redelivered <= len(accepted), out
+    assert 0 < redelivered < len(accepted), out  # some acknowledged records lie below the start offsets
 
     sink, ck = str(tmp_path / "out"), str(tmp_path / "ck")
 
