@@ -74,8 +74,12 @@ NOT_CARRIED = [
      "Kafka's API sets only the start offset: they are delivered once more (counted)"),
     ("per-record delivery counts of share groups", "records start again at delivery count 0"),
     ("superseded records of compacted topics", "only each key's latest record (the live one) is copied"),
-    ("SCRAM credentials", "listed, to be re-created on the target (salted secrets are not readable)"),
+    ("SCRAM credentials", "listed (SCRAM USERS) to be re-created with their passwords: see below"),
 ]
+SCRAM_WHY = ("SCRAM credentials cannot be carried: DescribeUserScramCredentials answers a user's mechanisms and "
+             "iteration counts only, never the salt or keys; AlterUserScramCredentials takes a salted password, "
+             "from which the target derives its keys, and neither sharebroker's store nor Kafka keeps it (only the "
+             "keys derived from it, one-way): re-create each user on the target with its password")
 
 
 def _ck():
@@ -365,6 +369,11 @@ def cmd_plan(source: Side, target: Side, args) -> None:
         print(f"\nnot empty (stop their consumers before cutover): {', '.join(busy)}")
     print("\nNOT CARRIED")
     print_table(["WHAT", "WHY"], NOT_CARRIED, [60, 10])
+    users = scram_users(source)
+    if users:
+        print("\nSCRAM USERS (to re-create on the target)")
+        print_table(["USER", "MECHANISMS"], [[u, m] for u, m in sorted(users.items())], [30, 40])
+        print(SCRAM_WHY)
 
 
 # ----------------------------------------------------------------------------- sync
@@ -372,6 +381,72 @@ def cmd_plan(source: Side, target: Side, args) -> None:
 class Progress:
     records: int = 0
     bytes: int = 0
+
+
+class Meter:
+    """The progress of a ``sync``, per topic: records copied, records to copy, rate, and the lag to
+    the source's end (its last stable offset now, asked again at most once a second, minus how far
+    the copy has read). On a terminal one live line per topic, rewritten in place with a bar; when
+    the output is not a terminal (a log, a pipe), a plain ``progress`` line every ``interval``
+    seconds. "To copy" counts offsets, so for a transactional or compacted topic (markers,
+    aborted or superseded records stay behind) it ends above the records copied."""
+
+    BAR = 24
+
+    def __init__(self, source: "Side", out, interval: float, tty: bool | None = None):
+        self.source, self.out = source, out
+        self.tty = out.isatty() if tty is None else tty
+        self.interval = min(interval, 0.5) if self.tty else interval
+        self.all = Progress()
+
+    def begin(self, topic: str, starts: dict, ends: dict) -> None:
+        self.topic, self.tps = topic, sorted(starts)
+        self.start, self.pos, self.end = dict(starts), dict(starts), dict(ends)
+        self.to_copy = sum(max(ends[tp] - starts[tp], 0) for tp in self.tps)
+        self.done = Progress()
+        self.began = self.shown = self.asked = time.monotonic()
+
+    def copied(self, tp, offset: int, nbytes: int) -> None:
+        """A record at source ``offset`` handed to the producer."""
+        self.pos[tp] = offset + 1
+        self.done.records += 1
+        self.done.bytes += nbytes
+        now = time.monotonic()
+        if now - self.shown >= self.interval:
+            self.show(now)
+
+    def reached(self, tp, offset: int) -> None:
+        """The copy of ``tp`` has read up to ``offset`` (exclusive), records copied or not."""
+        self.pos[tp] = max(self.pos[tp], offset)
+
+    def lag(self) -> int:
+        return sum(max(self.end[tp] - self.pos[tp], 0) for tp in self.tps)
+
+    def line(self, now: float) -> str:
+        took = max(now - self.began, 1e-9)
+        pct = 100.0 * self.done.records / self.to_copy if self.to_copy else 100.0
+        text = (f"{self.topic}: {self.done.records}/{self.to_copy} records ({pct:.0f}%), "
+                f"{self.done.records / took:.0f} records/s, {self.done.bytes / 1e6 / took:.2f} MB/s, "
+                f"lag {self.lag()}, total {self.all.records + self.done.records} records")
+        if not self.tty:
+            return "progress " + text
+        filled = int(self.BAR * min(pct, 100.0) / 100)
+        return "\r\x1b[K[" + "#" * filled + "." * (self.BAR - filled) + "] " + text
+
+    def show(self, now: float) -> None:
+        self.shown = now
+        if now - self.asked >= 1.0:  # the source's end moves while producers run
+            self.asked = now
+            self.end.update(self.source.offsets(self.tps, "latest", True))
+        self.out.write(self.line(now) + ("" if self.tty else "\n"))
+        self.out.flush()
+
+    def finish(self) -> None:
+        self.all.records += self.done.records
+        self.all.bytes += self.done.bytes
+        self.out.write(("\r\x1b[K" if self.tty else "") + f"{self.topic}: {self.done.records} records, "
+                       f"{self.done.bytes / 1e6:.2f} MB copied\n")
+        self.out.flush()
 
 
 def create_topics(target: Side, topics: list[TopicPlan], replication_factor: int) -> list[str]:
@@ -445,30 +520,31 @@ def cmd_sync(source: Side, target: Side, args) -> None:
     maps = read_map(target)
     producer = ck.Producer({"bootstrap.servers": target.bootstrap, "enable.idempotence": True, "acks": "all",
                             "linger.ms": 20, "batch.size": 1024 * 1024, "compression.type": "none"})
-    total, t0 = Progress(), time.monotonic()
+    meter, t0 = Meter(source, sys.stdout, args.progress_interval), time.monotonic()
     try:
         for t in topics:
             tps = [(t.name, p) for p in range(t.partitions)]
             lo, hi = source.offsets(tps, "earliest", True), source.offsets(tps, "latest", True)
             ends, last = target_tail(target, tps)
-            done = Progress()
+            starts = {}
             for tp in tps:
                 pmap = maps.setdefault(tp, PartitionMap())
                 if repair_map(target, tp, pmap, ends[tp], last[tp]):
                     write_map(producer, tp, pmap)
-                start = lo[tp] if last[tp] is None else max(last[tp] + 1, lo[tp])
+                starts[tp] = lo[tp] if last[tp] is None else max(last[tp] + 1, lo[tp])
                 if pmap.target_next == ends[tp]:  # the map is in step with the data: skip what it read past
-                    start = max(start, pmap.source_next)
-                copy_partition(source, target, producer, tp, start, hi[tp], ends[tp], pmap, t.compacted, done, args)
+                    starts[tp] = max(starts[tp], pmap.source_next)
+            meter.begin(t.name, starts, hi)
+            for tp in tps:
+                copy_partition(source, target, producer, tp, starts[tp], hi[tp], ends[tp], maps[tp], t.compacted,
+                               meter, args)
             producer.flush(target.timeout)
-            total.records += done.records
-            total.bytes += done.bytes
-            print(f"{t.name}: {done.records} records, {done.bytes / 1e6:.2f} MB copied", flush=True)
+            meter.finish()
     finally:
         left = producer.flush(target.timeout)
         if left:
             raise AdminError(f"{left} records not acknowledged by the target")
-    took = max(time.monotonic() - t0, 1e-9)
+    took, total = max(time.monotonic() - t0, 1e-9), meter.all
     print(f"total: {total.records} records, {total.bytes / 1e6:.2f} MB in {took:.1f} s "
           f"({total.records / took:.0f} records/s, {total.bytes / 1e6 / took:.2f} MB/s)")
 
@@ -478,7 +554,7 @@ def write_map(producer, tp, pmap: PartitionMap) -> None:
 
 
 def copy_partition(source: Side, target: Side, producer, tp, start: int, end: int, target_end: int,
-                   pmap: PartitionMap, compacted: bool, done: Progress, args) -> None:
+                   pmap: PartitionMap, compacted: bool, meter: Meter, args) -> None:
     if start >= end:
         return
     chunk: list = []
@@ -505,8 +581,7 @@ def copy_partition(source: Side, target: Side, producer, tp, start: int, end: in
                     break
                 except BufferError:
                     producer.poll(0.1)
-            done.records += 1
-            done.bytes += len(m.key() or b"") + len(m.value() or b"")
+            meter.copied(tp, m.offset(), len(m.key() or b"") + len(m.value() or b""))
         if producer.flush(target.timeout) or errors or not delivered:
             raise AdminError(f"copying {tp_str(*tp)} failed: {errors[0] if errors else 'not acknowledged'}")
         pmap.boundaries.append([first_src, min(delivered)])
@@ -529,6 +604,7 @@ def copy_partition(source: Side, target: Side, producer, tp, start: int, end: in
             if ahead > 0:
                 time.sleep(ahead)
     flush_chunk()
+    meter.reached(tp, end)
     if pmap.source_next < end:  # the range ended in records not copied (aborted, markers, compacted)
         pmap.source_next = end
         write_map(producer, tp, pmap)
@@ -693,14 +769,23 @@ def carry_acls(source: Side, target: Side) -> None:
         raise Failed() from None
 
 
-def list_scram_users(source: Side) -> None:
+def scram_users(source: Side) -> dict[str, str]:
+    """The source's SCRAM users and their mechanisms with iteration counts (all the protocol tells)."""
     ck = _ck()
     try:
         users = source.admin.describe_user_scram_credentials(request_timeout=source.timeout).result()
-    except (ck.KafkaException, TypeError, AttributeError):
-        return
+    except ck.KafkaException:  # no SCRAM on the source
+        return {}
+    return {u: ", ".join(f"{i.mechanism.name.replace('_', '-')}: {i.iterations} iterations"
+                         for i in d.scram_credential_infos) for u, d in users.items()}
+
+
+def list_scram_users(source: Side) -> None:
+    users = scram_users(source)
     if users:
-        print("SCRAM users to re-create on the target: " + ", ".join(sorted(users)))
+        print("SCRAM users to re-create on the target: "
+              + "; ".join(f"{u} ({m})" for u, m in sorted(users.items())))
+        print(SCRAM_WHY)
 
 
 # ----------------------------------------------------------------------------- verify
@@ -782,6 +867,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="records per chunk: the offset map holds one boundary per chunk")
             s.add_argument("--max-records-per-second", type=float, default=0,
                            help="per partition, to spare a busy source (0: no limit)")
+            s.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
+                           help="seconds between progress lines when the output is not a terminal "
+                                "(on a terminal a live line per topic)")
     return p
 
 

@@ -114,15 +114,16 @@ def skip_without_kafka() -> None:
         pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing)} on PATH (resolved with Maven)")
 
 
-def kafka_cluster(running_env: str, settings: dict[str, str] | None = None, heap: str = "-Xmx384m"):
+def kafka_cluster(running_env: str, settings: dict[str, str] | None = None, heap: str = "-Xmx384m",
+                  scram_listener: bool = False):
     """A generator for a module-scoped fixture: a 3-node Kafka 4.4 KRaft cluster started for the module
     and stopped at its end, or (``running_env`` set to ``host:port,...``) a running one, an object with
-    only ``.bootstrap``. Skips as ``skip_without_kafka``."""
+    only ``.bootstrap`` (``scram_bootstrap`` None). Skips as ``skip_without_kafka``."""
     skip_without_kafka()
     if os.environ.get(running_env):  # an already running cluster (to iterate on a module's tests)
-        yield type("Running", (), {"bootstrap": os.environ[running_env]})()
+        yield type("Running", (), {"bootstrap": os.environ[running_env], "scram_bootstrap": None})()
         return
-    ref = KafkaRef(nodes=3, heap=heap, settings=settings).start()
+    ref = KafkaRef(nodes=3, heap=heap, settings=settings, scram_listener=scram_listener).start()
     try:
         yield ref
     finally:

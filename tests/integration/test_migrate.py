@@ -8,6 +8,7 @@ real clients (confluent-kafka's Producer, Consumer, ShareConsumer) check the res
 from __future__ import annotations
 
 import os
+import pty
 import re
 import shlex
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                  AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourcePatternType,
+                                  AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, OffsetSpec, ResourcePatternType,
                                   ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from admin.client import AdminClient as WireAdmin
@@ -39,7 +40,7 @@ AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.Sta
 
 @pytest.fixture(scope="module")
 def cluster():
-    yield from kafka_cluster(CLUSTER_ENV, settings=AUTHORIZER)
+    yield from kafka_cluster(CLUSTER_ENV, settings=AUTHORIZER, scram_listener=True)
 
 
 @pytest.fixture
@@ -98,6 +99,47 @@ def copied(bootstrap: str, topic: str, partitions: int) -> int:
         assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
                                     KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
         return 0
+
+
+def throttle_times(bootstrap: str, topic: str, client_id: str) -> list[float]:
+    """The throttle times the cluster answered a producer with ``client_id`` that sent 40 KB at once."""
+    times: list[float] = []
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 100,
+                  "throttle_cb": lambda event: times.append(event.throttle_time)})
+    for _ in range(40):
+        p.produce(topic, value=b"z" * 1000)
+    assert p.flush(30) == 0
+    p.poll(0)
+    return [t for t in times if t > 0]
+
+
+def sasl_read(bootstrap: str, user: str, password: str, topic: str):
+    """The first record's value of ``topic`` partition 0 read as ``user`` over SCRAM-SHA-256;
+    "denied" when Metadata answers TOPIC_AUTHORIZATION_FAILED; None while the login fails (a
+    user just created reaches every node of the cluster through its metadata log)."""
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": user, "sasl.password": password}
+    try:
+        md = AdminClient(conf).list_topics(topic, timeout=10).topics[topic]
+    except KafkaException as e:
+        assert e.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                                    KafkaError._TIMED_OUT, KafkaError._TRANSPORT), e
+        return None
+    if md.error is not None:
+        assert md.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, md.error
+        return "denied"
+    c = Consumer({**conf, "group.id": unique("sasl"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])  # no committed offsets: the topic's READ is all it needs
+    try:
+        def first():
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:  # librdkafka looks up the group's coordinator
+                assert m.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED, m.error()  # even when assigned
+                return None
+            return m
+        return until(first, 30, f"a record of {topic} for {user}").value()
+    finally:
+        c.close()
 
 
 def source_offsets(msgs) -> list[int]:
@@ -169,11 +211,11 @@ def test_share_group_and_consumer_group_move(cluster, source):
     assert row.split()[3] == "5", out  # 15-19 acknowledged above the start offset 10: delivered once more
 
     # the share consumers, pointed at the cluster, get exactly 10-29: the unacknowledged + 5 counted
-    got = {}
+    got = []  # every delivery: a record delivered twice would show
     tc = ShareConsumer({"bootstrap.servers": dst, "group.id": group})
     tc.subscribe([queue])
     try:
-        until(lambda: [got.setdefault(m.value(), m) for m in share_poll(tc)] and len(got) >= 20, 60,
+        until(lambda: got.extend(m.value() for m in share_poll(tc)) or len(got) >= 20, 60,
               "20 records on the cluster")
         assert share_poll(tc, 2.0) == []
     finally:
@@ -241,8 +283,9 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
     assert [m.value() for m in msgs] == [b"%d" % i for i in range(22)]
     assert len(set(source_offsets(msgs))) == 22
 
-    # ACLs move
-    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{unique('alice')}", "*",
+    # ACLs move: the SCRAM user carol may read the transactional topic
+    user = unique("carol")
+    acl = AclBinding(ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, f"User:{user}", "*",
                      AclOperation.READ, AclPermissionType.ALLOW)
     source_admin = AdminClient({"bootstrap.servers": src})  # referenced until the result is in
     source_admin.create_acls([acl])[acl].result(15)
@@ -257,19 +300,32 @@ def test_compacted_and_transactional_topics_incremental_and_verify(cluster, sour
         w.request(AlterQuotas(entries=[AlterQuotas.EntryData(
             entity=[AlterQuotas.EntityData(entity_type="client-id", entity_name=client)],
             ops=[AlterQuotas.OpData(key="producer_byte_rate", value=2048.0)])]))
-    user = unique("carol")  # a SCRAM user is listed to be re-created
+    # a SCRAM user is listed to be re-created
     scram = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
     source_admin.alter_user_scram_credentials([scram])[user].result(15)
+    out = migrate("plan", src, dst).stdout  # plan names them, with what the protocol tells, and says why
+    scram_part = out[out.index("SCRAM USERS"):]
+    assert re.search(rf"^{user} +SCRAM-SHA-256: 4096 iterations$", scram_part, re.M), out
+    assert "never the salt or keys" in scram_part and "re-create each user on the target" in scram_part, out
     out = migrate("cutover", src, dst).stdout
-    assert f"SCRAM users to re-create on the target: {user}" in out, out
+    assert f"SCRAM users to re-create on the target: {user} (SCRAM-SHA-256: 4096 iterations)" in out, out
     with WireAdmin(dst) as w:
         assert client_quotas(w)[(("client-id", client),)] == {
             "producer_byte_rate": 2048.0}
     target_admin = AdminClient({"bootstrap.servers": dst})  # referenced until the result is in
+    # the quota applies on the cluster: 40 KB in one go from that client id is throttled, from another not
+    scratch = unique("scratch")  # on the target only: verify compares the source's topics
+    target_admin.create_topics([NewTopic(scratch, 1)])[scratch].result(30)
+    assert throttle_times(dst, scratch, client) and not throttle_times(dst, scratch, unique("fast"))
     on_target = target_admin.describe_acls(AclBindingFilter(
         ResourceType.TOPIC, txn, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
         AclPermissionType.ANY)).result(15)
     assert on_target == [acl]
+    if cluster.scram_bootstrap:  # the ACL applies: carol, re-created as plan says, reads that topic only
+        target_admin.alter_user_scram_credentials([scram])[user].result(15)
+        assert until(lambda: sasl_read(cluster.scram_bootstrap, user, "secret", txn), 60,
+                     f"{user} logged in on the cluster") == b"0"
+        assert sasl_read(cluster.scram_bootstrap, user, "secret", compacted) == "denied"
     fut = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(cgroup, [TopicPartition(txn, 0)])])[cgroup]
     assert [tp.offset for tp in fut.result(15).topic_partitions] == [11]  # value b"11"
 
@@ -300,6 +356,83 @@ def test_sync_killed_and_run_again_finishes_without_duplicates(cluster, source):
         offs = source_offsets([m for m in msgs if m.partition() == part])
         assert offs == list(range(len(offs)))  # each source record once, in order
     assert migrate("verify", src, dst).returncode == 0
+
+
+PROGRESS = re.compile(r"(\S+): (\d+)/(\d+) records \((\d+)%\), (\d+) records/s, ([\d.]+) MB/s, lag (\d+), "
+                      r"total (\d+) records$")
+
+
+def progress_lines(lines: list[str]) -> dict[str, list[tuple[int, ...]]]:
+    """Per topic, each progress line's (copied, to copy, percent, rate, lag, total)."""
+    out: dict[str, list] = {}
+    for line in lines:
+        m = PROGRESS.search(line)
+        if m:
+            out.setdefault(m.group(1), []).append(tuple(int(m.group(i)) for i in (2, 3, 4, 5, 7, 8)))
+    return out
+
+
+def check_progress(rows, to_copy: int, before: int, limit: float) -> None:
+    """Copied rises to at most ``to_copy``; with no producers running, copied + lag == to copy (the
+    source's end does not move); the running total adds the topics before; the rate is bounded by
+    ``--max-records-per-second`` (partitions are copied one after another) plus one pacing step."""
+    assert rows, "no progress lines"
+    copied = [r[0] for r in rows]
+    assert copied == sorted(copied) and 0 < copied[-1] <= to_copy, rows
+    for c, total, pct, rate, lag, running in rows:
+        assert total == to_copy and c + lag == to_copy and running == before + c, rows
+        assert pct == round(100 * c / to_copy) and 0 < rate <= limit * 1.5, rows
+
+
+def test_sync_shows_progress_per_topic(cluster, source):
+    src, dst = source.bootstrap, cluster.bootstrap
+    big, small = create_topic(src, 2), create_topic(src, 1)
+    produce(src, big, [(b"%d" % i, b"p" * 100) for i in range(2000)])
+    produce(src, small, [(b"%d" % i, b"q" * 100) for i in range(600)])
+    pace = ["--chunk", "200", "--max-records-per-second", "1000", "--progress-interval", "0.2"]
+
+    # not a terminal (a pipe, a log): plain lines every --progress-interval seconds
+    out = migrate("sync", src, dst, *pace).stdout
+    rows = progress_lines([line for line in out.splitlines() if line.startswith("progress ")])
+    assert sorted(rows) == sorted([big, small]), out
+    assert len(rows[big]) >= 3, out  # 2000 records at most 1000/s: 2 s or more
+    first, second = (big, small) if out.index(big + ":") < out.index(small + ":") else (small, big)
+    n = {big: 2000, small: 600}
+    check_progress(rows[first], n[first], 0, 1000)
+    check_progress(rows[second], n[second], n[first], 1000)
+    assert f"{big}: 2000 records" in out and f"{small}: 600 records" in out and "total: 2600 records" in out, out
+
+    # a terminal: one live line per topic, rewritten in place, with a bar; then the topic's result
+    produce(src, small, [(b"%d" % i, b"r" * 100) for i in range(1500)])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "admin.migrate", "sync", "--source", src, "--target", dst, *pace],
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    raw = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the command ended and closed its side
+                break
+            if not data:
+                break
+            raw += data
+        assert proc.wait(60) == 0, raw
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = raw.decode().replace("\r\n", "\n")  # the terminal's ONLCR
+    lines = text.split("\n")
+    live = next(line for line in lines if small in line)  # the small topic's one line
+    updates = [u for u in live.split("\r\x1b[K") if u]
+    assert len(updates) >= 4 and updates[-1].startswith(f"{small}: 1500 records, "), updates
+    bars = updates[:-1]
+    assert all(re.match(r"\[[#.]{24}\] ", u) for u in bars), bars
+    check_progress(list(progress_lines(bars).values())[0], 1500, 0, 1000)
+    assert bars[-1].count("#") > bars[0].count("#")
+    assert f"{big}: 0 records" in text and "total: 1500 records" in text and "progress " not in text, text
 
 
 # ----------------------------------------------------------------------------- the README's move

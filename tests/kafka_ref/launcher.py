@@ -209,6 +209,7 @@ class KafkaNode:
     controller_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     pid: int | None = None  # the JVM's pid (also for a node started by another process)
+    scram_port: int | None = None  # a SASL_PLAINTEXT listener with SCRAM-SHA-256/512 (clients only)
 
     @property
     def bootstrap(self) -> str:
@@ -233,6 +234,14 @@ class KafkaNode:
             "log.dirs": str(self.directory / "data"),
             **settings,
         }
+        if self.scram_port:  # brokers and controllers keep talking PLAINTEXT among themselves
+            conf["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.scram_port}"
+            conf["advertised.listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.scram_port}"
+            conf["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            conf["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,SCRAM-SHA-512"
+            for mech in ("scram-sha-256", "scram-sha-512"):
+                conf[f"listener.name.sasl_plaintext.{mech}.sasl.jaas.config"] = \
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         return "".join(f"{k}={v}\n" for k, v in conf.items())
 
     def java(self, cp: str, main: str, *args: str, heap: str = HEAP) -> list[str]:
@@ -347,23 +356,29 @@ class KafkaRef:
 
     ``start()`` formats and starts them and waits until each answers Metadata with every node;
     ``stop()`` stops them (SIGTERM, then SIGKILL after 30 s). ``directory`` defaults to a new
-    temporary one, removed by ``stop()`` when this object made it."""
+    temporary one, removed by ``stop()`` when this object made it. ``scram_listener``: each node also
+    listens SASL_PLAINTEXT with SCRAM (``scram_bootstrap``; users by AlterUserScramCredentials)."""
 
     def __init__(self, directory: str | Path | None = None, nodes: int = 1, settings: dict[str, str] | None = None,
-                 heap: str = HEAP, start_timeout: float = 180.0):
+                 heap: str = HEAP, start_timeout: float = 180.0, scram_listener: bool = False):
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="kafka-ref-"))
         base = SINGLE_NODE if nodes == 1 else CLUSTER
         self.settings = {**base, **(settings or {})}
         self.heap = heap
         self.start_timeout = start_timeout
-        self.nodes = [KafkaNode(i, self.directory / f"node-{i}") for i in range(1, nodes + 1)]
+        self.nodes = [KafkaNode(i, self.directory / f"node-{i}", scram_port=free_port() if scram_listener else None)
+                      for i in range(1, nodes + 1)]
         self.cluster_id = new_cluster_id()
         self.startup_seconds: float | None = None  # from the first JVM to every node answering
 
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def scram_bootstrap(self) -> str | None:
+        return ",".join(f"127.0.0.1:{n.scram_port}" for n in self.nodes) if self.nodes[0].scram_port else None
 
     @property
     def voters(self) -> str | None:

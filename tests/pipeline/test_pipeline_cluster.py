@@ -13,13 +13,17 @@ from __future__ import annotations
 import sys
 
 import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import NewTopic
 from pyspark import cloudpickle
 
+from broker.testing import BrokerProcess
 from pipeline.workers import run_share_workers
+from tests.integration.test_migrate import migrate, share_group_state, share_poll
 from tests.pipeline.conftest import BROKER_CONFIG, Kafka
+from tests.pipeline.test_pipeline_stream import committed_batches, started
 from tests.reference import kafka_cluster
-from tests.support import unique
+from tests.support import unique, until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the handler travels to the workers by value
 
@@ -84,3 +88,69 @@ def test_kafka_topic_write_then_read_back_on_the_cluster(cluster, ckafka, spark)
     assert sorted((int(r.k), int(r.v), r.partition) for r in rows) == [(i, i * 7, i % 3) for i in range(n)]
     for p in range(3):  # offsets of each partition are dense from 0: nothing written twice
         assert sorted(r.offset for r in rows if r.partition == p) == list(range(n // 3))
+
+
+def test_kafka_share_stream_resumes_on_the_cluster_after_a_migration(cluster, ckafka, spark, tmp_path):
+    """A share group half-consumed on a sharebroker, moved by ``sharebroker-migrate`` (sync, cutover)
+    onto this module's cluster: the ``kafka_share`` streaming source, pointed at the cluster, delivers
+    every record the group had not acknowledged, plus exactly the redeliveries cutover counted."""
+    with BrokerProcess(tmp_path / "source", config=BROKER_CONFIG) as source:
+        skafka = Kafka(source.bootstrap)
+        topic = skafka.topic(2, "moved")
+        group = skafka.group(share_record_lock_duration_ms=30000)
+        n = 200
+        skafka.produce(topic, ({"value": b"%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(n)),
+                       per_flush=20)
+        # accept the first 20 records of a partition, then release every third record handed out and
+        # accept the others; then a second consumer leaves with records in flight (released when it
+        # closes). The start offsets persisted (what DescribeShareGroupOffsets answers) lag one state
+        # write behind (as Kafka's SharePartition writes, then advances): the release writes them
+        accepted: set[int] = set()
+        c = ShareConsumer({"bootstrap.servers": source.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        try:
+            def step():
+                for m in share_poll(c):
+                    keep = int(m.value()) < 40 or int(m.value()) % 3 != 0
+                    c.acknowledge(m, AcknowledgeType.ACCEPT if keep else AcknowledgeType.RELEASE)
+                    accepted.update([int(m.value())] if keep else [])
+                return len(accepted) >= 60
+            until(step, 60, "part of the records accepted on sharebroker")
+            c.commit_sync()
+        finally:
+            c.close()
+        inflight = ShareConsumer({"bootstrap.servers": source.bootstrap, "group.id": group,
+                                  "share.acknowledgement.mode": "explicit"})
+        inflight.subscribe([topic])
+        try:
+            until(lambda: share_poll(inflight), 30, "records for the second consumer")
+        finally:
+            inflight.close()
+        del skafka.admin
+        until(lambda: share_group_state(source.bootstrap, group) == "Empty", 30, "the share group empty")
+        migrate("sync", source.bootstrap, cluster.bootstrap, "--replication-factor", "3")
+        out = migrate("cutover", source.bootstrap, cluster.bootstrap).stdout
+    redelivered = int(next(line for line in out.splitlines() if line.startswith(group)).split()[3])
+    assert 0 < redelivered < len(accepted), out  # some acknowledged records lie below the start offsets
+
+    sink, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def start():
+        df = (spark.readStream.format("kafka_share").option("kafka.bootstrap.servers", cluster.bootstrap)
+              .option("kafka.group.id", group).option("subscribe", topic).option("maxRecordsPerBatch", "50")
+              .load())
+        return df.writeStream.format("parquet").option("checkpointLocation", ck).start(sink)
+
+    unacknowledged = set(range(n)) - accepted
+    q = started(start)
+    try:
+        def in_sink():
+            assert q.exception() is None, q.exception()
+            got = {int(r.value) for r in spark.read.parquet(sink).select("value").collect()} \
+                if committed_batches(ck) else set()
+            return got if got >= unacknowledged and len(got & accepted) >= redelivered else None
+        got = until(in_sink, 120, "the unacknowledged records in the sink, from the cluster", interval=1.0)
+    finally:
+        q.stop()
+    assert got <= set(range(n)) and len(got & accepted) == redelivered  # nothing skipped, nothing else again
