@@ -147,7 +147,8 @@ class Side:
             except ck.KafkaException as e:
                 transient = e.args[0].retriable() or e.args[0].code() in (
                     ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError.NOT_LEADER_FOR_PARTITION,
-                    ck.KafkaError.LEADER_NOT_AVAILABLE)
+                    ck.KafkaError.LEADER_NOT_AVAILABLE, ck.KafkaError.UNKNOWN_LEADER_EPOCH,
+                    ck.KafkaError.FENCED_LEADER_EPOCH)  # all retriable in Kafka; not all in librdkafka
                 if not transient or time.monotonic() > deadline:
                     raise AdminError(f"ListOffsets on {self.bootstrap} failed: {e.args[0].str()}") from None
                 time.sleep(0.2)

@@ -95,9 +95,11 @@ def copied(bootstrap: str, topic: str, partitions: int) -> int:
     fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
     try:
         return sum(f.result(30).offset for f in fs.values())
-    except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker
+    except KafkaException as e:  # a topic just created: not yet known to, or led by, every broker (each a
+        # retriable exception in Kafka's clients; librdkafka's retriable() does not say so for all of them)
         assert e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
-                                    KafkaError.LEADER_NOT_AVAILABLE) or e.args[0].retriable(), e
+                                    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_LEADER_EPOCH,
+                                    KafkaError.FENCED_LEADER_EPOCH) or e.args[0].retriable(), e
         return 0
 
 
