@@ -100,6 +100,17 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("offsets.retention.minutes", INT, minimum=1),
     _k("offsets.retention.check.interval.ms", LONG, minimum=1),
     _k("offset.metadata.max.bytes", INT, minimum=0),
+    # streams groups (KIP-1071)
+    _k("group.streams.session.timeout.ms", INT, minimum=1),
+    _k("group.streams.min.session.timeout.ms", INT, minimum=1),
+    _k("group.streams.max.session.timeout.ms", INT, minimum=1),
+    _k("group.streams.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.streams.min.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.streams.max.heartbeat.interval.ms", INT, minimum=1),
+    _k("group.streams.max.size", INT, minimum=1),
+    _k("group.streams.num.standby.replicas", INT, minimum=0),
+    _k("group.streams.max.standby.replicas", INT, minimum=0),
+    _k("group.streams.task.offset.interval.ms", INT, minimum=1),
     # share groups and the share coordinator
     _k("group.share.session.timeout.ms", INT, minimum=1),
     _k("group.share.min.session.timeout.ms", INT, minimum=1),

@@ -17,6 +17,9 @@ respect (all bounds are themselves broker settings):
 | consumer.heartbeat.interval.ms   | group.consumer.heartbeat.interval.ms (5000)| group.consumer.min/max.heartbeat.interval.ms 5000/15000 |
 | consumer.assignment.interval.ms  | group.consumer.assignment.interval.ms (1000)| group.consumer.min/max.assignment.interval.ms 0/15000 |
 | share.assignment.interval.ms     | group.share.assignment.interval.ms (1000)  | group.share.min/max.assignment.interval.ms 0/15000 |
+| streams.session.timeout.ms       | group.streams.session.timeout.ms (45000)   | group.streams.min/max.session.timeout.ms 45000/60000 |
+| streams.heartbeat.interval.ms    | group.streams.heartbeat.interval.ms (5000) | group.streams.min/max.heartbeat.interval.ms 5000/15000 |
+| streams.num.standby.replicas     | group.streams.num.standby.replicas (0)     | 0..group.streams.max.standby.replicas (2)         |
 | consumer.auto.offset.reset (ours) | group.consumer.lag.offset.reset (earliest) | latest, earliest, none, by_duration:<ISO-8601>     |
 | errors.deadletterqueue.topic.name | "" (no DLQ)                               | not starting with `__`                            |
 | errors.deadletterqueue.copy.record.enable | false                             | boolean                                           |
@@ -78,6 +81,15 @@ _INT_KEYS: dict[str, tuple] = {
     "share.assignment.interval.ms": ("group.share.assignment.interval.ms", 1000,
                                      "group.share.min.assignment.interval.ms", 0,
                                      "group.share.max.assignment.interval.ms", 15000),
+    "streams.session.timeout.ms": ("group.streams.session.timeout.ms", 45000,
+                                   "group.streams.min.session.timeout.ms", 45000,
+                                   "group.streams.max.session.timeout.ms", 60000),
+    "streams.heartbeat.interval.ms": ("group.streams.heartbeat.interval.ms", 5000,
+                                      "group.streams.min.heartbeat.interval.ms", 5000,
+                                      "group.streams.max.heartbeat.interval.ms", 15000),
+    "streams.num.standby.replicas": ("group.streams.num.standby.replicas", 0,
+                                     "group.streams.min.standby.replicas (none)", 0,
+                                     "group.streams.max.standby.replicas", 2),
 }
 _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker default key, default, type)
     "share.auto.offset.reset": (None, "latest", STRING),

@@ -34,6 +34,7 @@ APIS = [
     "ListPartitionReassignments", "DescribeQuorum", "UpdateFeatures",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
     "GetTelemetrySubscriptions", "PushTelemetry",
+    "StreamsGroupHeartbeat", "StreamsGroupDescribe", "StreamsGroupTopologyDescriptionUpdate",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]
@@ -45,6 +46,9 @@ RECORDS = [
     "ConsumerGroupTargetAssignmentMetadata", "ConsumerGroupTargetAssignmentMember",
     "ConsumerGroupCurrentMemberAssignment", "ConsumerGroupRegularExpression",
     "OffsetCommit", "LegacyOffsetCommit", "GroupMetadata", "TransactionLog",
+    "StreamsGroupMetadata", "StreamsGroupMemberMetadata", "StreamsGroupTopology",
+    "StreamsGroupTargetAssignmentMetadata", "StreamsGroupTargetAssignmentMember",
+    "StreamsGroupCurrentMemberAssignment",
 ]
 
 

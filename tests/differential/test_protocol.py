@@ -494,9 +494,6 @@ _NOT_SERVED = {
     "UNREGISTER_BROKER": (64, "no KRaft quorum"),
     "ADD_RAFT_VOTER": (80, "no KRaft quorum"),
     "REMOVE_RAFT_VOTER": (81, "no KRaft quorum"),
-    "STREAMS_GROUP_HEARTBEAT": (88, "streams groups (KIP-1071) not implemented"),
-    "STREAMS_GROUP_DESCRIBE": (89, "streams groups (KIP-1071) not implemented"),
-    "STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE": (93, "streams groups (KIP-1071) not implemented"),
     "UNREGISTER_CONTROLLER": (94, "no KRaft quorum"),
 }
 _MV = "metadata.version stays at 4.4-IV0 (31): IV1 (32) adds CIDR ACL host patterns (KIP-1276), IV2 (33) " \
