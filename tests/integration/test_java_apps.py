@@ -6,7 +6,7 @@ the same cache. Every JVM runs in its own session with a bounded heap, dies with
 (SIGTERM, then SIGKILL) at the end of its test. Skipped only when ``java`` or ``mvn`` is missing.
 
 - Kafka Streams word count (``java/WordCount.java``): RocksDB store, ``exactly_once_v2``,
-  ``group.protocol=classic``; two instances (two JVMs, own state dirs); one is killed with SIGKILL mid-stream
+  ``group.protocol=classic`` and ``group.protocol=streams`` (KIP-1071 streams group); two instances (two JVMs, own state dirs); one is killed with SIGKILL mid-stream
   and restarted; the committed output holds each word's counts 1..N exactly once, and the interactive query
   (HTTP, on the instance hosting the word) answers N.
 - Kafka Connect: two distributed workers (``ConnectDistributed``) run a line-file source and sink
@@ -157,8 +157,15 @@ def _running(port: int) -> bool:
     return _http(port, "/state") == (200, "RUNNING")
 
 
-def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, java_apps, tmp_path):
-    broker = broker_factory()
+# KIP-1071 streams groups: the session timeout and heartbeat interval are the broker's (group configs), not the
+# client's; short ones so the killed instance's threads leave the group (and their tasks move) within the test
+STREAMS_GROUPS = {"group.streams.min.session.timeout.ms": 6000, "group.streams.session.timeout.ms": 6000,
+                  "group.streams.min.heartbeat.interval.ms": 500, "group.streams.heartbeat.interval.ms": 500}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, java_apps, tmp_path, protocol):
+    broker = broker_factory(STREAMS_GROUPS if protocol == "streams" else None)
     bs = broker.bootstrap
     app_id, source, sink = unique("wordcount"), unique("lines"), unique("counts")
     admin = AdminClient({"bootstrap.servers": bs})
@@ -166,7 +173,7 @@ def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, jav
         f.result(15)
 
     ports = [launcher.free_port(), launcher.free_port()]
-    a, b = (java_apps("WordCount", [bs, app_id, source, sink, str(tmp_path / f"state-{i}"), str(port), "classic"],
+    a, b = (java_apps("WordCount", [bs, app_id, source, sink, str(tmp_path / f"state-{i}"), str(port), protocol],
                       f"streams-{i}") for i, port in enumerate(ports))
     a.start(), b.start()
     until(lambda: _running(ports[0]) and _running(ports[1]), 60, "both Streams instances RUNNING\n" + a.tail())
