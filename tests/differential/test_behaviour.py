@@ -397,9 +397,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("describe_configs", f"group.{key}"): _OURS_GROUP_KEYS
        for key in ("consumer.auto.offset.reset", "share.assignor.name", "share.fair.acquisition.enable",
                    "share.redelivery.backoff.ms", "share.redelivery.backoff.max.ms")},
-    **{("describe_configs", f"group.streams.{key}"): "streams groups (KIP-1071) are not implemented"
-       for key in ("assignment.interval.ms", "assignor.name", "heartbeat.interval.ms", "initial.rebalance.delay.ms",
-                   "num.standby.replicas", "rack.aware.assignment.tags", "session.timeout.ms")},
+    **{("describe_configs", f"group.streams.{key}"): "streams-group settings not implemented: no initial "
+                                                      "rebalance delay or assignment interval, one assignor, no racks"
+       for key in ("assignment.interval.ms", "assignor.name", "initial.rebalance.delay.ms",
+                   "rack.aware.assignment.tags")},
 }
 
 

@@ -511,7 +511,6 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "
        "with a ClientTelemetryExporterPlugin configured (and serves them either way); sharebroker is its own "
        "exporter (/metrics), so always" for name in ("GET_TELEMETRY_SUBSCRIPTIONS", "PUSH_TELEMETRY")},
-    ("api_versions", "v3.finalized_features.streams.version"): "streams groups (KIP-1071) not implemented",
     ("api_versions", "v3.finalized_features.metadata.version[0]"): _MV,
     ("api_versions", "v3.finalized_features.metadata.version[1]"): _MV,
     ("api_versions", "v3.supported_features.metadata.version[1]"): _MV,
