@@ -53,6 +53,7 @@ from protocol.errors import Errors, KafkaError
 from protocol.lazy_messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse)
 
 from . import records as R
+from .base import MemberEpochOffsets
 from .classic import new_uuid_string
 from .modern import ModernGroup, metadata_hash, new_target_assignment
 from .reconcile import STABLE as M_STABLE, UNREVOKED_PARTITIONS, FencedMember, reconcile
@@ -102,7 +103,7 @@ class ConsumerMember:
         return self.state == M_STABLE and self.member_epoch == epoch
 
 
-class ConsumerGroup(ModernGroup):
+class ConsumerGroup(MemberEpochOffsets, ModernGroup):
     GROUP_TYPE = "consumer"
 
     def __init__(self, group_id: str, regex_resolver):
@@ -146,32 +147,6 @@ class ConsumerGroup(ModernGroup):
         if m.subscribed_topic_regex:
             names.update(self._resolve(m.subscribed_topic_regex))
         return names
-
-    def offset_expiration_base(self):
-        return lambda om: om.commit_ts
-
-    def validate_offset_commit(self, member_id: str, instance_id, epoch: int, version: int) -> None:
-        if epoch < 0 and not self.members:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
-        if version < 9:
-            raise KafkaError(Errors.UNSUPPORTED_VERSION)
-        if epoch != member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_fetch(self, member_id, member_epoch: int) -> None:
-        if member_id is None and member_epoch < 0:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
-        if member_epoch != member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_delete(self) -> None:
-        return None
 
     # ------------------------------------------------------------ partition epochs
     def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:

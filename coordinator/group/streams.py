@@ -27,10 +27,9 @@ can pass for tasks the member still owns.
 """
 from __future__ import annotations
 
-from protocol.errors import Errors, KafkaError
 
 from . import streams_records as SR
-from .base import Group
+from .base import Group, MemberEpochOffsets
 from .streams_records import TasksTuple
 
 STABLE = 0
@@ -85,7 +84,7 @@ class StreamsMember:
         return self.state == STABLE and self.member_epoch == epoch
 
 
-class StreamsGroup(Group):
+class StreamsGroup(MemberEpochOffsets, Group):
     GROUP_TYPE = "streams"
 
     def __init__(self, group_id: str):
@@ -144,35 +143,8 @@ class StreamsGroup(Group):
         return any(topic in s.source_topics or any(t.name == topic for t in s.repartition_source_topics)
                    for s in self.topology.subtopologies)
 
-    def offset_expiration_base(self):
-        return lambda om: om.commit_ts
-
-    def validate_offset_commit(self, member_id: str, instance_id, epoch: int, version: int) -> None:
-        if epoch < 0 and not self.members:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
-                                                       f"{self.group_id}.")
-        if version < 9:
-            raise KafkaError(Errors.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
-                                                         "using the streams group protocol")
-        if epoch != member.member_epoch and epoch != member.previous_member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-        if epoch > member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_fetch(self, member_id, member_epoch: int) -> None:
-        if member_id is None and member_epoch < 0:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
-        if member_epoch != member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_delete(self) -> None:
-        return None
+    def older_epoch_allowed(self, member, epoch: int) -> bool:
+        return epoch == member.previous_member_epoch  # see the module docstring: no per-task epochs
 
     # ------------------------------------------------------------ current owners (for reconciliation)
     def owners(self) -> tuple[dict, dict, dict]:

@@ -1,4 +1,4 @@
-"""StreamsGroupHeartbeat / StreamsGroupDescribe (KIP-1071), as Kafka 4.4's ``GroupMetadataManager.streamsGroupHeartbeat``.
+"""StreamsGroupHeartbeat / StreamsGroupDescribe (KIP-1071), as Kafka 4.4's ``streamsGroupHeartbeat``.
 
 One heartbeat is one runtime write computed on a draft of the group (as consumer groups,
 :mod:`coordinator.group.consumer`):
@@ -68,9 +68,14 @@ class StreamsGroupManager:
         self.c = coordinator
         self.cfg = coordinator.cfg
         self.timers = coordinator.timers
+        # In-memory caches beside the replayed groups, written by heartbeat writes (a failed append leaves at
+        # worst a recomputable entry), not replayed, dropped in on_removed:
+        # group -> ((topology epoch, metadata hash), the topology configured against the topics)
         self._configured: dict[str, tuple[tuple, Configured]] = {}
-        self._endpoints: dict[str, tuple[int, object]] = {}  # group -> (epoch, partitions by endpoint)
-        self._shutdown: dict[str, str] = {}  # group -> member that asked the application to shut down
+        # group -> (endpoint-information epoch, the PartitionsByUserEndpoint it stands for)
+        self._endpoints: dict[str, tuple[int, object]] = {}
+        # group -> the member that asked the whole application to shut down (until the group is empty)
+        self._shutdown: dict[str, str] = {}
 
     # ------------------------------------------------------------ configs
     def _int_config(self, group_id: str, key: str, default: int) -> int:
