@@ -160,13 +160,13 @@ class StreamsGroupManager:
             raise KafkaError(Errors.FENCED_MEMBER_EPOCH,
                              f"The streams group member has a greater member epoch ({received}) than the one known "
                              f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
-                             "tasks and rejoin.")
+                             "partitions and rejoin.")
         if received < member.member_epoch:
             if received != member.previous_member_epoch or not is_subset(owned, member.assigned):
                 raise KafkaError(Errors.FENCED_MEMBER_EPOCH,
                                  f"The streams group member has a smaller member epoch ({received}) than the one "
                                  f"known by the group coordinator ({member.member_epoch}). The member must abandon "
-                                 "all its tasks and rejoin.")
+                                 "all its partitions and rejoin.")
 
     # ------------------------------------------------------------ heartbeat
     def heartbeat(self, req, client_id: str, client_host: str, follow_up: bool = False):
