@@ -115,7 +115,7 @@ class GroupCoordinator:
         return self.groups.get(group_id)
 
     def group_type(self, group_id: str) -> str | None:
-        """``"classic"`` / ``"consumer"`` / ``"share"``, or None for an unknown group."""
+        """``"classic"`` / ``"consumer"`` / ``"share"`` / ``"streams"``, or None for an unknown group."""
         g = self.groups.get(group_id)
         return g.GROUP_TYPE if g is not None else None
 
@@ -190,9 +190,9 @@ class GroupCoordinator:
             self._replay_modern(rec, ShareGroup, 11, ShareGroup)
         elif t in STREAMS_RECORD_TYPES:
             self._replay_modern(rec, StreamsGroup, 17, StreamsGroup)
-        if t in (6, 12) and rec.value is not None and not self._loading:
+        if t in (6, 12, 20) and rec.value is not None and not self._loading:
             # a new target assignment: Kafka's rebalance-count (group-coordinator-metrics) since start-up
-            protocol = "consumer" if t == 6 else "share"
+            protocol = {6: "consumer", 12: "share", 20: "streams"}[t]
             self.rebalances[protocol] = self.rebalances.get(protocol, 0) + 1
         # 4 (ConsumerGroupPartitionMetadata, deprecated) and 16 (regular expressions) are not used.
 

@@ -364,7 +364,6 @@ class StreamsGroupManager:
             if mid not in group.target or group.target[mid] != new:
                 self._emit(group, records, SR.target_member(gid, mid, new))
         self._emit(group, records, SR.target_epoch(gid, group.group_epoch, self.c.now_ms()))
-        self.c.rebalances["streams"] = self.c.rebalances.get("streams", 0) + 1
 
     def _maybe_reconcile(self, group: StreamsGroup, member: StreamsMember, owned, records: list) -> None:
         if member.is_reconciled_to(group.assignment_epoch):
