@@ -319,10 +319,10 @@ class StreamsGroupManager:
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Streams group {group.group_id} has no topology.")
         return group.topology
 
-    def _configure(self, group: StreamsGroup, topology) -> tuple[Configured, int]:
+    def _configure(self, group: StreamsGroup, topology, cache: bool = True) -> tuple[Configured, int]:
+        """The topology against the topics now (cached per (topology epoch, metadata hash)), and that hash."""
         cluster = self.c.cluster
-        names = required_topics(topology)
-        new_hash = metadata_hash(cluster, names)
+        new_hash = metadata_hash(cluster, required_topics(topology))
         key = (topology.epoch, new_hash)
         cached = self._configured.get(group.group_id)
         if cached is not None and cached[0] == key:
@@ -332,7 +332,8 @@ class StreamsGroupManager:
             return cluster.partition_count(name) if cluster.topic_id(name) is not None else None
 
         configured = configure(topology, partitions)
-        self._configured[group.group_id] = (key, configured)
+        if cache:
+            self._configured[group.group_id] = (key, configured)
         return configured, new_hash
 
     @staticmethod
@@ -506,10 +507,27 @@ class StreamsGroupManager:
     def _describe(self, group: StreamsGroup, include_ops: bool):
         D = StreamsGroupDescribeResponse
 
+        # as Kafka's StreamsGroup.asDescribedGroup: the configured topology (internal topics with the partition
+        # counts decided for them, names sorted) once it is ready, else the topology as the member sent it
+        configured = None
+        if group.topology is not None:
+            configured, _ = self._configure(group, group.topology, cache=False)  # a query: the cache stays as is
+            if not configured.ready:
+                configured = None
+
         def info(topics):
-            return [D.TopicInfo(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
-                                topic_configs=[D.KeyValue(key=c.key, value=c.value) for c in t.topic_configs])
+            if configured is not None:
+                topics = sorted(topics, key=lambda t: t.name)
+            return [D.TopicInfo(name=t.name, replication_factor=t.replication_factor,
+                                partitions=configured.internal_partitions.get(t.name, t.partitions)
+                                if configured is not None else t.partitions,
+                                topic_configs=[D.KeyValue(key=c.key, value=c.value) for c in
+                                               (sorted(t.topic_configs, key=lambda c: c.key) if configured is not None
+                                                else t.topic_configs)])
                     for t in topics]
+
+        def names(topics):
+            return sorted(topics) if configured is not None else list(topics)
 
         def assignment(tasks: TasksTuple):
             return D.Assignment(active_tasks=SR.task_ids(D.TaskIds, tasks.active),
@@ -519,8 +537,8 @@ class StreamsGroupManager:
         topology = None
         if group.topology is not None:
             topology = D.Topology(epoch=group.topology.epoch, subtopologies=[D.Subtopology(
-                subtopology_id=s.subtopology_id, source_topics=list(s.source_topics),
-                repartition_sink_topics=list(s.repartition_sink_topics),
+                subtopology_id=s.subtopology_id, source_topics=names(s.source_topics),
+                repartition_sink_topics=names(s.repartition_sink_topics),
                 state_changelog_topics=info(s.state_changelog_topics),
                 repartition_source_topics=info(s.repartition_source_topics))
                 for s in group.topology.subtopologies])

@@ -49,6 +49,7 @@ class Configured:
     # subtopology id -> (number of tasks, stateful, source topics incl. repartition sources)
     subtopologies: dict[str, tuple[int, bool, list[str]]] = field(default_factory=dict)
     to_create: dict[str, InternalTopic] = field(default_factory=dict)
+    internal_partitions: dict[str, int] = field(default_factory=dict)  # every internal topic's decided count
     status: int | None = None
     detail: str = ""
 
@@ -105,6 +106,7 @@ def configure(topology, partition_count) -> Configured:
                 wanted[t.name] = InternalTopic(t.name, t.partitions or decided[t.name],
                                                t.replication_factor or -1,
                                                {c.key: c.value for c in t.topic_configs or ()})
+        out.internal_partitions = {name: t.partitions for name, t in wanted.items()}
         for name in sorted(required_topics(topology)):
             existing = partition_count(name)
             expected = wanted.get(name)
