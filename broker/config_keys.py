@@ -111,6 +111,10 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("group.streams.num.standby.replicas", INT, minimum=0),
     _k("group.streams.max.standby.replicas", INT, minimum=0),
     _k("group.streams.task.offset.interval.ms", INT, minimum=1),
+    _k("group.streams.initial.rebalance.delay.ms", INT, minimum=0),
+    _k("group.streams.assignment.interval.ms", INT, minimum=0),
+    _k("group.streams.min.assignment.interval.ms", INT, minimum=0),
+    _k("group.streams.max.assignment.interval.ms", INT, minimum=0),
     # share groups and the share coordinator
     _k("group.share.session.timeout.ms", INT, minimum=1),
     _k("group.share.min.session.timeout.ms", INT, minimum=1),

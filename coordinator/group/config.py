@@ -71,6 +71,8 @@ class GroupConfig:
     streams_max_size: int = INT_MAX
     streams_num_standby_replicas: int = 0
     streams_task_offset_interval_ms: int = 60000
+    streams_initial_rebalance_delay_ms: int = 3000
+    streams_assignment_interval_ms: int = 1000
     streams_acceptable_recovery_lag: int = 10000
 
     @classmethod
@@ -118,4 +120,8 @@ class GroupConfig:
             streams_num_standby_replicas=gi("group.streams.num.standby.replicas", d.streams_num_standby_replicas),
             streams_task_offset_interval_ms=gi("group.streams.task.offset.interval.ms",
                                                d.streams_task_offset_interval_ms),
+            streams_initial_rebalance_delay_ms=gi("group.streams.initial.rebalance.delay.ms",
+                                                  d.streams_initial_rebalance_delay_ms),
+            streams_assignment_interval_ms=gi("group.streams.assignment.interval.ms",
+                                              d.streams_assignment_interval_ms),
         )

@@ -89,11 +89,13 @@ class StreamsGroup(MemberEpochOffsets, Group):
 
     def __init__(self, group_id: str):
         self.group_id = group_id
-        self.group_epoch = 0
+        # a new group: epoch 1 with an (empty) target at epoch 1, as Kafka 4.4's StreamsGroup and
+        # TargetAssignmentMetadata.INITIAL; a replayed group takes the epochs of its records
+        self.group_epoch = 1
         self.metadata_hash = 0
         self.validated_topology_epoch = -1
         self.assignment_configs: dict[str, str] = {}
-        self.assignment_epoch = 0
+        self.assignment_epoch = 1
         self.assignment_timestamp = 0
         self.topology = None  # the StreamsGroupTopology value
         self.members: dict[str, StreamsMember] = {}

@@ -44,6 +44,7 @@ from .streams_topology import INVALID_TOPOLOGY, Configured, configure, required_
 
 STALE_TOPOLOGY = 0
 SHUTDOWN_APPLICATION = 4
+ASSIGNMENT_DELAYED = 5
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 INT_MIN = -(2**31)
 
@@ -87,6 +88,13 @@ class StreamsGroupManager:
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self._int_config(group_id, "streams.heartbeat.interval.ms", self.cfg.streams_heartbeat_interval_ms)
 
+    def assignment_interval_ms(self, group_id: str) -> int:
+        return self._int_config(group_id, "streams.assignment.interval.ms", self.cfg.streams_assignment_interval_ms)
+
+    def initial_delay_ms(self, group_id: str) -> int:
+        return self._int_config(group_id, "streams.initial.rebalance.delay.ms",
+                                self.cfg.streams_initial_rebalance_delay_ms)
+
     def assignment_configs(self, group_id: str) -> dict[str, str]:
         n = self._int_config(group_id, "streams.num.standby.replicas", self.cfg.streams_num_standby_replicas)
         return {"num.standby.replicas": str(n)}
@@ -108,6 +116,7 @@ class StreamsGroupManager:
     def on_removed(self, group: StreamsGroup) -> None:
         for mid in group.members:
             self.cancel_member_timers(group.group_id, mid)
+        self.timers.cancel(("sg-initial", group.group_id))
         for d in (self._configured, self._endpoints, self._shutdown):
             d.pop(group.group_id, None)
 
@@ -230,6 +239,7 @@ class StreamsGroupManager:
         if existing is None and not joining:
             raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Streams group {gid} not found.")
         group = existing.copy() if existing is not None else StreamsGroup(gid)
+        was_empty = group.is_empty()
         member_id = req.member_id or new_uuid_string()
         owned = _owned(req)
         if member_id not in group.members and len(group.members) >= self.cfg.streams_max_size:
@@ -274,8 +284,21 @@ class StreamsGroupManager:
         if (bump or new_hash != group.metadata_hash or validated != group.validated_topology_epoch
                 or configs != group.assignment_configs):
             self._emit(group, records, SR.group_epoch(gid, group.group_epoch + 1, new_hash, validated, configs))
+        if was_empty and (delay := self.initial_delay_ms(gid)) > 0:
+            # Kafka's streamsInitialRebalanceKey: members joining an empty group share its first target assignment
+            self.timers.schedule_if_absent(("sg-initial", gid), delay, lambda: self.c.schedule_records(
+                lambda: self._delayed_target(gid), "streams initial rebalance delay"))
         if group.group_epoch > group.assignment_epoch:
-            self._update_target(group, configured, configs, records)
+            if self.timers.has(("sg-initial", gid)):
+                status.append(StreamsGroupHeartbeatResponse.Status(
+                    status_code=ASSIGNMENT_DELAYED,
+                    status_detail="Assignment delayed due to the configured initial rebalance delay."))
+            elif self.c.now_ms() - group.assignment_timestamp < self.assignment_interval_ms(gid):
+                status.append(StreamsGroupHeartbeatResponse.Status(
+                    status_code=ASSIGNMENT_DELAYED,
+                    status_detail="Assignment delayed due to the configured assignment interval."))
+            else:
+                self._update_target(group, configured, configs, records)
 
         current = group.members[member_id]
         before = current.assigned
@@ -349,6 +372,18 @@ class StreamsGroupManager:
                     if p < 0 or p >= sub[0]:
                         raise KafkaError(Errors.INVALID_REQUEST, f"Task {p} for subtopology {sid} is invalid. "
                                                                  f"Number of tasks for this subtopology: {sub[0]}")
+
+    def _delayed_target(self, group_id: str) -> list:
+        """The initial rebalance delay ended: the first target assignment, computed on the committed group
+        (Kafka's computeDelayedTargetAssignment); its members get it at their next heartbeat."""
+        group = self._group(group_id)
+        if group is None or group.is_empty() or group.group_epoch <= group.assignment_epoch or group.topology is None:
+            return []
+        draft = group.copy()
+        configured, _ = self._configure(draft, draft.topology)
+        records: list = []
+        self._update_target(draft, configured, draft.assignment_configs, records)
+        return records
 
     def _update_target(self, group: StreamsGroup, configured: Configured, configs: dict, records: list) -> None:
         gid = group.group_id

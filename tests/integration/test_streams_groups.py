@@ -32,13 +32,16 @@ from tests.support import unique, until
 from tests.wire import WireClient
 
 GROUP = 32
-MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS, STALE_TOPOLOGY = 1, 3, 0
+MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS, STALE_TOPOLOGY, ASSIGNMENT_DELAYED = 1, 3, 0, 5
+# Kafka delays a new group's first assignment by 3 s and spaces assignments 1 s apart: off here (one test below
+# sets them per group), so each step's answer carries its outcome
+NO_DELAYS = {"group.streams.initial.rebalance.delay.ms": "0", "group.streams.assignment.interval.ms": "0"}
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("streams-groups"),
-                      config={"group.streams.min.session.timeout.ms": "1000"})
+                      config={"group.streams.min.session.timeout.ms": "1000", **NO_DELAYS})
     b.start()
     try:
         yield b
@@ -301,6 +304,40 @@ def test_the_streams_group_in_the_other_group_apis(w):
     assert describe(w, app).error_code == Errors.GROUP_ID_NOT_FOUND
 
 
+def test_initial_rebalance_delay_and_assignment_interval(w):
+    app, source = unique("app"), unique("src")
+    create_topic(w, source, 2)
+    assert alter_group_config(w, app, "streams.initial.rebalance.delay.ms", "1500") == 0
+    assert alter_group_config(w, app, "streams.assignment.interval.ms", "1000") == 0
+    assert alter_group_config(w, app, "streams.assignment.interval.ms", "20000") == Errors.INVALID_CONFIG
+    a = join(w, app, "a", word_count_topology(app, source), process="pa")
+    b = join(w, app, "b", word_count_topology(app, source), process="pb")  # within the delay: one assignment
+    for r in (a, b):
+        assert tasks(r.active_tasks) == {} and (ASSIGNMENT_DELAYED, "Assignment delayed due to the configured "
+                                                "initial rebalance delay.") in [(s.status_code, s.status_detail)
+                                                                                for s in r.status]
+    first = describe(w, app)
+    assert first.assignment_epoch < first.group_epoch
+
+    def assigned():
+        g = describe(w, app)
+        return g.assignment_epoch == g.group_epoch and g
+    g = until(assigned, 10, "the delayed first assignment")  # computed when the delay ends, without a heartbeat
+    assert sorted(len(sum(tasks(m.target_assignment.active_tasks).values(), [])) for m in g.members) == [2, 2]
+    # a third member right after: the next assignment waits for the interval, then comes at a heartbeat
+    c = join(w, app, "c", word_count_topology(app, source), process="pc")
+    assert ASSIGNMENT_DELAYED in [s.status_code for s in c.status]
+    state = {"c": c}
+
+    def target_with_c():
+        r = beat(w, app, "c", state["c"].member_epoch, ([], [], []))
+        state["c"] = r
+        return ASSIGNMENT_DELAYED not in [s.status_code for s in r.status] and describe(w, app)
+    g = until(target_with_c, 10, "the next assignment after the interval")
+    assert g.assignment_epoch == g.group_epoch and {m.member_id for m in g.members} == {"a", "b", "c"}
+    assert any(tasks(m.target_assignment.active_tasks) for m in g.members if m.member_id == "c")
+
+
 def test_session_timeout_from_the_group_config_fences_a_silent_member(w):
     app, source = unique("app"), unique("src")
     create_topic(w, source, 1)
@@ -317,7 +354,7 @@ def test_session_timeout_from_the_group_config_fences_a_silent_member(w):
 
 
 def test_a_broker_restart_keeps_the_streams_group(tmp_path):
-    with BrokerProcess(tmp_path / "data") as b:
+    with BrokerProcess(tmp_path / "data", config=NO_DELAYS) as b:
         with WireClient(b.bootstrap) as w:
             app, source = unique("app"), unique("src")
             create_topic(w, source, 2)
