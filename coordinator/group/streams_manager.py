@@ -149,9 +149,7 @@ class StreamsGroupManager:
                     invalid(f"{name} must be empty when (re-)joining.")
             if req.topology is None:
                 invalid("Topology must be non-null when (re-)joining.")
-            for s in req.topology.subtopologies:
-                if s.source_topic_regex:
-                    invalid("Regular expressions for source topics are not supported yet.")
+            _check_topology(req.topology)
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if req.instance_id is None:
                 invalid("InstanceId can't be null.")
@@ -591,6 +589,32 @@ class StreamsGroupManager:
             group_id=group.group_id, group_state=group.state_name(), group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch, topology=topology, members=members,
             authorized_operations=GROUP_AUTHORIZED_OPERATIONS if include_ops else INT_MIN, assignor_name="sticky")
+
+
+def _check_topology(topology) -> None:
+    """GroupCoordinatorService's checks of a joining member's topology (changelog partition counts; regexes not
+    supported yet), and ours where Kafka would fail with an internal error: subtopology ids are unique, copartition
+    groups index existing topics."""
+    seen: set[str] = set()
+    for s in topology.subtopologies:
+        for t in s.state_changelog_topics:
+            if t.partitions != 0:
+                raise KafkaError(Errors.STREAMS_INVALID_TOPOLOGY, f"Changelog topic {t.name} must have an undefined "
+                                                                  f"partition count, but it is set to {t.partitions}.")
+        if s.source_topic_regex:
+            raise KafkaError(Errors.INVALID_REQUEST, "Regular expressions for source topics are not supported yet.")
+        if s.subtopology_id in seen:
+            raise KafkaError(Errors.STREAMS_INVALID_TOPOLOGY, f"Subtopology {s.subtopology_id} is defined twice.")
+        seen.add(s.subtopology_id)
+        for t in s.repartition_source_topics:
+            if t.partitions < 0:
+                raise KafkaError(Errors.STREAMS_INVALID_TOPOLOGY, f"Repartition topic {t.name} has a negative "
+                                                                  f"partition count {t.partitions}.")
+        for g in s.copartition_groups:
+            if any(not 0 <= i < len(s.source_topics) for i in g.source_topics) or any(
+                    not 0 <= i < len(s.repartition_source_topics) for i in g.repartition_source_topics):
+                raise KafkaError(Errors.STREAMS_INVALID_TOPOLOGY, f"A copartition group of subtopology "
+                                                                  f"{s.subtopology_id} names a topic it does not have.")
 
 
 def follow_up_request(req, resp):

@@ -221,6 +221,14 @@ def test_errors_and_fencing(w):
     assert bad.error_code == Errors.STREAMS_INVALID_TOPOLOGY
     assert bad.error_message == ("Use of Kafka internal topics __consumer_offsets in a Kafka Streams topology is "
                                  "prohibited.")
+    for broken in ([H.Subtopology(subtopology_id="0", source_topics=[source], state_changelog_topics=[
+                        H.TopicInfo(name="c", partitions=3)])],
+                   [H.Subtopology(subtopology_id="0", source_topics=[source], copartition_groups=[
+                       H.CopartitionGroup(source_topics=[4])])],
+                   [H.Subtopology(subtopology_id="0", source_topics=[source])] * 2):
+        r = join(w, app, "m", H.Topology(epoch=1, subtopologies=broken))
+        assert r.error_code == Errors.STREAMS_INVALID_TOPOLOGY, broken
+    assert r.error_message == "Subtopology 0 is defined twice."
     assert beat(w, app, "m", 3).error_code == Errors.GROUP_ID_NOT_FOUND  # not joined: no group yet
     r = join(w, app, "m", word_count_topology(app, source))
     assert r.error_code == 0
@@ -253,6 +261,24 @@ def test_errors_and_fencing(w):
     assert (bye.error_code, bye.member_id, bye.member_epoch) == (0, "o", -1)
     assert sorted(m.member_id for m in describe(w, app).members) == ["m"]
     assert w.request(H(group_id=app, member_id="o", member_epoch=-1), 1).error_code == Errors.UNKNOWN_MEMBER_ID
+
+
+def test_static_member_leaves_and_a_new_member_id_takes_its_place(w):
+    app, source = unique("app"), unique("src")
+    create_topic(w, source, 2)
+    a = join(w, app, "a1", word_count_topology(app, source), instance_id="inst")
+    a = beat(w, app, "a1", a.member_epoch, owned_of(a), instance_id="inst")
+    held = tasks(describe(w, app).members[0].assignment.active_tasks)
+    assert held == {"0": [0, 1], "1": [0, 1]}
+    taken = join(w, app, "a2", word_count_topology(app, source), instance_id="inst")
+    assert taken.error_code == Errors.UNRELEASED_INSTANCE_ID
+    bye = w.request(H(group_id=app, member_id="a1", member_epoch=-2, instance_id="inst"), 1)
+    assert (bye.error_code, bye.member_epoch) == (0, -2)
+    back = join(w, app, "a2", word_count_topology(app, source), instance_id="inst")
+    assert back.error_code == 0 and tasks(back.active_tasks) == held  # the same tasks, no rebalance
+    (m,) = describe(w, app).members
+    assert (m.member_id, m.instance_id) == ("a2", "inst")
+    assert beat(w, app, "a1", a.member_epoch, instance_id="inst").error_code == Errors.FENCED_INSTANCE_ID
 
 
 def test_the_streams_group_in_the_other_group_apis(w):
