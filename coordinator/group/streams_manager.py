@@ -37,8 +37,9 @@ from protocol.lazy_messages import StreamsGroupDescribeResponse, StreamsGroupHea
 
 from . import streams_records as SR
 from .classic import new_uuid_string
+from .members import MemberTimers
 from .modern import metadata_hash
-from .streams import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, UNREVOKED_TASKS, FencedMember,
+from .streams import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, FencedMember,
                       StreamsGroup, StreamsMember, TasksTuple, is_subset, reconcile)
 from .streams_topology import INVALID_TOPOLOGY, Configured, configure, required_topics
 
@@ -64,7 +65,9 @@ def _owned(req) -> TasksTuple | None:
     return TasksTuple.from_task_ids(req.active_tasks, req.standby_tasks, req.warmup_tasks)
 
 
-class StreamsGroupManager:
+class StreamsGroupManager(MemberTimers):
+    TIMER, PROTOCOL, GROUP_CLASS = "sg", "streams", StreamsGroup
+
     def __init__(self, coordinator):
         self.c = coordinator
         self.cfg = coordinator.cfg
@@ -99,35 +102,11 @@ class StreamsGroupManager:
         n = self._int_config(group_id, "streams.num.standby.replicas", self.cfg.streams_num_standby_replicas)
         return {"num.standby.replicas": str(n)}
 
-    # ------------------------------------------------------------ timers
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timers.schedule(("sg-session", group_id, member_id), self.session_timeout_ms(group_id),
-                             lambda: self.c.schedule_records(lambda: self.fence_by_id(group_id, member_id),
-                                                             "streams session timeout"))
-
-    def cancel_member_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(("sg-session", group_id, member_id))
-        self.timers.cancel(("sg-rebalance", group_id, member_id))
-
-    def on_loaded(self, group: StreamsGroup) -> None:
-        for mid in group.members:
-            self._schedule_session_timeout(group.group_id, mid)
-
     def on_removed(self, group: StreamsGroup) -> None:
-        for mid in group.members:
-            self.cancel_member_timers(group.group_id, mid)
+        super().on_removed(group)
         self.timers.cancel(("sg-initial", group.group_id))
         for d in (self._configured, self._endpoints, self._shutdown):
             d.pop(group.group_id, None)
-
-    def _group(self, group_id: str) -> StreamsGroup | None:
-        g = self.c.groups.get(group_id)
-        return g if isinstance(g, StreamsGroup) else None
-
-    @staticmethod
-    def _emit(group: StreamsGroup, records: list, rec) -> None:
-        records.append(rec)
-        group.replay(rec)
 
     # ------------------------------------------------------------ validation (GroupCoordinatorService)
     @staticmethod
@@ -417,21 +396,7 @@ class StreamsGroupManager:
         updated.member_epoch, updated.previous_member_epoch, updated.state = epoch, previous, state
         updated.assigned, updated.pending = assigned, pending
         self._emit(group, records, SR.current_assignment(group.group_id, updated))
-        gid, mid = group.group_id, member.member_id
-        if state == UNREVOKED_TASKS:
-            timeout = max(updated.rebalance_timeout_ms, 0)
-            self.timers.schedule(("sg-rebalance", gid, mid), timeout,
-                                 lambda: self.c.schedule_records(lambda: self._rebalance_timeout(gid, mid, epoch),
-                                                                 "streams rebalance timeout"))
-        else:
-            self.timers.cancel(("sg-rebalance", gid, mid))
-
-    def _rebalance_timeout(self, group_id: str, member_id: str, epoch: int) -> list:
-        group = self._group(group_id)
-        m = group.members.get(member_id) if group else None
-        if m is None or m.member_epoch != epoch or m.state != UNREVOKED_TASKS:
-            return []
-        return self.fence_by_id(group_id, member_id)
+        self._rebalance_timer(group.group_id, member.member_id, epoch, state, updated.rebalance_timeout_ms)
 
     # ------------------------------------------------------------ interactive-query endpoints
     def _endpoint_information(self, group: StreamsGroup, configured: Configured):
@@ -496,14 +461,6 @@ class StreamsGroupManager:
                 return resp
         records.extend(self._fence(group, member))
         return resp
-
-    def fence_by_id(self, group_id: str, member_id: str) -> list:
-        """Records removing a member (session or rebalance timeout), computed on the committed group."""
-        group = self._group(group_id)
-        if group is None or member_id not in group.members:
-            return []
-        draft = group.copy()
-        return self._fence(draft, draft.members[member_id])
 
     def _fence(self, group: StreamsGroup, member: StreamsMember) -> list:
         gid, mid = group.group_id, member.member_id
