@@ -471,6 +471,9 @@ class StreamsGroupManager(MemberTimers):
         self._emit(group, records, SR.group_epoch(gid, group.group_epoch + 1, group.metadata_hash,
                                                   group.validated_topology_epoch, group.assignment_configs))
         if not group.members:
+            # left empty: the target epoch follows at once, timestamp 0 so no assignment interval holds the next
+            # member's assignment back (Kafka's streamsGroupFenceMember)
+            self._emit(group, records, SR.target_epoch(gid, group.group_epoch, 0))
             self._shutdown.pop(gid, None)
         self.cancel_member_timers(gid, mid)
         return records
