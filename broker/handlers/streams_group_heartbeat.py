@@ -60,12 +60,13 @@ async def streams_group_heartbeat(ctx, req):
             return StreamsGroupHeartbeatResponse(error_code=Errors.TOPIC_AUTHORIZATION_FAILED)
     c = ctx.components
 
-    async def create_topics(topics: dict) -> dict[str, str]:
+    async def create_topics(topics: dict) -> tuple[list[str], dict[str, str]]:
+        """(topics the caller may not create, {topic: why its creation failed})"""
         cluster_create = allowed_cluster(ctx, "CREATE")
-        errors = {}
+        unauthorized, errors = [], {}
         for name, t in sorted(topics.items()):
             if not cluster_create and not allowed(ctx, "CREATE", "TOPIC", name):
-                errors[name] = "TOPIC_AUTHORIZATION_FAILED"
+                unauthorized.append(name)
                 continue
             if c.logs.topic(name) is not None:
                 continue  # created meanwhile (another member's heartbeat)
@@ -74,6 +75,6 @@ async def streams_group_heartbeat(ctx, req):
                 configs=[SimpleNamespace(name=k, value=v) for k, v in sorted(t.configs.items())]), False, None)
             if r.error_code and r.error_code != Errors.TOPIC_ALREADY_EXISTS:
                 errors[name] = f"{Errors(r.error_code).name}: {r.error_message}"
-        return errors
+        return unauthorized, errors
 
     return await c.groups.streams_group_heartbeat(req, ctx.client_id or "", ctx.client_host, create_topics)

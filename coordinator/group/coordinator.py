@@ -362,10 +362,11 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ KIP-1071
     async def streams_group_heartbeat(self, req, client_id: str = "", client_host: str = "",
-                                      create_topics: Callable[[dict], Awaitable[dict[str, str]]] | None = None):
+                                      create_topics: Callable[[dict], Awaitable[tuple[list, dict]]] | None = None):
         """StreamsGroupHeartbeat.  ``create_topics({name: InternalTopic})`` (the broker's) creates the internal
-        topics the topology misses and returns ``{name: error}`` for those it could not create; once they exist
-        the answer comes from a second write computed on them (:mod:`coordinator.group.streams_manager`)."""
+        topics the topology misses and returns ``(names the caller may not create, {name: error})``; once they
+        exist the answer comes from a second write computed on them (:mod:`coordinator.group.streams_manager`),
+        else the MISSING_INTERNAL_TOPICS status says why, as KafkaApis.handleStreamsGroupHeartbeat."""
         if code := self.unavailable_code():
             try:
                 self.streams.validate(req)  # Kafka validates the request first
@@ -380,13 +381,16 @@ class GroupCoordinator:
             lambda: self.streams.heartbeat(req, client_id or "", client_host or ""), on_error=failed)
         if not to_create or create_topics is None or resp.error_code:
             return resp
-        errors = await create_topics(to_create)
-        if errors:
+        unauthorized, errors = await create_topics(to_create)
+        if unauthorized or errors:
             shown = ", ".join(f"{t} ({e})" for t, e in sorted(errors.items())[:3])
             more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
             for st in resp.status or ():
                 if st.status_code == 3:  # MISSING_INTERNAL_TOPICS
-                    st.status_detail += f"; Creation failed: {shown}{more}."
+                    if unauthorized:
+                        st.status_detail += f"; Unauthorized to CREATE on topics {', '.join(unauthorized)}."
+                    if errors:
+                        st.status_detail += f"; Creation failed: {shown}{more}."
             return resp
         again = follow_up_request(req, resp)
         resp2, _ = await self.runtime.write(
