@@ -80,6 +80,9 @@ class StreamsGroupManager(MemberTimers):
         self._endpoints: dict[str, tuple[int, object]] = {}
         # group -> the member that asked the whole application to shut down (until the group is empty)
         self._shutdown: dict[str, str] = {}
+        # group -> member -> (changelog offsets, end offsets) by task, as the member last reported them (Kafka's
+        # MemberTaskOffsets: transient telemetry for the assignor and describe); dropped with the member
+        self._task_offsets: dict[str, dict[str, tuple[dict, dict]]] = {}
 
     # ------------------------------------------------------------ configs
     def _int_config(self, group_id: str, key: str, default: int) -> int:
@@ -105,7 +108,7 @@ class StreamsGroupManager(MemberTimers):
     def on_removed(self, group: StreamsGroup) -> None:
         super().on_removed(group)
         self.timers.cancel(("sg-initial", group.group_id))
-        for d in (self._configured, self._endpoints, self._shutdown):
+        for d in (self._configured, self._endpoints, self._shutdown, self._task_offsets):
             d.pop(group.group_id, None)
 
     # ------------------------------------------------------------ validation (GroupCoordinatorService)
@@ -257,6 +260,8 @@ class StreamsGroupManager(MemberTimers):
         validated = topology.epoch if configured.ready else -1
         if configured.ready:
             self._check_tasks(configured, owned)
+        if req.task_offsets is not None or req.task_end_offsets is not None:  # after the checks, as Kafka
+            self._report_offsets(gid, member_id, req.task_offsets, req.task_end_offsets)
         configs = self.assignment_configs(gid)
         if (bump or new_hash != group.metadata_hash or validated != group.validated_topology_epoch
                 or configs != group.assignment_configs):
@@ -362,12 +367,23 @@ class StreamsGroupManager(MemberTimers):
         self._update_target(draft, configured, draft.assignment_configs, records)
         return records
 
+    def _report_offsets(self, group_id: str, member_id: str, offsets, end_offsets) -> None:
+        """A heartbeat's TaskOffsets / TaskEndOffsets; a null list leaves that map as it was."""
+        old = self._task_offsets.setdefault(group_id, {}).get(member_id, ({}, {}))
+
+        def as_map(reported, previous):
+            return previous if reported is None else {(t.subtopology_id, t.partition): t.offset for t in reported}
+        self._task_offsets[group_id][member_id] = (as_map(offsets, old[0]), as_map(end_offsets, old[1]))
+
+    def _offsets_of(self, group_id: str, member_id: str) -> tuple[dict, dict]:
+        return self._task_offsets.get(group_id, {}).get(member_id, ({}, {}))
+
     def _update_target(self, group: StreamsGroup, configured: Configured, configs: dict, records: list) -> None:
         gid = group.group_id
         result: dict = {}
         if configured.ready and group.members:
             specs = {mid: StreamsMemberSpec(m.process_id, group.target.get(mid, TasksTuple()).active,
-                                            group.target.get(mid, TasksTuple()).standby)
+                                            group.target.get(mid, TasksTuple()).standby, self._offsets_of(gid, mid)[0])
                      for mid, m in group.members.items()}
             subs = {sid: (n, stateful) for sid, (n, stateful, _src) in configured.subtopologies.items()}
             result = assign(specs, subs, int(configs.get("num.standby.replicas", "0")))
@@ -475,6 +491,7 @@ class StreamsGroupManager(MemberTimers):
             # member's assignment back (Kafka's streamsGroupFenceMember)
             self._emit(group, records, SR.target_epoch(gid, group.group_epoch, 0))
             self._shutdown.pop(gid, None)
+        self._task_offsets.get(gid, {}).pop(mid, None)
         self.cancel_member_timers(gid, mid)
         return records
 
@@ -519,6 +536,9 @@ class StreamsGroupManager(MemberTimers):
                                                 else t.topic_configs)])
                     for t in topics]
 
+        def offsets(by_task: dict) -> list:
+            return [D.TaskOffset(subtopology_id=sid, partition=p, offset=o) for (sid, p), o in sorted(by_task.items())]
+
         def names(topics):
             return sorted(topics) if configured is not None else list(topics)
 
@@ -542,7 +562,9 @@ class StreamsGroupManager(MemberTimers):
             user_endpoint=None if m.user_endpoint is None else D.Endpoint(host=m.user_endpoint[0],
                                                                           port=m.user_endpoint[1]),
             client_tags=[D.KeyValue(key=k, value=v) for k, v in sorted(m.client_tags.items())],
-            task_offsets=[], task_end_offsets=[], assignment=assignment(m.assigned),
+            task_offsets=offsets(self._offsets_of(group.group_id, m.member_id)[0]),
+            task_end_offsets=offsets(self._offsets_of(group.group_id, m.member_id)[1]),
+            assignment=assignment(m.assigned),
             target_assignment=assignment(group.target.get(m.member_id, TasksTuple())), is_classic=False)
             for m in group.members.values()]
         return D.DescribedGroup(

@@ -199,6 +199,15 @@ def test_standby_replicas_from_the_group_config(w):
         return describe(w, app).group_state == "Stable"
 
     until(settled, 15, "the group Stable with standbys")
+    # task changelog offsets a member reports are kept (in memory) and described
+    T = H.TaskOffset
+    r = beat(w, app, "a", states["a"].member_epoch, task_offsets=[T(subtopology_id="1", partition=0, offset=7)],
+             task_end_offsets=[T(subtopology_id="1", partition=0, offset=9)])
+    assert r.error_code == 0
+    r = beat(w, app, "a", r.member_epoch, task_end_offsets=[T(subtopology_id="1", partition=1, offset=4)])
+    (ma,) = [m for m in describe(w, app).members if m.member_id == "a"]
+    assert [(t.subtopology_id, t.partition, t.offset) for t in ma.task_offsets] == [("1", 0, 7)]
+    assert [(t.subtopology_id, t.partition, t.offset) for t in ma.task_end_offsets] == [("1", 1, 4)]
     g = describe(w, app)
     by = {m.member_id: (tasks(m.assignment.active_tasks), tasks(m.assignment.standby_tasks)) for m in g.members}
     # subtopology 1 is stateful (a changelog): each of its tasks has a standby on the other process

@@ -58,6 +58,14 @@ def test_standbys_on_other_processes_only_stateful_subtopologies():
     assert all_tasks(two, 1) == [("1", 0), ("1", 1)]
 
 
+def test_standby_candidates_by_reported_progress():
+    # c reported the most changelog progress for task 1_0: its standby goes there, not to the least loaded b
+    members = {"a": StreamsMemberSpec("A", active={"1": {0}}), "b": StreamsMemberSpec("B"),
+               "c": StreamsMemberSpec("C", active={"1": {1}}, task_offsets={("1", 0): 50})}
+    out = assign(members, {"1": (2, True)}, num_standby_replicas=1)
+    assert out["c"][1] == {"1": {0}} and out["a"][0] == {"1": {0}}
+
+
 # ------------------------------------------------------------------ topology
 def info(name, partitions=0, **configs):
     return V.TopicInfo(name=name, partitions=partitions, replication_factor=0,
