@@ -17,6 +17,11 @@ respect (all bounds are themselves broker settings):
 | consumer.heartbeat.interval.ms   | group.consumer.heartbeat.interval.ms (5000)| group.consumer.min/max.heartbeat.interval.ms 5000/15000 |
 | consumer.assignment.interval.ms  | group.consumer.assignment.interval.ms (1000)| group.consumer.min/max.assignment.interval.ms 0/15000 |
 | share.assignment.interval.ms     | group.share.assignment.interval.ms (1000)  | group.share.min/max.assignment.interval.ms 0/15000 |
+| streams.session.timeout.ms       | group.streams.session.timeout.ms (45000)   | group.streams.min/max.session.timeout.ms 45000/60000 |
+| streams.heartbeat.interval.ms    | group.streams.heartbeat.interval.ms (5000) | group.streams.min/max.heartbeat.interval.ms 5000/15000 |
+| streams.num.standby.replicas     | group.streams.num.standby.replicas (0)     | 0..group.streams.max.standby.replicas (2)         |
+| streams.assignment.interval.ms   | group.streams.assignment.interval.ms (1000)| group.streams.min/max.assignment.interval.ms 0/15000 |
+| streams.initial.rebalance.delay.ms | group.streams.initial.rebalance.delay.ms (3000) | at least 0                               |
 | consumer.auto.offset.reset (ours) | group.consumer.lag.offset.reset (earliest) | latest, earliest, none, by_duration:<ISO-8601>     |
 | errors.deadletterqueue.topic.name | "" (no DLQ)                               | not starting with `__`                            |
 | errors.deadletterqueue.copy.record.enable | false                             | boolean                                           |
@@ -78,6 +83,20 @@ _INT_KEYS: dict[str, tuple] = {
     "share.assignment.interval.ms": ("group.share.assignment.interval.ms", 1000,
                                      "group.share.min.assignment.interval.ms", 0,
                                      "group.share.max.assignment.interval.ms", 15000),
+    "streams.session.timeout.ms": ("group.streams.session.timeout.ms", 45000,
+                                   "group.streams.min.session.timeout.ms", 45000,
+                                   "group.streams.max.session.timeout.ms", 60000),
+    "streams.heartbeat.interval.ms": ("group.streams.heartbeat.interval.ms", 5000,
+                                      "group.streams.min.heartbeat.interval.ms", 5000,
+                                      "group.streams.max.heartbeat.interval.ms", 15000),
+    "streams.num.standby.replicas": ("group.streams.num.standby.replicas", 0,
+                                     None, 0, "group.streams.max.standby.replicas", 2),
+    # KIP-1263 for streams groups, and the delay of a new streams group's first assignment (no broker bounds)
+    "streams.assignment.interval.ms": ("group.streams.assignment.interval.ms", 1000,
+                                       "group.streams.min.assignment.interval.ms", 0,
+                                       "group.streams.max.assignment.interval.ms", 15000),
+    "streams.initial.rebalance.delay.ms": ("group.streams.initial.rebalance.delay.ms", 3000,
+                                           None, 0, None, 2**31 - 1),
 }
 _OTHER_KEYS: dict[str, tuple[str | None, str, int]] = {  # key -> (broker default key, default, type)
     "share.auto.offset.reset": (None, "latest", STRING),
@@ -117,11 +136,16 @@ def validate_broker_share_configs(config) -> None:
             raise ConfigError(f"Invalid value {config.get(key)} for configuration {key}: "
                               f"Value must be at least {LOCK_FLOOR_MS}")
     for key, (dkey, default, mnkey, mn, mxkey, mx) in _INT_KEYS.items():
-        lo, hi, d = config.get_int(mnkey, mn), config.get_int(mxkey, mx), config.get_int(dkey, default)
+        lo, hi, d = _bound(config, mnkey, mn), _bound(config, mxkey, mx), config.get_int(dkey, default)
         if lo > hi:
             raise ConfigError(f"{mnkey} ({lo}) must be less than or equal to {mxkey} ({hi})")
         if not lo <= d <= hi:
             raise ConfigError(f"{dkey} ({d}) must be between {mnkey} ({lo}) and {mxkey} ({hi})")
+
+
+def _bound(config, key: str | None, default: int) -> int:
+    """A bound of a group setting: the broker setting ``key``, or the fixed ``default`` where Kafka has none."""
+    return default if key is None else config.get_int(key, default)
 
 
 def _parse_bool(key: str, value: str) -> str:
@@ -211,11 +235,14 @@ class GroupConfigManager:
                     v = int(value)
                 except ValueError:
                     raise ConfigError(f"Invalid value {value} for configuration {key}: Not a number of type INT") from None
-                lo, hi = self.broker_config.get_int(mnkey, mn), self.broker_config.get_int(mxkey, mx)
+                lo, hi = _bound(self.broker_config, mnkey, mn), _bound(self.broker_config, mxkey, mx)
                 if v < lo:
-                    raise ConfigError(f"{key} must be greater than or equal to {mnkey}")
+                    raise ConfigError(f"{key} must be greater than or equal to {mnkey}" if mnkey else
+                                      f"Invalid value {value} for configuration {key}: Value must be at least {lo}")
                 if v > hi:
-                    raise ConfigError(f"{key} must be less than or equal to {mxkey}")
+                    raise ConfigError(f"{key} must be less than or equal to {mxkey}" if mxkey else
+                                      f"Invalid value {value} for configuration {key}: Value must be no more than "
+                                      f"{hi}")
             elif key == "share.auto.offset.reset":
                 _parse_auto_offset_reset(value)
             elif key == "consumer.auto.offset.reset":

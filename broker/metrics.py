@@ -212,10 +212,10 @@ def _groups(w: _Writer, c) -> None:
         w.sample(name, n, protocol=protocol, state=state)
     name = "kafka_server_group_coordinator_metrics_rebalance_count"
     w.family(name, "counter", "New target assignments (rebalances) since start-up, by protocol.")
-    for protocol in ("consumer", "share"):
+    for protocol in ("consumer", "share", "streams"):
         w.sample(name, c.groups.rebalances.get(protocol, 0), protocol=protocol)
     name = "sharebroker_group_members"
-    w.family(name, "gauge", "Members of each group, by protocol (classic, consumer, share).")
+    w.family(name, "gauge", "Members of each group, by protocol (classic, consumer, share, streams).")
     for gid, g in list(c.groups.groups.items()):
         w.sample(name, len(g.members), group=gid, protocol=g.GROUP_TYPE)
     lag = "sharebroker_consumer_group_lag"

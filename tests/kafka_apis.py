@@ -29,14 +29,6 @@ NOT_SERVED_BROKER_APIS: dict[int, tuple[str, str]] = {
                             "own partitions directly"),
 }
 
-# Streams groups (KIP-1071) are being added on another branch: remove this constant (and its uses) when
-# that work merges; test_api_versions then requires them at Kafka's versions like every other API.
-STREAMS_GROUPS_BEING_ADDED: dict[int, tuple[str, str]] = {
-    88: ("StreamsGroupHeartbeat", "streams groups (KIP-1071): being added"),
-    89: ("StreamsGroupDescribe", "streams groups (KIP-1071): being added"),
-    93: ("StreamsGroupTopologyDescriptionUpdate", "streams groups (KIP-1071): being added"),
-}
-
 _QUORUM = "the KRaft quorum among controllers: sharebroker is one node with no metadata log"
 # Served by Kafka 4.4 only on the controller listener (or nowhere), so a Kafka broker does not advertise them.
 CONTROLLER_ONLY: dict[int, tuple[str, str]] = {
@@ -61,7 +53,7 @@ CONTROLLER_ONLY: dict[int, tuple[str, str]] = {
 
 def not_served() -> dict[int, tuple[str, str]]:
     """Every API key of Kafka 4.4 that sharebroker does not advertise, with its name and the reason."""
-    return {**NOT_SERVED_BROKER_APIS, **STREAMS_GROUPS_BEING_ADDED, **CONTROLLER_ONLY}
+    return {**NOT_SERVED_BROKER_APIS, **CONTROLLER_ONLY}
 
 
 class Api(NamedTuple):

@@ -35,6 +35,7 @@ APIS = [
     "UnregisterBroker", "UnregisterController", "AddRaftVoter", "RemoveRaftVoter",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
     "GetTelemetrySubscriptions", "PushTelemetry",
+    "StreamsGroupHeartbeat", "StreamsGroupDescribe", "StreamsGroupTopologyDescriptionUpdate",
 ]
 OTHERS = ["RequestHeader", "ResponseHeader", "ConsumerProtocolAssignment",
           "ConsumerProtocolSubscription"]
@@ -46,6 +47,9 @@ RECORDS = [
     "ConsumerGroupTargetAssignmentMetadata", "ConsumerGroupTargetAssignmentMember",
     "ConsumerGroupCurrentMemberAssignment", "ConsumerGroupRegularExpression",
     "OffsetCommit", "LegacyOffsetCommit", "GroupMetadata", "TransactionLog",
+    "StreamsGroupMetadata", "StreamsGroupMemberMetadata", "StreamsGroupTopology",
+    "StreamsGroupTargetAssignmentMetadata", "StreamsGroupTargetAssignmentMember",
+    "StreamsGroupCurrentMemberAssignment",
 ]
 
 

@@ -32,6 +32,7 @@ FEATURES = {
     "group.version": (0, 1, 1),
     "share.version": (0, 2, 2),  # 2: share groups with the dead-letter queue (KIP-1191), as Kafka 4.4
     "transaction.version": (0, 2, 2),
+    "streams.version": (0, 1, 1),  # 1: streams groups (KIP-1071), as Kafka 4.2+
 }
 FEATURES_EPOCH = 1
 

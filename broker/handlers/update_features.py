@@ -30,7 +30,7 @@ from protocol.messages.registry import ApiKey
 _R = UpdateFeaturesResponse.UpdatableFeatureResult
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 # Kafka 4.4's production features without a range here (supported 0-0, finalized 0)
-_DISABLED = ("eligible.leader.replicas.version", "streams.version")
+_DISABLED = ("eligible.leader.replicas.version",)
 
 
 def _range_text(lo: int, hi: int) -> str:

@@ -71,6 +71,45 @@ class Group:
         return True
 
 
+class MemberEpochOffsets:
+    """Offset commits and fetches of a group whose members carry epochs (consumer and streams groups), as
+    Kafka's ``ConsumerGroup`` / ``StreamsGroup.validateOffsetCommit/Fetch``: without members anyone may commit
+    with a negative epoch; otherwise the member must exist, commit with OffsetCommit v9+ and send its epoch
+    (``older_epoch_allowed`` may accept an older one)."""
+
+    members: dict
+
+    def older_epoch_allowed(self, member, epoch: int) -> bool:
+        return False
+
+    def offset_expiration_base(self) -> ExpirationBase | None:
+        return lambda om: om.commit_ts
+
+    def validate_offset_commit(self, member_id: str, instance_id, epoch: int, version: int) -> None:
+        if epoch < 0 and not self.members:
+            return
+        member = self.members.get(member_id)
+        if member is None:
+            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
+        if version < 9:
+            raise KafkaError(Errors.UNSUPPORTED_VERSION)
+        if epoch != member.member_epoch and not (epoch < member.member_epoch
+                                                 and self.older_epoch_allowed(member, epoch)):
+            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
+
+    def validate_offset_fetch(self, member_id, member_epoch: int) -> None:
+        if member_id is None and member_epoch < 0:
+            return
+        member = self.members.get(member_id)
+        if member is None:
+            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
+        if member_epoch != member.member_epoch:
+            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
+
+    def validate_offset_delete(self) -> None:
+        return None
+
+
 class Write:
     """Records to persist (already applied in memory, or classic-only state), then ``done(exc)``.
 

@@ -66,6 +66,14 @@ class GroupConfig:
     share_assignors: tuple[str, ...] = ("simple",)
     share_lag_rebalance_interval_ms: int = 10000
     share_initial_assignment_delay_ms: int = 100
+    streams_session_timeout_ms: int = 45000
+    streams_heartbeat_interval_ms: int = 5000
+    streams_max_size: int = INT_MAX
+    streams_num_standby_replicas: int = 0
+    streams_task_offset_interval_ms: int = 60000
+    streams_initial_rebalance_delay_ms: int = 3000
+    streams_assignment_interval_ms: int = 1000
+    streams_acceptable_recovery_lag: int = 10000
 
     @classmethod
     def from_broker_config(cls, config) -> "GroupConfig":
@@ -105,4 +113,15 @@ class GroupConfig:
                                                d.share_lag_rebalance_interval_ms),
             share_initial_assignment_delay_ms=gi("group.share.initial.assignment.delay.ms",
                                                  d.share_initial_assignment_delay_ms),
+            streams_session_timeout_ms=gi("group.streams.session.timeout.ms", d.streams_session_timeout_ms),
+            streams_heartbeat_interval_ms=gi("group.streams.heartbeat.interval.ms",
+                                             d.streams_heartbeat_interval_ms),
+            streams_max_size=gi("group.streams.max.size", d.streams_max_size),
+            streams_num_standby_replicas=gi("group.streams.num.standby.replicas", d.streams_num_standby_replicas),
+            streams_task_offset_interval_ms=gi("group.streams.task.offset.interval.ms",
+                                               d.streams_task_offset_interval_ms),
+            streams_initial_rebalance_delay_ms=gi("group.streams.initial.rebalance.delay.ms",
+                                                  d.streams_initial_rebalance_delay_ms),
+            streams_assignment_interval_ms=gi("group.streams.assignment.interval.ms",
+                                              d.streams_assignment_interval_ms),
         )

@@ -53,9 +53,11 @@ from protocol.errors import Errors, KafkaError
 from protocol.lazy_messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse)
 
 from . import records as R
+from .base import MemberEpochOffsets
+from .members import MemberTimers
 from .classic import new_uuid_string
 from .modern import ModernGroup, metadata_hash, new_target_assignment
-from .reconcile import STABLE as M_STABLE, UNREVOKED_PARTITIONS, FencedMember, reconcile
+from .reconcile import STABLE as M_STABLE, FencedMember, reconcile
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -102,7 +104,7 @@ class ConsumerMember:
         return self.state == M_STABLE and self.member_epoch == epoch
 
 
-class ConsumerGroup(ModernGroup):
+class ConsumerGroup(MemberEpochOffsets, ModernGroup):
     GROUP_TYPE = "consumer"
 
     def __init__(self, group_id: str, regex_resolver):
@@ -146,32 +148,6 @@ class ConsumerGroup(ModernGroup):
         if m.subscribed_topic_regex:
             names.update(self._resolve(m.subscribed_topic_regex))
         return names
-
-    def offset_expiration_base(self):
-        return lambda om: om.commit_ts
-
-    def validate_offset_commit(self, member_id: str, instance_id, epoch: int, version: int) -> None:
-        if epoch < 0 and not self.members:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
-        if version < 9:
-            raise KafkaError(Errors.UNSUPPORTED_VERSION)
-        if epoch != member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_fetch(self, member_id, member_epoch: int) -> None:
-        if member_id is None and member_epoch < 0:
-            return
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(Errors.UNKNOWN_MEMBER_ID)
-        if member_epoch != member.member_epoch:
-            raise KafkaError(Errors.STALE_MEMBER_EPOCH)
-
-    def validate_offset_delete(self) -> None:
-        return None
 
     # ------------------------------------------------------------ partition epochs
     def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:
@@ -258,7 +234,7 @@ def _error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatRespo
                                           member_epoch=0, heartbeat_interval_ms=0)
 
 
-class ConsumerGroupManager:
+class ConsumerGroupManager(MemberTimers):
     """ConsumerGroupHeartbeat / ConsumerGroupDescribe over the coordinator's namespace.
 
     ``heartbeat`` runs as a runtime write operation: it works on a draft of the
@@ -267,6 +243,8 @@ class ConsumerGroupManager:
     records and replays them on the committed group before answering.  Nothing
     is written when it fails.
     """
+
+    TIMER, PROTOCOL, GROUP_CLASS = "cg", "consumer", ConsumerGroup
 
     def __init__(self, coordinator):
         self.c = coordinator
@@ -300,32 +278,6 @@ class ConsumerGroupManager:
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return int(self.c.group_config(group_id).get("consumer.heartbeat.interval.ms",
                                                      self.cfg.consumer_heartbeat_interval_ms))
-
-    @staticmethod
-    def _emit(group: ConsumerGroup, records: list, rec) -> None:
-        records.append(rec)
-        group.replay(rec)
-
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timers.schedule(("cg-session", group_id, member_id), self.session_timeout_ms(group_id),
-                             lambda: self.c.schedule_records(lambda: self.fence_by_id(group_id, member_id, None),
-                                                             "consumer session timeout"))
-
-    def cancel_member_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(("cg-session", group_id, member_id))
-        self.timers.cancel(("cg-rebalance", group_id, member_id))
-
-    def on_loaded(self, group: ConsumerGroup) -> None:
-        for mid in group.members:
-            self._schedule_session_timeout(group.group_id, mid)
-
-    def on_removed(self, group: ConsumerGroup) -> None:
-        for mid in group.members:
-            self.cancel_member_timers(group.group_id, mid)
-
-    def _group(self, group_id: str) -> ConsumerGroup | None:
-        g = self.c.groups.get(group_id)
-        return g if isinstance(g, ConsumerGroup) else None
 
     # ------------------------------------------------------------ validation
     def _validate(self, req, version: int) -> None:
@@ -522,21 +474,7 @@ class ConsumerGroupManager:
         updated.member_epoch, updated.previous_member_epoch, updated.state = epoch, previous, state
         updated.assigned, updated.pending_revocation = assigned, revoking
         self._emit(group, records, R.consumer_current_assignment(group.group_id, updated))
-        gid, mid = group.group_id, member.member_id
-        if state == UNREVOKED_PARTITIONS:
-            timeout = updated.rebalance_timeout_ms if updated.rebalance_timeout_ms > 0 else 0
-            self.timers.schedule(("cg-rebalance", gid, mid), timeout,
-                                 lambda: self.c.schedule_records(lambda: self._rebalance_timeout(gid, mid, epoch),
-                                                             "consumer rebalance timeout"))
-        else:
-            self.timers.cancel(("cg-rebalance", gid, mid))
-
-    def _rebalance_timeout(self, group_id: str, member_id: str, epoch: int) -> list:
-        group = self._group(group_id)
-        m = group.members.get(member_id) if group else None
-        if m is None or m.member_epoch != epoch or m.state != UNREVOKED_PARTITIONS:
-            return []
-        return self.fence_by_id(group_id, member_id, None)
+        self._rebalance_timer(group.group_id, member.member_id, epoch, state, updated.rebalance_timeout_ms)
 
     def preferred_assignor(self, group: ConsumerGroup) -> str:
         counts: dict[str, int] = {}
@@ -610,14 +548,6 @@ class ConsumerGroupManager:
                 return ConsumerGroupHeartbeatResponse(member_id=mid, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         records.extend(self._fence(group, member))
         return ConsumerGroupHeartbeatResponse(member_id=mid, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
-
-    def fence_by_id(self, group_id: str, member_id: str, _reason) -> list:
-        """Records removing a member (session or rebalance timeout), computed on the committed group."""
-        group = self._group(group_id)
-        if group is None or member_id not in group.members:
-            return []
-        draft = group.copy()
-        return self._fence(draft, draft.members[member_id])
 
     def _fence(self, group: ConsumerGroup, member: ConsumerMember) -> list:
         gid, mid = group.group_id, member.member_id

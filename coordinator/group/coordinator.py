@@ -51,7 +51,8 @@ from protocol.lazy_messages import (AlterShareGroupOffsetsResponse, ConsumerGrou
                                     DeleteShareGroupOffsetsResponse, DescribeGroupsResponse,
                                     DescribeShareGroupOffsetsResponse, HeartbeatResponse, JoinGroupResponse,
                                     LeaveGroupResponse, ListGroupsResponse, OffsetDeleteResponse,
-                                    ShareGroupDescribeResponse, ShareGroupHeartbeatResponse, SyncGroupResponse)
+                                    ShareGroupDescribeResponse, ShareGroupHeartbeatResponse,
+                                    StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse, SyncGroupResponse)
 
 from .base import Group, Write
 from .classic import DEAD, ClassicGroup, ClassicGroupManager, append_error_code
@@ -62,6 +63,8 @@ from .offsets import OffsetManager, OffsetStore
 from .persister import delete_request
 from .share import SHARE_RECORD_TYPES, ShareGroup, ShareGroupManager
 from .share_offsets import ShareOffsetsManager
+from .streams import STREAMS_RECORD_TYPES, StreamsGroup
+from .streams_manager import StreamsGroupManager, follow_up_request
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,7 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupManager(self)
         self.share = ShareGroupManager(self, share_state)
         self.share_offsets = ShareOffsetsManager(self, share_state)
+        self.streams = StreamsGroupManager(self)
         self.offset_manager = OffsetManager(self)
         self._group_configs: dict[str, dict[str, str]] = {}
         self._external_configs = group_configs  # anything with overrides(group_id) -> dict
@@ -111,7 +115,7 @@ class GroupCoordinator:
         return self.groups.get(group_id)
 
     def group_type(self, group_id: str) -> str | None:
-        """``"classic"`` / ``"consumer"`` / ``"share"``, or None for an unknown group."""
+        """``"classic"`` / ``"consumer"`` / ``"share"`` / ``"streams"``, or None for an unknown group."""
         g = self.groups.get(group_id)
         return g.GROUP_TYPE if g is not None else None
 
@@ -166,6 +170,8 @@ class GroupCoordinator:
                 self.consumer.on_loaded(group)
             elif isinstance(group, ShareGroup):
                 self.share.on_loaded(group)
+            elif isinstance(group, StreamsGroup):
+                self.streams.on_loaded(group)
         self.schedule_expiration()
 
     def _replay_record(self, _offset: int, rec: Record) -> None:
@@ -182,9 +188,11 @@ class GroupCoordinator:
             self._replay_modern(rec, ConsumerGroup, 3, self.consumer.new_group)
         elif t in SHARE_RECORD_TYPES:
             self._replay_modern(rec, ShareGroup, 11, ShareGroup)
-        if t in (6, 12) and rec.value is not None and not self._loading:
+        elif t in STREAMS_RECORD_TYPES:
+            self._replay_modern(rec, StreamsGroup, 17, StreamsGroup)
+        if t in (6, 12, 20) and rec.value is not None and not self._loading:
             # a new target assignment: Kafka's rebalance-count (group-coordinator-metrics) since start-up
-            protocol = "consumer" if t == 6 else "share"
+            protocol = {6: "consumer", 12: "share", 20: "streams"}[t]
             self.rebalances[protocol] = self.rebalances.get(protocol, 0) + 1
         # 4 (ConsumerGroupPartitionMetadata, deprecated) and 16 (regular expressions) are not used.
 
@@ -244,6 +252,8 @@ class GroupCoordinator:
             self.consumer.on_removed(group)
         elif isinstance(group, ShareGroup):
             self.share.on_removed(group)
+        elif isinstance(group, StreamsGroup):
+            self.streams.on_removed(group)
 
     def _replay_offset(self, key, value) -> None:
         if value is not None and key.group not in self.groups:
@@ -349,6 +359,52 @@ class GroupCoordinator:
                 G(group_id=g, error_code=code if g else Errors.INVALID_GROUP_ID,
                   error_message=unavailable_message(code) if g else "GroupId can't be empty.") for g in req.group_ids])
         return self.consumer.describe(list(req.group_ids), req.include_authorized_operations)
+
+    # ------------------------------------------------------------ KIP-1071
+    async def streams_group_heartbeat(self, req, client_id: str = "", client_host: str = "",
+                                      create_topics: Callable[[dict], Awaitable[tuple[list, dict]]] | None = None):
+        """StreamsGroupHeartbeat.  ``create_topics({name: InternalTopic})`` (the broker's) creates the internal
+        topics the topology misses and returns ``(names the caller may not create, {name: error})``; once they
+        exist the answer comes from a second write computed on them (:mod:`coordinator.group.streams_manager`),
+        else the MISSING_INTERNAL_TOPICS status says why, as KafkaApis.handleStreamsGroupHeartbeat."""
+        if code := self.unavailable_code():
+            try:
+                self.streams.validate(req)  # Kafka validates the request first
+            except KafkaError as e:
+                return StreamsGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
+            return StreamsGroupHeartbeatResponse(error_code=code, error_message=unavailable_message(code))
+
+        def failed(_resp, exc):
+            return StreamsGroupHeartbeatResponse(error_code=append_error_code(exc)), {}
+
+        resp, to_create = await self.runtime.write(
+            lambda: self.streams.heartbeat(req, client_id or "", client_host or ""), on_error=failed)
+        if not to_create or create_topics is None or resp.error_code:
+            return resp
+        unauthorized, errors = await create_topics(to_create)
+        if unauthorized or errors:
+            shown = ", ".join(f"{t} ({e})" for t, e in sorted(errors.items())[:3])
+            more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+            for st in resp.status or ():
+                if st.status_code == 3:  # MISSING_INTERNAL_TOPICS
+                    if unauthorized:
+                        st.status_detail += f"; Unauthorized to CREATE on topics {', '.join(unauthorized)}."
+                    if errors:
+                        st.status_detail += f"; Creation failed: {shown}{more}."
+            return resp
+        again = follow_up_request(req, resp)
+        resp2, _ = await self.runtime.write(
+            lambda: self.streams.heartbeat(again, client_id or "", client_host or "", follow_up=True),
+            on_error=failed)
+        return resp2 if not resp2.error_code else resp
+
+    def streams_group_describe(self, req, version: int):
+        if code := self.unavailable_code():
+            G = StreamsGroupDescribeResponse.DescribedGroup
+            return StreamsGroupDescribeResponse(groups=[
+                G(group_id=g, error_code=code if g else Errors.INVALID_GROUP_ID,
+                  error_message=unavailable_message(code) if g else "GroupId can't be empty.") for g in req.group_ids])
+        return self.streams.describe(list(req.group_ids), req.include_authorized_operations)
 
     # ------------------------------------------------------------ KIP-932
     async def share_group_heartbeat(self, req, client_id: str = "", client_host: str = "") \

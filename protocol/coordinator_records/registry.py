@@ -32,6 +32,12 @@ MODULES = {
     "ShareGroupCurrentMemberAssignment": "protocol.coordinator_records.share_group_current_member_assignment",
     "ShareGroupStatePartitionMetadata": "protocol.coordinator_records.share_group_state_partition_metadata",
     "ConsumerGroupRegularExpression": "protocol.coordinator_records.consumer_group_regular_expression",
+    "StreamsGroupMetadata": "protocol.coordinator_records.streams_group_metadata",
+    "StreamsGroupMemberMetadata": "protocol.coordinator_records.streams_group_member_metadata",
+    "StreamsGroupTargetAssignmentMetadata": "protocol.coordinator_records.streams_group_target_assignment_metadata",
+    "StreamsGroupTargetAssignmentMember": "protocol.coordinator_records.streams_group_target_assignment_member",
+    "StreamsGroupCurrentMemberAssignment": "protocol.coordinator_records.streams_group_current_member_assignment",
+    "StreamsGroupTopology": "protocol.coordinator_records.streams_group_topology",
 }
 
 # record name -> record type (the number is per coordinator)
@@ -55,6 +61,12 @@ RECORD_TYPES = {
     "ShareGroupCurrentMemberAssignment": 14,
     "ShareGroupStatePartitionMetadata": 15,
     "ConsumerGroupRegularExpression": 16,
+    "StreamsGroupMetadata": 17,
+    "StreamsGroupMemberMetadata": 19,
+    "StreamsGroupTargetAssignmentMetadata": 20,
+    "StreamsGroupTargetAssignmentMember": 21,
+    "StreamsGroupCurrentMemberAssignment": 22,
+    "StreamsGroupTopology": 23,
 }
 
 
@@ -94,6 +106,12 @@ _GROUP_COORDINATOR_RECORDS = {
     14: "ShareGroupCurrentMemberAssignment",
     15: "ShareGroupStatePartitionMetadata",
     16: "ConsumerGroupRegularExpression",
+    17: "StreamsGroupMetadata",
+    19: "StreamsGroupMemberMetadata",
+    20: "StreamsGroupTargetAssignmentMetadata",
+    21: "StreamsGroupTargetAssignmentMember",
+    22: "StreamsGroupCurrentMemberAssignment",
+    23: "StreamsGroupTopology",
 }
 GROUP_COORDINATOR_RECORDS: Mapping = LazyMapping(_GROUP_COORDINATOR_RECORDS, _pair(_GROUP_COORDINATOR_RECORDS))
 

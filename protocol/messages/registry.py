@@ -83,9 +83,12 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+    STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93
     UNREGISTER_CONTROLLER = 94
 
 
@@ -162,9 +165,12 @@ MODULES = {
     85: ("protocol.messages.write_share_group_state", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse"),
     86: ("protocol.messages.delete_share_group_state", "DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse"),
     87: ("protocol.messages.read_share_group_state_summary", "ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse"),
+    88: ("protocol.messages.streams_group_heartbeat", "StreamsGroupHeartbeatRequest", "StreamsGroupHeartbeatResponse"),
+    89: ("protocol.messages.streams_group_describe", "StreamsGroupDescribeRequest", "StreamsGroupDescribeResponse"),
     90: ("protocol.messages.describe_share_group_offsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse"),
     91: ("protocol.messages.alter_share_group_offsets", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse"),
     92: ("protocol.messages.delete_share_group_offsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse"),
+    93: ("protocol.messages.streams_group_topology_description_update", "StreamsGroupTopologyDescriptionUpdateRequest", "StreamsGroupTopologyDescriptionUpdateResponse"),
     94: ("protocol.messages.unregister_controller", "UnregisterControllerRequest", "UnregisterControllerResponse"),
 }
 

@@ -6,7 +6,8 @@ Kafka 4.4's own Java ``KafkaShareConsumer`` (java/ShareStory.java, compiled with
 launcher's Maven classpath into its cache), through one story and returns what a user can observe: the records each poll gave (offset, delivery
 count, value), what acknowledgements and commits answered, and after each step the answers of the
 admin APIs (DescribeShareGroupOffsets v1 with KIP-1226 lag, ShareGroupDescribe, OffsetFetch,
-ConsumerGroupDescribe, DescribeConfigs; sent with our codec, normalised by ``harness.plain``).
+ConsumerGroupDescribe, DescribeConfigs; sent with our codec, normalised by ``harness.plain``); a streams group
+(KIP-1071) is driven over the wire as a Kafka Streams client drives it (``streams_group``).
 Timings are not compared. Our deliberate improvements are turned to Kafka's behaviour on our side
 (``share.fair.acquisition.enable=false``; redelivery backoff is 0 by default; the shorter heartbeat
 interval while partitions are pending changes timings only). As in test_protocol.py, every remaining
@@ -324,6 +325,90 @@ def describe_configs(s: Side) -> dict:
     return out
 
 
+def streams_group(s: Side) -> dict:
+    """KIP-1071 streams group driven over the wire as a Kafka Streams client would (a word count's two
+    subtopologies, the second stateful): one member joins before the rest, then a second on another process
+    with ``streams.num.standby.replicas`` 1, then the first leaves. After each step the members heartbeat
+    (reporting what they own) until the group is Stable; compared: StreamsGroupDescribe (members by process),
+    the internal topics' partition counts and cleanup policy, ListGroups."""
+    from protocol.messages.find_coordinator import FindCoordinatorRequest
+    from protocol.messages.list_groups import ListGroupsRequest
+    from protocol.messages.streams_group_describe import StreamsGroupDescribeRequest
+    from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest as H
+
+    n = s.names
+    topic, app = n["topic"], n["group"]
+    rep, changelog = f"{app}-counts-repartition", f"{app}-counts-changelog"
+    s.create_topic(topic, 2)
+    s.group_configs(app, {"streams.num.standby.replicas": "1"})
+    topology = H.Topology(epoch=1, subtopologies=[
+        H.Subtopology(subtopology_id="0", source_topics=[topic], repartition_sink_topics=[rep]),
+        H.Subtopology(subtopology_id="1", state_changelog_topics=[H.TopicInfo(name=changelog, topic_configs=[
+            H.KeyValue(key="cleanup.policy", value="compact")])], repartition_source_topics=[H.TopicInfo(
+                name=rep, topic_configs=[H.KeyValue(key="cleanup.policy", value="delete")])])])
+    members: dict[str, dict] = {}  # process -> {"id", "epoch", "owned"}
+
+    def heartbeat(process: str, join: bool = False):
+        m = members[process]
+        if join:
+            req = H(group_id=app, member_id=m["id"], member_epoch=0, rebalance_timeout_ms=60000, topology=topology,
+                    active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id=process, client_tags=[],
+                    user_endpoint=H.Endpoint(host=process, port=9000))
+        else:
+            req = H(group_id=app, member_id=m["id"], member_epoch=m["epoch"], active_tasks=m["owned"][0],
+                    standby_tasks=m["owned"][1], warmup_tasks=m["owned"][2])
+        r = s.wire.request(req, 1)
+        assert r.error_code == 0, (s.label, r)
+        m["epoch"] = r.member_epoch
+        if r.active_tasks is not None:
+            m["owned"] = [[H.TaskIds(subtopology_id=t.subtopology_id, partitions=list(t.partitions)) for t in kind]
+                          for kind in (r.active_tasks, r.standby_tasks, r.warmup_tasks)]
+        return r
+
+    def describe():
+        g = plain(s.wire.request(StreamsGroupDescribeRequest(group_ids=[app]), 1).groups[0])
+        for m in g.get("members") or []:
+            m["client_host"], m["client_id"] = "<client-host>", "<client-id>"
+        g["members"] = sorted(g.get("members") or [], key=lambda m: m["process_id"])
+        return g
+
+    def settle():
+        def step():
+            for process in list(members):
+                heartbeat(process)
+            return describe()
+        return _settle(step, lambda g: g["group_state"] == "Stable" and all(
+            m["assignment"] == m["target_assignment"] for m in g["members"]), 60)
+
+    # Kafka creates and loads __consumer_offsets on the first FindCoordinator (NOT_COORDINATOR until then)
+    until(lambda: s.wire.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[app]), 4)
+          .coordinators[0].error_code == 0, 30, f"the coordinator on {s.label}")
+    until(lambda: s.wire.request(OffsetFetchRequest(group_id=app, topics=None), 7).error_code == 0, 30,
+          f"the group coordinator on {s.label} to load")
+    out: dict = {}
+    members["pa"] = {"id": uuid.uuid4().hex, "epoch": 0, "owned": [[], [], []]}
+    first = heartbeat("pa", join=True)
+    out["join_error"] = first.error_code
+    out["one_member"] = settle()
+    out["internal_topics"] = {
+        t: [len(s.wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t)],
+                                               allow_auto_topic_creation=False), 12).topics[0].partitions),
+            [(c.name, c.value) for c in s.wire.request(DescribeConfigsRequest(resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=t,
+                                                               configuration_keys=["cleanup.policy"])]),
+                4).results[0].configs]]
+        for t in (rep, changelog)}
+    members["pb"] = {"id": uuid.uuid4().hex, "epoch": 0, "owned": [[], [], []]}
+    heartbeat("pb", join=True)
+    out["two_members"] = settle()
+    left = s.wire.request(H(group_id=app, member_id=members.pop("pa")["id"], member_epoch=-1), 1)
+    out["leave"] = (left.error_code, left.member_epoch)
+    out["after_leave"] = settle()
+    out["listed"] = [(g.group_id == app, g.protocol_type, g.group_state, g.group_type) for g in s.wire.request(
+        ListGroupsRequest(types_filter=["streams"]), 5).groups if g.group_id == app]
+    return out
+
+
 def _broker_names_kafka_only(results: dict) -> None:
     """Kafka describes every broker config it defines (350), we the ones we read (about 40): the names
     only Kafka lists become one list; the names both list are compared entry by entry."""
@@ -369,6 +454,7 @@ SCENARIOS = {
     "transactions": (transactions, ("topic", "group", "txn")),
     "describe_configs": (describe_configs, ("group",)),
     "java_share_consumer": (java_share_consumer, ("topic", "group")),
+    "streams_group": (streams_group, ("topic", "group")),
 }
 
 
@@ -397,9 +483,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("describe_configs", f"group.{key}"): _OURS_GROUP_KEYS
        for key in ("consumer.auto.offset.reset", "share.assignor.name", "share.fair.acquisition.enable",
                    "share.redelivery.backoff.ms", "share.redelivery.backoff.max.ms")},
-    **{("describe_configs", f"group.streams.{key}"): "streams groups (KIP-1071) are not implemented"
-       for key in ("assignment.interval.ms", "assignor.name", "heartbeat.interval.ms", "initial.rebalance.delay.ms",
-                   "num.standby.replicas", "rack.aware.assignment.tags", "session.timeout.ms")},
+    **{("describe_configs", f"group.streams.{key}"): "streams-group settings not implemented: one assignor "
+                                                      "(sticky), no rack-aware standby placement"
+       for key in ("assignor.name", "rack.aware.assignment.tags")},
 }
 
 

@@ -490,7 +490,7 @@ SCENARIOS = {
 }
 
 # Kafka 4.4 broker APIs this broker does not serve (ApiKey only names ours), with the reason (tests/kafka_apis.py)
-_NOT_SERVED = {**kafka_apis.NOT_SERVED_BROKER_APIS, **kafka_apis.STREAMS_GROUPS_BEING_ADDED}
+_NOT_SERVED = dict(kafka_apis.NOT_SERVED_BROKER_APIS)
 _MV = "metadata.version stays at 4.4-IV0 (31): IV1 (32) adds CIDR ACL host patterns (KIP-1276), IV2 (33) " \
       "controller unregistration (KIP-1312), neither served"
 _NEW_TOPIC_CONFIGS = "a Kafka 4.4 topic config not implemented yet"
@@ -506,7 +506,6 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "
        "with a ClientTelemetryExporterPlugin configured (and serves them either way); sharebroker is its own "
        "exporter (/metrics), so always" for name in ("GET_TELEMETRY_SUBSCRIPTIONS", "PUSH_TELEMETRY")},
-    ("api_versions", "v3.finalized_features.streams.version"): "streams groups (KIP-1071) not implemented",
     ("api_versions", "v3.finalized_features.metadata.version[0]"): _MV,
     ("api_versions", "v3.finalized_features.metadata.version[1]"): _MV,
     ("api_versions", "v3.supported_features.metadata.version[1]"): _MV,

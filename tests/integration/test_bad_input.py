@@ -24,6 +24,7 @@ from protocol.messages import (create_topics as CT, delete_records as DR, delete
                                init_producer_id as IP, list_offsets as LO, metadata as M, produce as P)
 from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.messages.describe_cluster import DescribeClusterRequest
+from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest as SGH
 from protocol.messages.request_header import RequestHeader
 from protocol.records import build_batch, crc32c
 
@@ -467,6 +468,13 @@ def _fuzz_seeds() -> list[tuple[int, object, tuple[int, int]]]:
             resource_type=2, resource_name="fz", configs=[IAC.IncrementalAlterConfigsRequest.AlterableConfig(
                 name="retention.ms", config_operation=0, value="100000")])], validate_only=True), (0, 1)),
         (60, DescribeClusterRequest(), (0, 2)),
+        (88, SGH(group_id="fz-app", member_id="m", member_epoch=0, rebalance_timeout_ms=1000, process_id="p",
+                 active_tasks=[], standby_tasks=[], warmup_tasks=[], topology=SGH.Topology(epoch=1, subtopologies=[
+                     SGH.Subtopology(subtopology_id="0", source_topics=["fz"], repartition_sink_topics=["fz-r"]),
+                     SGH.Subtopology(subtopology_id="1", repartition_source_topics=[SGH.TopicInfo(name="fz-r")],
+                                     state_changelog_topics=[SGH.TopicInfo(name="fz-c")],
+                                     copartition_groups=[SGH.CopartitionGroup(repartition_source_topics=[0])])])),
+         (0, 1)),
     ]
 
 

@@ -6,7 +6,7 @@ the same cache. Every JVM runs in its own session with a bounded heap, dies with
 (SIGTERM, then SIGKILL) at the end of its test. Skipped only when ``java`` or ``mvn`` is missing.
 
 - Kafka Streams word count (``java/WordCount.java``): RocksDB store, ``exactly_once_v2``,
-  ``group.protocol=classic``; two instances (two JVMs, own state dirs); one is killed with SIGKILL mid-stream
+  ``group.protocol=classic`` and ``group.protocol=streams`` (KIP-1071 streams group); two instances (two JVMs, own state dirs); one is killed with SIGKILL mid-stream
   and restarted; the committed output holds each word's counts 1..N exactly once, and the interactive query
   (HTTP, on the instance hosting the word) answers N.
 - Kafka Connect: two distributed workers (``ConnectDistributed``) run a line-file source and sink
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -157,8 +158,15 @@ def _running(port: int) -> bool:
     return _http(port, "/state") == (200, "RUNNING")
 
 
-def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, java_apps, tmp_path):
-    broker = broker_factory()
+# KIP-1071 streams groups: the session timeout and heartbeat interval are the broker's (group configs), not the
+# client's; short ones so the killed instance's threads leave the group (and their tasks move) within the test
+STREAMS_GROUPS = {"group.streams.min.session.timeout.ms": 6000, "group.streams.session.timeout.ms": 6000,
+                  "group.streams.min.heartbeat.interval.ms": 500, "group.streams.heartbeat.interval.ms": 500}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, java_apps, tmp_path, protocol):
+    broker = broker_factory(STREAMS_GROUPS if protocol == "streams" else None)
     bs = broker.bootstrap
     app_id, source, sink = unique("wordcount"), unique("lines"), unique("counts")
     admin = AdminClient({"bootstrap.servers": bs})
@@ -166,7 +174,7 @@ def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, jav
         f.result(15)
 
     ports = [launcher.free_port(), launcher.free_port()]
-    a, b = (java_apps("WordCount", [bs, app_id, source, sink, str(tmp_path / f"state-{i}"), str(port), "classic"],
+    a, b = (java_apps("WordCount", [bs, app_id, source, sink, str(tmp_path / f"state-{i}"), str(port), protocol],
                       f"streams-{i}") for i, port in enumerate(ports))
     a.start(), b.start()
     until(lambda: _running(ports[0]) and _running(ports[1]), 60, "both Streams instances RUNNING\n" + a.tail())
@@ -202,6 +210,41 @@ def test_kafka_streams_word_count_exactly_once_across_a_kill(broker_factory, jav
         return [int(body) for status, body in answers if status == 200] == [expected[word]]
     for word in WORDS:
         until(lambda: query(word), 30, f"the interactive query for {word}", interval=0.2)
+    if protocol == "streams":
+        _streams_groups_tool(bs, app_id, source)
+
+
+def _streams_groups_tool(bootstrap: str, app_id: str, source: str) -> None:
+    """``kafka-streams-groups.sh`` (StreamsGroupCommand of kafka-tools 4.4.0) on the running application: ListGroups
+    with the streams type, StreamsGroupDescribe, OffsetFetch on the streams group."""
+    cp = launcher.classpath()  # the reference launcher's jars: kafka-tools 4.4.0
+
+    def tool(*args: str) -> list[list[str]]:
+        r = subprocess.run(["java", "-Xmx256m", "-cp", cp, "org.apache.kafka.tools.streams.StreamsGroupCommand",
+                            "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, f"{args} exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        return [line.split() for line in r.stdout.splitlines() if line.strip()]
+
+    assert tool("--list") == [[app_id]]  # ListGroups with types [streams]: only the application's group
+    assert tool("--list", "--state") == [["GROUP", "STATE"], [app_id, "Stable"]]
+    state = tool("--describe", "--group", app_id, "--state")
+    assert state[0][:2] == ["GROUP", "COORDINATOR"] and state[1][0] == app_id
+    assert state[1][-3:] == ["sticky", "Stable", "2"]  # assignor, state, #members (one stream thread each)
+    members = tool("--describe", "--group", app_id, "--members")
+    assert members[0] == ["GROUP", "MEMBER", "PROCESS", "CLIENT-ID", "ASSIGNMENTS"] and len(members) == 3
+    # the word count's two subtopologies, four tasks each (the source and the repartition topic have 4
+    # partitions): every active task on one of the two members
+    active = []
+    for row in members[1:]:
+        text = " ".join(row[4:])
+        assert text.startswith("ACTIVE:"), text
+        for sid, parts in re.findall(r"(\d+):\[([\d,]*)\]", text.split("STANDBY:")[0]):
+            active += [(sid, int(p)) for p in parts.split(",") if p]
+    assert sorted(active) == [(sid, p) for sid in ("0", "1") for p in range(4)]
+    offsets = tool("--describe", "--group", app_id, "--offsets")
+    rows = {(r[1], int(r[2])): r for r in offsets[1:]}
+    assert {(source, p) for p in range(4)} <= set(rows)
+    assert all(rows[(source, p)][-1] == "0" for p in range(4))  # OFFSET-LAG: everything consumed
 
 
 # ------------------------------------------------------------------------------------------- Kafka Connect

@@ -537,7 +537,7 @@ def update(w, version, *updates, validate_only=False):
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_update_features(broker, wire, version):
-    same = update(wire, version, ("share.version", 2, 1), ("group.version", 1, 1), ("streams.version", 0, 1))
+    same = update(wire, version, ("share.version", 2, 1), ("group.version", 1, 1), ("streams.version", 1, 1))
     assert same == (0, None, [("share.version", 0), ("group.version", 0), ("streams.version", 0)]
                     if version <= 1 else [])
     prefix = "The update failed for all features since the following feature had an error: Invalid update version"

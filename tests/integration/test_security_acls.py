@@ -353,3 +353,38 @@ def test_operations_apis_authorize_as_kafka(broker, pki):
             f = AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
                                  b.permission_type)
             admin.delete_acls([f])[f].result(15)
+
+
+def test_streams_group_heartbeat_authorizes_as_kafka(broker, pki):
+    """KafkaApis.handleStreamsGroupHeartbeat: READ on the group, DESCRIBE on every topic the topology names,
+    and internal topics created only with CREATE (else the MISSING_INTERNAL_TOPICS status names them)."""
+    from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest as H
+    source, app = new_topic(broker, pki, "src"), f"app-{uuid.uuid4().hex[:6]}"
+    changelog = f"{app}-store-changelog"
+
+    def join(w):
+        return w.request(H(group_id=app, member_id="m", member_epoch=0, rebalance_timeout_ms=1000, process_id="p",
+                           active_tasks=[], standby_tasks=[], warmup_tasks=[], topology=H.Topology(
+                               epoch=1, subtopologies=[H.Subtopology(subtopology_id="0", source_topics=[source],
+                                                                     state_changelog_topics=[H.TopicInfo(
+                                                                         name=changelog)])])), 1)
+
+    with login(broker, "bob") as w:
+        assert join(w).error_code == Errors.GROUP_AUTHORIZATION_FAILED
+    allow(broker, pki, "User:bob", AclOperation.READ, app, rtype=ResourceType.GROUP)
+    with login(broker, "bob") as w:
+        assert join(w).error_code == Errors.TOPIC_AUTHORIZATION_FAILED
+    allow(broker, pki, "User:bob", AclOperation.DESCRIBE, source)
+    allow(broker, pki, "User:bob", AclOperation.DESCRIBE, changelog)
+    with login(broker, "bob") as w:
+        r = join(w)
+        assert r.error_code == 0
+        assert [(s.status_code, s.status_detail) for s in r.status if s.status_code == 3] == [
+            (3, f"Internal topics are missing: {changelog}; Unauthorized to CREATE on topics {changelog}.")]
+    allow(broker, pki, "User:bob", AclOperation.CREATE, changelog)
+    with login(broker, "bob") as w:
+        r = w.request(H(group_id=app, member_id="m", member_epoch=r.member_epoch), 1)
+        assert r.error_code == 0 and 3 not in [s.status_code for s in r.status]  # created now
+        md = w.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=changelog)],
+                                       allow_auto_topic_creation=False), 12)
+        assert (md.topics[0].error_code, len(md.topics[0].partitions)) == (0, 1)
