@@ -167,3 +167,50 @@ def _check_aiokafka(r: dict) -> None:
 
 def test_aiokafka_transactions(kafka_ref, ours):
     both(kafka_ref, ours, aiokafka_transactions, _check_aiokafka)
+
+
+# ----------------------------------------------------------------------------- kcat
+def _kcat(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kcat {' '.join(args)}: {done.returncode}\n{done.stderr}"
+    return done.stdout
+
+
+def kcat(bootstrap: str) -> dict:
+    """kcat -P with keys, headers and a null value into two partitions; -C -e reads them back; -L lists."""
+    topic = create_topic(bootstrap, 2, "kcat")
+    _kcat("-P", "-b", bootstrap, "-t", topic, "-p", "0", "-K", ":", "-H", "app=kcat", "-H", "run=1",
+          stdin="k1:one\nk2:two\nk3:three\n")
+    _kcat("-P", "-b", bootstrap, "-t", topic, "-p", "1", "-K", ":", "-Z", "-H", "app=kcat", "-H", "empty=",
+          stdin="k4:four\nk5:\n")
+    fmt = "%p|%o|%k|%S|%s|%h\n"
+    lines = _kcat("-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", fmt).splitlines()
+    p1 = _kcat("-C", "-b", bootstrap, "-t", topic, "-p", "1", "-o", "-1", "-e", "-q", "-f", fmt).splitlines()
+    meta = json.loads(_kcat("-L", "-b", bootstrap, "-t", topic, "-J"))
+    ids = [b["id"] for b in meta["brokers"]]
+    (listed,) = meta["topics"]
+    return {
+        "records": sorted(lines),
+        "last_of_partition_1": p1,
+        "metadata": {
+            "brokers": len(ids),
+            "controller_is_broker": meta["controllerid"] in ids,
+            "topic": listed["topic"] == topic,
+            "error": listed.get("error"),
+            "partitions": [(p["partition"], p["leader"] in ids, len(p["replicas"]), len(p["isrs"]))
+                           for p in listed["partitions"]],
+        },
+    }
+
+
+def _check_kcat(r: dict) -> None:
+    assert r["records"] == ["0|0|k1|3|one|app=kcat,run=1", "0|1|k2|3|two|app=kcat,run=1",
+                            "0|2|k3|5|three|app=kcat,run=1", "1|0|k4|4|four|app=kcat,empty=",
+                            "1|1|k5|-1||app=kcat,empty="]
+    assert r["last_of_partition_1"] == ["1|1|k5|-1||app=kcat,empty="]
+    assert r["metadata"] == {"brokers": 1, "controller_is_broker": True, "topic": True, "error": None,
+                             "partitions": [(0, True, 1, 1), (1, True, 1, 1)]}
+
+
+def test_kcat(kafka_ref, ours):
+    both(kafka_ref, ours, kcat, _check_kcat)
