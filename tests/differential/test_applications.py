@@ -214,3 +214,59 @@ def _check_kcat(r: dict) -> None:
 
 def test_kcat(kafka_ref, ours):
     both(kafka_ref, ours, kcat, _check_kcat)
+
+
+# ----------------------------------------------------------------------------- Node: kafkajs, @platformatic/kafka
+def _installed(directory: Path, spec: Path, install) -> Path:
+    """``directory`` with ``install(directory)`` done for the current ``spec`` file (a copy of it is kept
+    there; a changed spec installs again)."""
+    marker = directory / ("installed-" + hashlib.sha256(spec.read_bytes()).hexdigest()[:16])
+    if not marker.exists():
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        shutil.copy(spec, directory / spec.name)
+        install(directory)
+        marker.touch()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def node_modules() -> Path:
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("node and npm are needed (tools/test.sh installs them)")
+    directory = _installed(CACHE / "node-apps", APPS / "package.json", lambda d: subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True, timeout=300))
+    return directory / "node_modules"
+
+
+def _node(node_modules: Path, script: str, *args: str):
+    done = subprocess.run(["node", str(APPS / script), *args], capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "NODE_PATH": str(node_modules)})
+    assert done.returncode == 0, f"{script}: exit {done.returncode}\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def node_transactions(node_modules: Path):
+    def node_transactions(bootstrap: str) -> dict:
+        """kafkajs commits a transaction of 5, aborts one of 3, commits one of 2; kafkajs consumers in both
+        isolation levels and a KIP-848 @platformatic/kafka consumer in read_committed read them."""
+        topic = create_topic(bootstrap, 1, "kafkajs")
+        out = _node(node_modules, "kafkajs_txn.js", bootstrap, topic, unique("kafkajs-txn"), unique("kafkajs"))
+        out["platformatic"] = _node(node_modules, "platformatic_consumer.js", bootstrap, topic, unique("plat"))
+        return out
+    return node_transactions
+
+
+def _check_node(r: dict) -> None:
+    committed_offsets = [0, 1, 2, 3, 4, 10, 11]  # 5 = commit marker, 6-8 aborted, 9 = abort marker
+    assert r["high_watermark"] == [13]
+    assert [m["offset"] for m in r["committed"]] == committed_offsets
+    assert [m["value"] for m in r["committed"]] == ["c-0", "c-1", "c-2", "c-3", "c-4", "c-8", "last"]
+    assert {m["txn"] for m in r["committed"]} == {"true"}
+    assert [m["offset"] for m in r["uncommitted"]] == [0, 1, 2, 3, 4, 6, 7, 8, 10, 11]
+    assert [m["value"] for m in r["uncommitted"]].count("aborted-5") == 1
+    assert r["platformatic"] == r["committed"]
+
+
+def test_node_transactions(kafka_ref, ours, node_modules):
+    both(kafka_ref, ours, node_transactions(node_modules), _check_node)
