@@ -371,3 +371,32 @@ def _check_quix(r: dict) -> None:
 
 def test_quixstreams_exactly_once(kafka_ref, ours, apps_python):
     both(kafka_ref, ours, quixstreams_exactly_once(apps_python), _check_quix)
+
+
+FAUST_KEYS, FAUST_FIRST, FAUST_SECOND = ("a", "b", "c", "d"), 20, 10
+
+
+def faust_table(python: Path):
+    def faust_table(bootstrap: str) -> dict:
+        """A faust table counting keys; the worker stopped (SIGTERM), more input, a new worker with an empty
+        data directory recovers the table from its changelog and counts on."""
+        source, app_id = create_topic(bootstrap, 2, "faust-in"), unique("faust")
+        out, produced, i = {}, 0, iter(range(1000))
+        with tempfile.TemporaryDirectory() as tmp:
+            for run, per_key in enumerate((FAUST_FIRST, FAUST_SECOND)):
+                _produce_json(bootstrap, source, [(k, n % 2, next(i)) for _ in range(per_key)
+                                                  for n, k in enumerate(FAUST_KEYS)])
+                produced += per_key * len(FAUST_KEYS)
+                data = Path(tmp) / f"data-{run}"  # a new, empty data directory for each run
+                _run_app(python, "faust_table.py", bootstrap, source, app_id, str(data), str(produced))
+                out[f"run{run}"] = json.loads((data / "counts.json").read_text())
+        return out
+    return faust_table
+
+
+def _check_faust(r: dict) -> None:
+    assert r == {"run0": dict.fromkeys(FAUST_KEYS, FAUST_FIRST), "run1": dict.fromkeys(FAUST_KEYS, FAUST_FIRST + FAUST_SECOND)}
+
+
+def test_faust_table(kafka_ref, ours, apps_python):
+    both(kafka_ref, ours, faust_table(apps_python), _check_faust)
