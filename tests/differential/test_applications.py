@@ -28,11 +28,21 @@ from pathlib import Path
 
 import pytest
 
+from broker.testing import BrokerProcess
 from tests.differential.harness import assert_as_expected, differences
 from tests.support import create_topic, unique
 
 APPS = Path(__file__).parent / "apps"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sharebroker"
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    """A sharebroker of our defaults with the reference Kafka's initial rebalance delay (0: the launcher
+    sets it there), so each application's group forms as fast on both."""
+    with BrokerProcess(tmp_path_factory.mktemp("differential-apps"),
+                       config={"group.initial.rebalance.delay.ms": "0"}) as b:
+        yield b
+
 
 # (scenario, path) -> reason. Empty: every application gives the same results on both brokers.
 EXPECTED: dict[tuple[str, str], str] = {}
@@ -378,8 +388,11 @@ FAUST_KEYS, FAUST_FIRST, FAUST_SECOND = ("a", "b", "c", "d"), 20, 10
 
 def faust_table(python: Path):
     def faust_table(bootstrap: str) -> dict:
-        """A faust table counting keys; the worker stopped (SIGTERM), more input, a new worker with an empty
-        data directory recovers the table from its changelog and counts on."""
+        """A faust table counting keys with processing_guarantee exactly_once; the worker stopped (SIGTERM),
+        more input, a new worker with an empty data directory recovers the table from its changelog and
+        counts on. (With faust's default at_least_once the counts after the restart are off by one or more
+        in about half the runs on Kafka 4.4 as on ours: a changelog write lost at shutdown, records
+        processed again after a rebalance; see the README.)"""
         source, app_id = create_topic(bootstrap, 2, "faust-in"), unique("faust")
         out, produced, i = {}, 0, iter(range(1000))
         with tempfile.TemporaryDirectory() as tmp:
@@ -390,12 +403,15 @@ def faust_table(python: Path):
                 data = Path(tmp) / f"data-{run}"  # a new, empty data directory for each run
                 _run_app(python, "faust_table.py", bootstrap, source, app_id, str(data), str(produced))
                 out[f"run{run}"] = json.loads((data / "counts.json").read_text())
+        out["committed"] = _committed(bootstrap, app_id, source, 2)
         return out
     return faust_table
 
 
 def _check_faust(r: dict) -> None:
-    assert r == {"run0": dict.fromkeys(FAUST_KEYS, FAUST_FIRST), "run1": dict.fromkeys(FAUST_KEYS, FAUST_FIRST + FAUST_SECOND)}
+    total = FAUST_FIRST + FAUST_SECOND
+    assert r == {"run0": dict.fromkeys(FAUST_KEYS, FAUST_FIRST), "run1": dict.fromkeys(FAUST_KEYS, total),
+                 "committed": [2 * total, 2 * total]}  # a and c on partition 0, b and d on 1
 
 
 def test_faust_table(kafka_ref, ours, apps_python):
