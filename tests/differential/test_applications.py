@@ -16,6 +16,7 @@ apps/requirements.txt in ``~/.cache/sharebroker/apps-venv``. Both are installed 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import json
 import os
@@ -31,6 +32,9 @@ import pytest
 from broker.testing import BrokerProcess
 from tests.differential.harness import assert_as_expected, differences
 from tests.support import create_topic, unique
+
+# one worker runs the module: one sharebroker for it, the installs done once
+pytestmark = pytest.mark.xdist_group("differential-applications")
 
 APPS = Path(__file__).parent / "apps"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sharebroker"
@@ -231,14 +235,17 @@ def test_kcat(kafka_ref, ours):
 # ----------------------------------------------------------------------------- Node: kafkajs, @platformatic/kafka
 def _installed(directory: Path, spec: Path, install) -> Path:
     """``directory`` with ``install(directory)`` done for the current ``spec`` file (a copy of it is kept
-    there; a changed spec installs again)."""
+    there; a changed spec installs again). A lock file beside it orders concurrent test runs."""
     marker = directory / ("installed-" + hashlib.sha256(spec.read_bytes()).hexdigest()[:16])
-    if not marker.exists():
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-        shutil.copy(spec, directory / spec.name)
-        install(directory)
-        marker.touch()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(directory.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            shutil.copy(spec, directory / spec.name)
+            install(directory)
+            marker.touch()
     return directory
 
 
