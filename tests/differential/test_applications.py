@@ -4,9 +4,10 @@
 Each scenario runs an application the way a user would (aiokafka's transactional consume-transform-
 produce, kcat, kafkajs and @platformatic/kafka on Node, a quixstreams exactly-once app restarted from its
 changelog, a faust-streaming table) and returns what it observed: exact counts, the records read, the
-errors raised. The test asserts the exact outcome on each broker (so a wrong count fails even when both
-agree) and then compares the two: every remaining difference must be listed in ``EXPECTED`` with its
-reason (none today), and a listed one that went away fails too.
+errors raised. Each scenario's test is parametrised over the two brokers and asserts the exact outcome
+(so a wrong count fails even when both agree); ``test_same_results_as_kafka`` (after them, same worker)
+then compares the two: every remaining difference must be listed in ``EXPECTED`` with its reason (none
+today), and a listed one that went away fails too.
 
 The Node programs (apps/*.js) use kafkajs and @platformatic/kafka installed with npm from apps/package.json
 into ``~/.cache/sharebroker/node-apps`` (outside the work tree); quixstreams and faust-streaming pin a
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.xdist_group("differential-applications")
 APPS = Path(__file__).parent / "apps"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sharebroker"
 
+
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory):
     """A sharebroker of our defaults with the reference Kafka's initial rebalance delay (0: the launcher
@@ -52,18 +54,20 @@ def ours(tmp_path_factory):
 EXPECTED: dict[tuple[str, str], str] = {}
 
 
-def both(kafka_ref, ours, scenario, check) -> dict:
-    """``scenario(bootstrap)`` on Kafka then on ours; ``check(result)`` asserts each side's exact outcome;
-    then the two are compared against ``EXPECTED``."""
-    results = {}
-    for label, bootstrap in (("kafka", kafka_ref.bootstrap), ("ours", ours.bootstrap)):
-        results[label] = scenario(bootstrap)
-        try:
-            check(results[label])
-        except AssertionError as e:
-            raise AssertionError(f"{label}: {e}\nresult: {results[label]}") from None
-    assert_as_expected(scenario.__name__, differences(results["ours"], results["kafka"]), EXPECTED)
-    return results
+BROKERS = ("kafka", "ours")
+SCENARIOS = ("aiokafka_transactions", "kcat", "node_transactions", "quixstreams_exactly_once", "faust_table")
+RESULTS: dict[str, dict[str, dict]] = {}  # scenario -> broker -> what the application observed
+
+
+def run(request, broker: str, scenario, check) -> None:
+    """``scenario(bootstrap)`` on ``broker`` (the fixture ``kafka_ref`` or ``ours``, so ``-k ours`` needs no
+    Java); its result kept for ``test_same_results_as_kafka``, then ``check(result)`` asserts the exact outcome."""
+    bootstrap = request.getfixturevalue("kafka_ref" if broker == "kafka" else "ours").bootstrap
+    result = RESULTS.setdefault(scenario.__name__, {})[broker] = scenario(bootstrap)
+    try:
+        check(result)
+    except AssertionError as e:
+        raise AssertionError(f"{broker}: {e}\nresult: {result}") from None
 
 
 # ----------------------------------------------------------------------------- aiokafka transactions
@@ -181,8 +185,9 @@ def _check_aiokafka(r: dict) -> None:
     assert r["zombie_errors"] == ["ProducerFenced"]
 
 
-def test_aiokafka_transactions(kafka_ref, ours):
-    both(kafka_ref, ours, aiokafka_transactions, _check_aiokafka)
+@pytest.mark.parametrize("broker", BROKERS)
+def test_aiokafka_transactions(request, broker):
+    run(request, broker, aiokafka_transactions, _check_aiokafka)
 
 
 # ----------------------------------------------------------------------------- kcat
@@ -228,8 +233,9 @@ def _check_kcat(r: dict) -> None:
                              "partitions": [(0, True, 1, 1), (1, True, 1, 1)]}
 
 
-def test_kcat(kafka_ref, ours):
-    both(kafka_ref, ours, kcat, _check_kcat)
+@pytest.mark.parametrize("broker", BROKERS)
+def test_kcat(request, broker):
+    run(request, broker, kcat, _check_kcat)
 
 
 # ----------------------------------------------------------------------------- Node: kafkajs, @platformatic/kafka
@@ -293,8 +299,9 @@ def _check_node(r: dict) -> None:
     assert r.get("platformatic", r["committed"]) == r["committed"]
 
 
-def test_node_transactions(kafka_ref, ours, node_modules):
-    both(kafka_ref, ours, node_transactions(node_modules), _check_node)
+@pytest.mark.parametrize("broker", BROKERS)
+def test_node_transactions(request, broker, node_modules):
+    run(request, broker, node_transactions(node_modules), _check_node)
 
 
 # ----------------------------------------------------------------------------- Python applications (own venv)
@@ -386,8 +393,9 @@ def _check_quix(r: dict) -> None:
     assert r["committed"] == [2 * total, total]  # k0 and k2 on partition 0, k1 on partition 1
 
 
-def test_quixstreams_exactly_once(kafka_ref, ours, apps_python):
-    both(kafka_ref, ours, quixstreams_exactly_once(apps_python), _check_quix)
+@pytest.mark.parametrize("broker", BROKERS)
+def test_quixstreams_exactly_once(request, broker, apps_python):
+    run(request, broker, quixstreams_exactly_once(apps_python), _check_quix)
 
 
 FAUST_KEYS, FAUST_FIRST, FAUST_SECOND = ("a", "b", "c", "d"), 20, 10
@@ -421,5 +429,15 @@ def _check_faust(r: dict) -> None:
                  "committed": [2 * total, 2 * total]}  # a and c on partition 0, b and d on 1
 
 
-def test_faust_table(kafka_ref, ours, apps_python):
-    both(kafka_ref, ours, faust_table(apps_python), _check_faust)
+@pytest.mark.parametrize("broker", BROKERS)
+def test_faust_table(request, broker, apps_python):
+    run(request, broker, faust_table(apps_python), _check_faust)
+
+
+# ----------------------------------------------------------------------------- the two compared
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_same_results_as_kafka(scenario):
+    got = RESULTS.get(scenario, {})
+    if set(got) != set(BROKERS):
+        pytest.skip(f"{scenario} did not run on both brokers in this session (run the whole module)")
+    assert_as_expected(scenario, differences(got["ours"], got["kafka"]), EXPECTED)
