@@ -85,6 +85,13 @@ need_kcat() {
     have kcat || apt_install kcat
 }
 
+# The Node applications of the differential suite (tests/differential/test_applications.py: kafkajs and
+# @platformatic/kafka, installed by the test with npm from tests/differential/apps/package.json into
+# ~/.cache/sharebroker/node-apps).
+need_node() {
+    { have node && have npm; } || apt_install nodejs npm
+}
+
 # The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, ...).
 need_python_packages() {
     if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
@@ -94,7 +101,7 @@ need_python_packages() {
     "$PYTHON" -m pip install -q -e '.[test]'
 }
 
-REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_python_packages)
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_python_packages)
 
 install_only=
 if [ "${1-}" = --install-only ]; then

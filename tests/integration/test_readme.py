@@ -99,6 +99,8 @@ if [ "$1" = install ]; then
             chromium) cmds="chromium" ;;
             chromium-driver) cmds="chromedriver" ;;
             kcat) cmds="kcat" ;;
+            nodejs) cmds="node" ;;
+            npm) cmds="npm" ;;
             *) cmds="" ;;
         esac
         for c in $cmds; do printf '#!/bin/bash\\necho "%s $*" >> "$STUB_LOG"\\n' "$c" > "$STUB_BIN/$c"; /bin/chmod +x "$STUB_BIN/$c"; done
@@ -150,7 +152,7 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jdk-headless", f"{install} maven",
                        f"{install} chromium chromium-driver",
                        "sudo install -m 0755 .../x/usr/bin/promtool /usr/local/bin/promtool",
-                       f"{install} kcat"]
+                       f"{install} kcat", f"{install} nodejs npm"]
     assert "apt-get download -qq prometheus" in calls(env)
     python = [c for c in calls(env) if c.startswith("python")]
     assert python == ["python -m pip --version", "python -m pip install -q -e .[test]", "python --version",
