@@ -29,6 +29,7 @@ from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRe
 from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DeleteReq
 from protocol.messages.describe_configs import DescribeConfigsRequest
+from protocol.messages.describe_groups import DescribeGroupsRequest
 from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as DescReq
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
@@ -38,7 +39,8 @@ from tests.support import until
 from tests.wire import WireClient
 
 # Both brokers accept acquisition locks down to 1 s (the launcher sets the same minimum on Kafka).
-OURS_CONFIG = {"group.share.min.record.lock.duration.ms": "1000"}
+# (and the classic groups' initial rebalance delay of 0, which the launcher sets on Kafka too)
+OURS_CONFIG = {"group.share.min.record.lock.duration.ms": "1000", "group.initial.rebalance.delay.ms": "0"}
 LOCK_MS = 2000
 # Our group configs that turn our improvements to Kafka's behaviour (Kafka refuses them: unknown keys)
 OURS_GROUP_EXTRA = {"share.fair.acquisition.enable": "false"}
@@ -260,6 +262,90 @@ def consumer_group(s: Side) -> dict:
     return out
 
 
+def _describe_groups(s: Side, group: str) -> dict:
+    """DescribeGroups v5 of ``group``: members sorted by instance id, client host normalised."""
+    g = plain(s.wire.request(DescribeGroupsRequest(groups=[group], include_authorized_operations=False), 5).groups[0])
+    for m in g.get("members") or []:
+        m["client_host"] = "<client-host>"  # Kafka's '/127.0.0.1', ours the same without the slash
+    g["members"] = sorted(g.get("members") or [], key=lambda m: (m["group_instance_id"] or "", m["client_id"]))
+    return g
+
+
+class _ClassicMember:
+    """A librdkafka consumer in a classic group (range assignor) that records its rebalance callbacks
+    and the errors it is told."""
+
+    def __init__(self, s: Side, topic: str, group: str, label: str, instance: str | None):
+        self.label, self.events, self.errors = label, [], []
+        conf = {"bootstrap.servers": s.bootstrap, "group.id": group, "group.protocol": "classic",
+                "client.id": label, "session.timeout.ms": 10000, "heartbeat.interval.ms": 300,
+                "partition.assignment.strategy": "range", "enable.auto.commit": False,
+                "error_cb": lambda e: self.errors.append((e.name(), e.fatal(), e.str()))}
+        if instance:
+            conf["group.instance.id"] = instance
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe([topic], on_assign=lambda c, ps: self._event("assign", ps),
+                                on_revoke=lambda c, ps: self._event("revoke", ps))
+        self.assigned: list = []
+
+    def _event(self, kind: str, partitions) -> None:
+        parts = sorted(p.partition for p in partitions)
+        self.events.append((kind, parts))
+        self.assigned = parts if kind == "assign" else []
+
+    def poll(self) -> None:
+        m = self.consumer.poll(0.05)
+        if m is not None and m.error():
+            self.errors.append((m.error().name(), m.error().fatal(), m.error().str()))
+
+
+def _poll_members(members, done, timeout: float = 30.0) -> None:
+    """Poll each of ``members`` in turn until ``done()`` or the deadline (the comparison then shows it)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        for m in members:
+            m.poll()
+
+
+def classic_group(s: Side) -> dict:
+    """A classic group (librdkafka, ``group.protocol=classic``, range assignor, static members) on a
+    two-partition topic: ``a`` (instance ``ia``) joins alone; ``b`` (instance ``ib``) joins, an eager
+    rebalance; ``a`` closes (a static member sends no LeaveGroup) and ``a2`` with ``ia`` comes back
+    within the session timeout: it is given ``a``'s partitions and ``b`` sees no rebalance; ``a3``
+    with ``ia`` joins while ``a2`` is a member: ``a2`` is fenced (FENCED_INSTANCE_ID, fatal for
+    librdkafka). The callbacks each member saw and DescribeGroups after each step."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic, 2)
+    out: dict = {}
+    a = _ClassicMember(s, topic, group, "a", "ia")
+    b = a2 = a3 = None
+    try:
+        _poll_members([a], lambda: a.assigned == [0, 1])
+        out["describe_one"] = _settle(lambda: _describe_groups(s, group), lambda g: g["group_state"] == "Stable")
+        b = _ClassicMember(s, topic, group, "b", "ib")
+        _poll_members([a, b], lambda: sorted(a.assigned + b.assigned) == [0, 1] and b.assigned)
+        out["describe_two"] = _settle(lambda: _describe_groups(s, group),
+                                      lambda g: g["group_state"] == "Stable" and len(g["members"]) == 2)
+        a.consumer.close()
+        out["a_events"], out["a_errors"] = a.events, a.errors
+        out["describe_a_closed"] = _describe_groups(s, group)  # ``a`` is still a member until its session ends
+        a2 = _ClassicMember(s, topic, group, "a2", "ia")
+        _poll_members([a2, b], lambda: bool(a2.assigned))
+        out["a2_assigned"] = a2.assigned
+        out["describe_a2"] = _settle(lambda: _describe_groups(s, group), lambda g: g["group_state"] == "Stable")
+        a3 = _ClassicMember(s, topic, group, "a3", "ia")
+        _poll_members([a2, a3, b], lambda: bool(a2.errors) and bool(a3.assigned))
+        out["a2_events"], out["a2_errors"] = a2.events, a2.errors
+        out["a3_events"], out["a3_errors"] = a3.events, a3.errors
+        out["b_events"], out["b_errors"] = b.events, b.errors
+        out["describe_a3"] = _settle(lambda: _describe_groups(s, group), lambda g: g["group_state"] == "Stable")
+    finally:
+        for m in (a2, a3, b):
+            if m is not None:
+                m.consumer.close()
+    return out
+
+
 def transactions(s: Side) -> dict:
     """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
     read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
@@ -369,6 +455,7 @@ SCENARIOS = {
     "transactions": (transactions, ("topic", "group", "txn")),
     "describe_configs": (describe_configs, ("group",)),
     "java_share_consumer": (java_share_consumer, ("topic", "group")),
+    "classic_group": (classic_group, ("topic", "group")),
 }
 
 
