@@ -21,7 +21,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, AcknowledgeType, Consumer, KafkaError, Producer, ShareConsumer,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from broker.testing import BrokerProcess
@@ -75,8 +76,8 @@ class Side:
         if self._wire is not None:
             self._wire.close()
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
-        self.admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        self.admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(30)
 
         def led():
             md = self.wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
@@ -346,6 +347,61 @@ def classic_group(s: Side) -> dict:
     return out
 
 
+def _read_all(s: Side, topic: str) -> list:
+    """Every record of ``topic``-0 from the beginning to its end: (offset, key, value or None)."""
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.names["group"], "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                break
+            got.append((m.offset(), m.key().decode(), None if m.value() is None else m.value().decode()))
+        return got
+    finally:
+        c.close()
+
+
+def compacted_topic(s: Side) -> dict:
+    """A ``cleanup.policy=compact`` topic (``segment.ms`` 500, ``min.cleanable.dirty.ratio`` 0.01,
+    ``delete.retention.ms`` at its default of a day) gets one batch: ``k0``-``k9``, then new values for
+    ``k0``-``k4`` and tombstones for ``k5``-``k7``. A ``tick`` record is produced until a read from the
+    beginning shows the batch cleaned (each tick after 500 ms rolls the segment, so the batch's segment
+    becomes cleanable; the cleaner looks every ``log.cleaner.backoff.ms``, 15 s on both). What a
+    consumer then reads (offset, key, value; ticks left out: how many the cleaner kept depends on
+    timing), and the watermarks."""
+    topic = s.names["topic"]
+    s.create_topic(topic, config={"cleanup.policy": "compact", "segment.ms": "500",
+                                  "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"})
+    p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 200})
+    for i in range(10):
+        p.produce(topic, key=b"k%d" % i, value=b"a%d" % i, partition=0)
+    for i in range(5):
+        p.produce(topic, key=b"k%d" % i, value=b"b%d" % i, partition=0)
+    for i in range(5, 8):
+        p.produce(topic, key=b"k%d" % i, value=None, partition=0)
+    assert p.flush(30) == 0
+    out: dict = {"before_cleaning": _read_all(s, topic)}
+
+    def tick_and_read() -> list:
+        p.produce(topic, key=b"tick", value=b"t", partition=0)
+        assert p.flush(30) == 0
+        return [r for r in _read_all(s, topic) if r[1] != "tick"]
+    out["after_cleaning"] = _settle(tick_and_read, lambda rs: len(rs) < 18, timeout=60)
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.names["group"]})
+    try:
+        out["low_watermark"] = c.get_watermark_offsets(TopicPartition(topic, 0), 10)[0]
+    finally:
+        c.close()
+    return out
+
+
 def transactions(s: Side) -> dict:
     """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
     read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
@@ -456,6 +512,7 @@ SCENARIOS = {
     "describe_configs": (describe_configs, ("group",)),
     "java_share_consumer": (java_share_consumer, ("topic", "group")),
     "classic_group": (classic_group, ("topic", "group")),
+    "compacted_topic": (compacted_topic, ("topic", "group")),
 }
 
 
