@@ -21,14 +21,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import (OFFSET_BEGINNING, AcknowledgeType, Consumer, KafkaError, Producer, ShareConsumer,
-                             TopicPartition)
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka import (OFFSET_BEGINNING, AcknowledgeType, Consumer, KafkaError, KafkaException, Producer,
+                             ShareConsumer, TopicPartition)
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                  AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourcePatternType,
+                                  ResourceType)
 
 from broker.testing import BrokerProcess
+from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as QuotaAlter
 from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AlterReq
 from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from protocol.messages.create_acls import CreateAclsRequest
+from protocol.messages.delete_acls import DeleteAclsRequest
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DeleteReq
+from protocol.messages.describe_acls import DescribeAclsRequest
+from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest as QuotaDescribe
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_groups import DescribeGroupsRequest
 from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as DescReq
@@ -402,6 +409,95 @@ def compacted_topic(s: Side) -> dict:
     return out
 
 
+def _alter_quotas(s: Side, client: str, ops: dict, validate_only: bool = False) -> dict:
+    """AlterClientQuotas v1 for the client id ``client``: {key: value, or None to remove it}."""
+    req = QuotaAlter(validate_only=validate_only, entries=[QuotaAlter.EntryData(
+        entity=[QuotaAlter.EntityData(entity_type="client-id", entity_name=client)],
+        ops=[QuotaAlter.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops.items()])])
+    return plain(s.wire.request(req, 1))
+
+
+def _describe_quotas(s: Side, client: str) -> dict:
+    """DescribeClientQuotas v1 of exactly the client id ``client`` (match type EXACT)."""
+    req = QuotaDescribe(components=[QuotaDescribe.ComponentData(entity_type="client-id", match_type=0, match=client)])
+    d = plain(s.wire.request(req, 1))
+    for entry in d["entries"] or []:
+        entry["values"].sort(key=lambda v: v["key"])
+    return d
+
+
+def _magnitude(ms: int) -> str:
+    """A throttle time as what the comparison keeps: zero, or its order of magnitude."""
+    return "0" if ms <= 0 else f"~1e{len(str(int(ms))) - 1} ms"
+
+
+def client_quotas(s: Side) -> dict:
+    """AlterClientQuotas / DescribeClientQuotas for a client id (validate-only, set, an unknown key, a
+    negative rate, remove); a librdkafka producer of that client id sends 50 KB while its
+    ``producer_byte_rate`` is 1024: the throttle time its ProduceResponse carries (librdkafka's
+    ``throttle_cb``), compared as present and its order of magnitude (Kafka's formula
+    ``(rate - quota) / quota x window``, the window 10-11 s for a new client: some tens of seconds)."""
+    client = s.names["client"]
+    topic = s.names["topic"]
+    s.create_topic(topic)
+    out: dict = {"validate_only": _alter_quotas(s, client, {"producer_byte_rate": 1024.0}, validate_only=True),
+                 "described_after_validate_only": _describe_quotas(s, client),
+                 "unknown_key": _alter_quotas(s, client, {"no_such_rate": 10.0}),
+                 "negative": _alter_quotas(s, client, {"producer_byte_rate": -5.0}),
+                 "set": _alter_quotas(s, client, {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0})}
+    # Kafka's broker learns the quota from the controller's metadata log a moment after the change
+    out["described"] = _settle(lambda: _describe_quotas(s, client), lambda d: bool(d["entries"]))
+    throttles: list = []
+    p = Producer({"bootstrap.servers": s.bootstrap, "client.id": client, "linger.ms": 100,
+                  "throttle_cb": lambda ev: throttles.append(int(ev.throttle_time * 1000))})
+    try:
+        for i in range(50):
+            p.produce(topic, value=b"x" * 1000, partition=0)
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 10
+        while not [t for t in throttles if t > 0] and time.monotonic() < deadline:
+            p.poll(0.1)
+    finally:
+        # librdkafka would hold the next request back for the throttle time: nothing more is sent
+        del p
+    print(f"{s.label}: throttle times {throttles} ms")  # shown by pytest -s / on failure
+    out["throttled"] = sorted({_magnitude(t) for t in throttles if t > 0})
+    out["remove"] = _alter_quotas(s, client, {"producer_byte_rate": None, "consumer_byte_rate": None})
+    out["described_removed"] = _settle(lambda: _describe_quotas(s, client), lambda d: not d["entries"])
+    return out
+
+
+def acls_without_authorizer(s: Side) -> dict:
+    """CreateAcls, DescribeAcls and DeleteAcls v3 on a broker without an authorizer (the shared
+    reference Kafka has none): the answers (SECURITY_DISABLED), for a valid ACL, an invalid one
+    (resource type ANY) and filters; and what librdkafka's AdminClient reports."""
+    topic = s.names["topic"]
+    creation = CreateAclsRequest.AclCreation(resource_type=2, resource_name=topic, resource_pattern_type=3,
+                                             principal="User:alice", host="*", operation=3, permission_type=3)
+    invalid = CreateAclsRequest.AclCreation(resource_type=1, resource_name=topic, resource_pattern_type=3,
+                                            principal="User:alice", host="*", operation=3, permission_type=3)
+    acl_filter = {"resource_type_filter": 2, "resource_name_filter": topic, "pattern_type_filter": 1,
+                  "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+    out = {"create": plain(s.wire.request(CreateAclsRequest(creations=[creation, invalid]), 3)),
+           "describe": plain(s.wire.request(DescribeAclsRequest(**acl_filter), 3)),
+           "delete": plain(s.wire.request(DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+               **acl_filter)]), 3))}
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    try:
+        s.admin.create_acls([binding])[binding].result(30)
+        out["admin_create"] = "ok"
+    except KafkaException as e:
+        out["admin_create"] = e.args[0].name()
+    try:
+        out["admin_describe"] = len(s.admin.describe_acls(AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+            AclPermissionType.ANY)).result(30))
+    except KafkaException as e:
+        out["admin_describe"] = e.args[0].name()
+    return out
+
+
 def transactions(s: Side) -> dict:
     """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
     read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
@@ -513,6 +609,8 @@ SCENARIOS = {
     "java_share_consumer": (java_share_consumer, ("topic", "group")),
     "classic_group": (classic_group, ("topic", "group")),
     "compacted_topic": (compacted_topic, ("topic", "group")),
+    "client_quotas": (client_quotas, ("topic", "client")),
+    "acls_without_authorizer": (acls_without_authorizer, ("topic",)),
 }
 
 
