@@ -34,12 +34,15 @@ from protocol.messages.consumer_group_describe import ConsumerGroupDescribeReque
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.delete_acls import DeleteAclsRequest
 from protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DeleteReq
+from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.describe_acls import DescribeAclsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest as QuotaDescribe
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_groups import DescribeGroupsRequest
 from protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as DescReq
 from protocol.messages.metadata import MetadataRequest
+from protocol.messages.offset_commit import OffsetCommitRequest
+from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
@@ -498,6 +501,68 @@ def acls_without_authorizer(s: Side) -> dict:
     return out
 
 
+def _offset_fetch(s: Side, group: str) -> dict:
+    """OffsetFetch v9 of every committed offset of ``group`` (a null topic list)."""
+    g = OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group)
+    g.topics = None  # the constructor turns None into []: no topic
+    return plain(s.wire.request(OffsetFetchRequest(groups=[g]), 9))
+
+
+def _offset_delete(s: Side, group: str, topic: str, partitions: list[int]) -> dict:
+    return plain(s.wire.request(OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
+        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
+                                for p in partitions])]), 0))
+
+
+def offset_expiration(s: Side) -> dict:
+    """KIP-211, as far as the shared reference allows: its ``offsets.retention.minutes`` (7 days) and
+    ``offsets.retention.check.interval.ms`` (10 min) are static in Kafka 4.4 and the reference is not
+    restarted for one test, so expiry itself is not watched here (tests/integration covers ours).
+    Compared: DescribeConfigs of both settings; a classic group commits offsets for two partitions,
+    OffsetDelete while its member is subscribed (GROUP_SUBSCRIBED_TO_TOPIC); the member leaves, the
+    group is Empty and keeps its offsets (the retention counts from then); OffsetDelete of one
+    partition; a standalone OffsetCommit v2 asking for a 1 ms retention (kept until the next expiry
+    check); DeleteGroups; OffsetFetch after each step."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic, 2)
+    node = s.wire.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 12).brokers[0].node_id
+    keys = ["offsets.retention.minutes", "offsets.retention.check.interval.ms"]
+    res = s.wire.request(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=4, resource_name=str(node), configuration_keys=keys)], include_synonyms=True), 4).results[0]
+    out: dict = {"configs": {c.name: plain(c) for c in res.configs}}
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": group, "group.protocol": "classic",
+                  "enable.auto.commit": False, "heartbeat.interval.ms": 300})
+    try:
+        assigned: list = []
+        c.subscribe([topic], on_assign=lambda _c, ps: assigned.extend(ps))
+        deadline = time.monotonic() + 30
+        while not assigned and time.monotonic() < deadline:
+            c.poll(0.1)
+        c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)], asynchronous=False)
+        out["fetch_member"] = _offset_fetch(s, group)
+        out["delete_subscribed"] = _offset_delete(s, group, topic, [0])
+    finally:
+        c.close()
+    out["describe_empty"] = _settle(lambda: _describe_groups(s, group), lambda g: g["group_state"] == "Empty")
+    out["fetch_empty"] = _offset_fetch(s, group)
+    out["delete_empty"] = _offset_delete(s, group, topic, [0])
+    out["fetch_after_delete"] = _offset_fetch(s, group)
+    standalone = s.names["group"] + "-standalone"
+    commit = OffsetCommitRequest(group_id=standalone, generation_id_or_member_epoch=-1, member_id="",
+                                 retention_time_ms=1, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+                                     name=topic, partitions=[OffsetCommitRequest.OffsetCommitRequestPartition(
+                                         partition_index=1, committed_offset=3, committed_metadata="m")])])
+    out["commit_v2_retention_1ms"] = plain(s.wire.request(commit, 2))
+    out["fetch_standalone"] = _offset_fetch(s, standalone)
+    out["describe_standalone"] = _describe_groups(s, standalone)
+    deleted = plain(s.wire.request(DeleteGroupsRequest(groups_names=[group, standalone]), 2))
+    deleted["results"].sort(key=lambda r: r["group_id"])  # Kafka's come in no set order
+    out["delete_groups"] = deleted
+    out["fetch_deleted"] = _offset_fetch(s, group)
+    out["describe_deleted"] = _describe_groups(s, group)
+    return out
+
+
 def transactions(s: Side) -> dict:
     """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
     read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
@@ -537,7 +602,7 @@ def transactions(s: Side) -> dict:
 
 def describe_configs(s: Side) -> dict:
     """DescribeConfigs v4 of a share group (two configs set) and of the broker: per name its value,
-    source, read-only and sensitive flags; values naming this machine (listeners, log.dirs) are
+    source, read-only and sensitive flags and type; values naming this machine (listeners, log.dirs) are
     normalised (see ``_broker_names_kafka_only`` for the names only Kafka lists)."""
     n = s.names
     group = n["group"]
@@ -550,7 +615,7 @@ def describe_configs(s: Side) -> dict:
         res = r.results[0]
         assert res.error_code == 0, res
         return {c.name: {"value": c.value, "source": c.config_source, "read_only": c.read_only,
-                         "sensitive": c.is_sensitive} for c in res.configs}
+                         "sensitive": c.is_sensitive, "type": c.config_type} for c in res.configs}
 
     # Kafka's broker learns a group config from the controller's metadata log a moment after the change
     out = {"group": _settle(lambda: describe(32, group),
@@ -609,6 +674,7 @@ SCENARIOS = {
     "java_share_consumer": (java_share_consumer, ("topic", "group")),
     "classic_group": (classic_group, ("topic", "group")),
     "compacted_topic": (compacted_topic, ("topic", "group")),
+    "offset_expiration": (offset_expiration, ("topic", "group")),
     "client_quotas": (client_quotas, ("topic", "client")),
     "acls_without_authorizer": (acls_without_authorizer, ("topic",)),
 }
