@@ -3,10 +3,13 @@ reference Apache Kafka 4.4.0 and against sharebroker, outcomes compared.
 
 Each scenario drives librdkafka (confluent-kafka's ``ShareConsumer``, ``Consumer``, ``Producer``), or
 Kafka 4.4's own Java ``KafkaShareConsumer`` (java/ShareStory.java, compiled with ``javac`` against the
-launcher's Maven classpath into its cache), through one story and returns what a user can observe: the records each poll gave (offset, delivery
-count, value), what acknowledgements and commits answered, and after each step the answers of the
-admin APIs (DescribeShareGroupOffsets v1 with KIP-1226 lag, ShareGroupDescribe, OffsetFetch,
-ConsumerGroupDescribe, DescribeConfigs; sent with our codec, normalised by ``harness.plain``).
+launcher's Maven classpath into its cache), through one story and returns what a user can observe:
+the records each poll gave (offset, delivery count, key, value), what acknowledgements and commits
+answered, the rebalance callbacks, errors and throttle times the client saw, and after each step the
+answers of the admin APIs (DescribeShareGroupOffsets v1 with KIP-1226 lag, ShareGroupDescribe,
+OffsetFetch, ConsumerGroupDescribe, DescribeGroups, OffsetDelete, DeleteGroups, DescribeConfigs,
+Alter/DescribeClientQuotas, Create/Describe/DeleteAcls; sent with our codec, normalised by
+``harness.plain``).
 Timings are not compared. Our deliberate improvements are turned to Kafka's behaviour on our side
 (``share.fair.acquisition.enable=false``; redelivery backoff is 0 by default; the shorter heartbeat
 interval while partitions are pending changes timings only). As in test_protocol.py, every remaining
@@ -357,23 +360,28 @@ def classic_group(s: Side) -> dict:
     return out
 
 
+def _to_end(c: Consumer, timeout: float = 30.0) -> list:
+    """The messages an assigned consumer (``enable.partition.eof``) polls until the end of its partition."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+            break
+        got.append(m)
+    return got
+
+
 def _read_all(s: Side, topic: str) -> list:
     """Every record of ``topic``-0 from the beginning to its end: (offset, key, value or None)."""
     c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.names["group"], "enable.partition.eof": True,
                   "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                break
-            got.append((m.offset(), m.key().decode(), None if m.value() is None else m.value().decode()))
-        return got
+        return [(m.offset(), m.key().decode(), None if m.value() is None else m.value().decode()) for m in _to_end(c)]
     finally:
         c.close()
 
@@ -509,9 +517,9 @@ def _offset_fetch(s: Side, group: str) -> dict:
 
 
 def _offset_delete(s: Side, group: str, topic: str, partitions: list[int]) -> dict:
-    return plain(s.wire.request(OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
-        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
-                                for p in partitions])]), 0))
+    req = OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
+        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+    return plain(s.wire.request(req, 0))
 
 
 def offset_expiration(s: Side) -> dict:
@@ -584,16 +592,7 @@ def transactions(s: Side) -> dict:
                       "isolation.level": isolation, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         try:
             c.assign([TopicPartition(topic, 0, 0)])
-            got = []
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                m = c.poll(0.2)
-                if m is None:
-                    continue
-                if m.error():
-                    break  # end of partition
-                got.append((m.offset(), m.value().decode()))
-            out[isolation] = got
+            out[isolation] = [(m.offset(), m.value().decode()) for m in _to_end(c)]
             out[f"{isolation}_watermarks"] = c.get_watermark_offsets(TopicPartition(topic, 0), 10)
         finally:
             c.close()
