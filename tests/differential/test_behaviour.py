@@ -518,7 +518,8 @@ def _offset_fetch(s: Side, group: str) -> dict:
 
 def _offset_delete(s: Side, group: str, topic: str, partitions: list[int]) -> dict:
     req = OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
-        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
+                                for p in partitions])])
     return plain(s.wire.request(req, 0))
 
 
