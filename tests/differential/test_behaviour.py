@@ -28,7 +28,7 @@ from confluent_kafka import (OFFSET_BEGINNING, AcknowledgeType, Consumer, KafkaE
                              ShareConsumer, TopicPartition)
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                   AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourcePatternType,
-                                  ResourceType)
+                                  ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from broker.testing import BrokerProcess
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as QuotaAlter
@@ -49,6 +49,8 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from tests.differential.harness import assert_as_expected, differences, plain, run_on_both
+from tests.kafka_ref.launcher import KafkaRef
+from tests.reference import skip_without_kafka
 from tests.support import until
 from tests.wire import WireClient
 
@@ -74,8 +76,9 @@ def _name(prefix: str) -> str:
 class Side:
     """One broker under comparison (``label`` 'kafka' or 'ours'); ``names`` are shared by both sides."""
 
-    def __init__(self, label: str, bootstrap: str, names: dict):
+    def __init__(self, label: str, bootstrap: str, names: dict, scram: str | None = None):
         self.label, self.bootstrap, self.names = label, bootstrap, names
+        self.scram = scram  # a SASL_PLAINTEXT (SCRAM) listener's address, for acl_decisions
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self._wire: WireClient | None = None
 
@@ -572,6 +575,103 @@ def offset_expiration(s: Side) -> dict:
     return out
 
 
+# ACL decisions need an authorizer on both sides, which the shared reference has not: the
+# ``acl_brokers`` fixture starts a Kafka 4.4 and a sharebroker with StandardAuthorizer for this one
+# scenario. PLAINTEXT clients (User:ANONYMOUS) are super users; alice logs in with SCRAM-SHA-256.
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"}
+ALICE = "User:alice"
+
+
+def _alice(s: Side) -> dict:
+    return {"bootstrap.servers": s.scram, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "alice", "sasl.password": "alice-secret"}
+
+
+def _alice_produce(s: Side, topic: str) -> str:
+    """One record from alice: 'ok' at offset N, or the delivery error's name."""
+    result: list = []
+    p = Producer({**_alice(s), "message.timeout.ms": 10000, "retries": 0})
+    p.produce(topic, value=b"from alice", partition=0, on_delivery=lambda err, m: result.append(
+        err.name() if err else f"ok at {m.offset()}"))
+    p.flush(15)
+    return result[0] if result else "no answer"
+
+
+def _alice_consume(s: Side, topic: str, group: str) -> str:
+    """alice subscribes ``group`` to ``topic``: the first record's value or the first error's name."""
+    c = Consumer({**_alice(s), "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None:
+                return m.error().name() if m.error() else m.value().decode()
+        return "nothing"
+    finally:
+        c.close()
+
+
+def _alice_sees(s: Side, topic: str) -> bool:
+    return topic in AdminClient(_alice(s)).list_topics(timeout=15).topics
+
+
+def _acls(s: Side, **flt) -> dict:
+    """DescribeAcls v3 (defaults: every ACL of alice), resources and ACLs sorted."""
+    base = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": ALICE, "host_filter": None, "operation": 1, "permission_type": 1}
+    d = plain(s.wire.request(DescribeAclsRequest(**{**base, **flt}), 3))
+    d["resources"].sort(key=lambda r: (r["resource_type"], r["resource_name"], r["pattern_type"]))
+    for r in d["resources"]:
+        r["acls"].sort(key=lambda a: (a["operation"], a["permission_type"]))
+    return d
+
+
+def _acl(s: Side, rtype, name: str, op, permission=AclPermissionType.ALLOW,
+         pattern=ResourcePatternType.LITERAL) -> None:
+    b = AclBinding(rtype, name, pattern, ALICE, "*", op, permission)
+    s.admin.create_acls([b])[b].result(30)
+
+
+def acl_decisions(s: Side) -> dict:
+    """StandardAuthorizer on both brokers: alice (SCRAM) with no ACL cannot see, write or read a
+    topic; ALLOW WRITE on it (literal) lets her produce and see it; ALLOW READ on it without a group
+    ACL: GROUP_AUTHORIZATION_FAILED; ALLOW READ on the group's prefix: she reads; a DENY WRITE wins over
+    the ALLOW; DescribeAcls of her ACLs; DeleteAcls of the topic's (the matching ACLs it answers);
+    her produce refused again. Each decision is waited for (Kafka applies an ACL when the
+    controller's metadata log reaches its broker) and the answer compared."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic)
+    up = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                      b"alice-secret")
+    s.admin.alter_user_scram_credentials([up])["alice"].result(30)
+    out: dict = {"sees_without_acl": _settle(lambda: _alice_sees(s, topic), lambda v: v is False)}
+    out["produce_without_acl"] = _alice_produce(s, topic)
+    _acl(s, ResourceType.TOPIC, topic, AclOperation.WRITE)
+    out["produce_allowed"] = _settle(lambda: _alice_produce(s, topic), lambda r: r.startswith("ok"))
+    out["sees_with_write"] = _alice_sees(s, topic)
+    _acl(s, ResourceType.TOPIC, topic, AclOperation.READ)
+    out["consume_without_group_acl"] = _alice_consume(s, topic, group)
+    _acl(s, ResourceType.GROUP, group[:6], AclOperation.READ, pattern=ResourcePatternType.PREFIXED)
+    out["consume_with_group_prefix"] = _settle(lambda: _alice_consume(s, topic, group), lambda r: r == "from alice")
+    _acl(s, ResourceType.TOPIC, topic, AclOperation.WRITE, permission=AclPermissionType.DENY)
+    out["produce_denied"] = _settle(lambda: _alice_produce(s, topic), lambda r: not r.startswith("ok"))
+    out["describe"] = _acls(s)
+    out["describe_topic_filter"] = _acls(s, resource_type_filter=2, resource_name_filter=topic, pattern_type_filter=3,
+                                         principal_filter=None)
+    delete = DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=2, resource_name_filter=topic, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)])
+    deleted = plain(s.wire.request(delete, 3))
+    for f in deleted["filter_results"]:
+        f["matching_acls"].sort(key=lambda a: (a["operation"], a["permission_type"]))
+    out["delete"] = deleted
+    out["describe_after_delete"] = _acls(s)
+    out["produce_after_delete"] = _settle(lambda: _alice_produce(s, topic), lambda r: not r.startswith("ok"))
+    return out
+
+
 def transactions(s: Side) -> dict:
     """A transactional producer commits 5 records, aborts 3, commits 2; what read_committed and
     read_uncommitted consumers read (offsets include the control records' places) and the watermarks."""
@@ -724,3 +824,27 @@ def run_both(scenario: str, kafka_bootstrap: str, ours_bootstrap: str) -> tuple[
 def test_same_behaviour_as_kafka(kafka_ref, ours_behaviour, scenario):
     found, _ = run_both(scenario, kafka_ref.bootstrap, ours_behaviour.bootstrap)
     assert_as_expected(scenario, found, EXPECTED)
+
+
+@pytest.fixture(scope="module")
+def acl_brokers(tmp_path_factory):
+    """(kafka, ours) with StandardAuthorizer and a SCRAM listener each: a Kafka 4.4 of its own (the shared
+    reference has no authorizer; ~13 s and ~300 MiB while this module runs) and a sharebroker."""
+    skip_without_kafka()
+    ours_config = {**OURS_CONFIG, **AUTHORIZER, "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                   "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"}
+    with KafkaRef(settings=AUTHORIZER, scram_listener=True, heap="-Xmx384m") as kafka, \
+            BrokerProcess(tmp_path_factory.mktemp("differential-acls"), config=ours_config) as ours:
+        yield ((kafka.bootstrap, kafka.scram_bootstrap), (ours.address("PLAINTEXT"), ours.address("SASL_PLAINTEXT")))
+
+
+def run_acl_decisions(kafka: tuple[str, str], ours: tuple[str, str]) -> tuple[list[str], dict]:
+    names = {k: _name(k) for k in ("topic", "group")}
+    scram = {kafka[0]: kafka[1], ours[0]: ours[1]}
+    results = run_on_both(acl_decisions, lambda label, bs: Side(label, bs, names, scram[bs]), kafka[0], ours[0])
+    return differences(results["ours"], results["kafka"]), results
+
+
+def test_acl_decisions_as_kafka(acl_brokers):
+    found, _ = run_acl_decisions(*acl_brokers)
+    assert_as_expected("acl_decisions", found, EXPECTED)
