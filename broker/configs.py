@@ -19,6 +19,7 @@ import os
 from typing import Callable, Mapping, NamedTuple
 
 from broker.config import BrokerConfig
+from broker.config_keys import BROKER_KEYS
 from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.log.errors import LogError
 from broker.log.files import atomic_write
@@ -266,6 +267,7 @@ class BrokerConfigs:
         keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym} | set(BROKER_DEFAULTS)
         defaults = {c.synonym: _fmt(c.default) for c in TOPIC_CONFIGS.values() if c.synonym}
         defaults.update(BROKER_DEFAULTS)
+        topic_of = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}  # log.* keys: their topic key's type
         defaults.update(dict.fromkeys(_NO_BROKER_DEFAULT))  # Kafka's value is null unless set (KafkaConfig)
         for key in sorted(keys):
             syn = []
@@ -280,8 +282,10 @@ class BrokerConfigs:
             if not syn:
                 continue
             sensitive = "password" in key or "secret" in key
+            cdef = BROKER_KEYS.get(key) or topic_of.get(key)
             out.append(ConfigEntry(key, None if sensitive else syn[0][1], syn[0][2], sensitive=sensitive,
-                                   read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn))
+                                   read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn,
+                                   type_=_type_of(cdef) if cdef else 0))
         return out
 
     def overrides(self, name: str) -> dict[str, str]:
@@ -314,6 +318,9 @@ BROKER_DEFAULTS = {
     # KIP-1191 share-group dead-letter queue (Kafka's GroupCoordinatorConfig; broker/share/dlq.py)
     "errors.deadletterqueue.auto.create.topics.enable": "false",
     "errors.deadletterqueue.topic.name.prefix": "dlq.",
+    # KIP-211 offset expiration (Kafka's GroupCoordinatorConfig; coordinator/group/config.py)
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
 }
 
 _DYNAMIC_BROKER_KEYS = {c.synonym for c in TOPIC_CONFIGS.values()

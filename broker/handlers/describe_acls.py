@@ -29,8 +29,8 @@ async def describe_acls(ctx, req):
         return DescribeAclsResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=None, resources=[])
     store = ctx.components.security.acls
     if store is None:
-        return DescribeAclsResponse(error_code=Errors.SECURITY_DISABLED, error_message="No Authorizer is configured.",
-                                    resources=[])
+        return DescribeAclsResponse(error_code=Errors.SECURITY_DISABLED,  # Kafka's words (AclApis)
+                                    error_message="No Authorizer is configured on the broker", resources=[])
     f = AclFilter(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter, req.principal_filter,
                   req.host_filter, req.operation, req.permission_type)
     problem = filter_problem(f)
@@ -41,6 +41,6 @@ async def describe_acls(ctx, req):
         groups.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(
             DescribeAclsResponse.AclDescription(principal=b.principal, host=b.host, operation=b.operation,
                                                 permission_type=b.permission_type))
-    return DescribeAclsResponse(error_message=None, resources=[
+    return DescribeAclsResponse(error_message="", resources=[  # Kafka leaves the field at its default, ""
         DescribeAclsResponse.DescribeAclsResource(resource_type=rt, resource_name=name, pattern_type=pt, acls=acls)
         for (rt, name, pt), acls in groups.items()])
