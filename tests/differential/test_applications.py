@@ -3,7 +3,8 @@
 
 Each scenario runs an application the way a user would (aiokafka's transactional consume-transform-
 produce, kcat, kafkajs and @platformatic/kafka on Node, a quixstreams exactly-once app restarted from its
-changelog, a faust-streaming table) and returns what it observed: exact counts, the records read, the
+changelog, a faust-streaming table, a faststream consume-transform-publish app restarted from its committed
+offsets) and returns what it observed: exact counts, the records read, the
 errors raised. Each scenario's test is parametrised over the two brokers and asserts the exact outcome
 (so a wrong count fails even when both agree); ``test_same_results_as_kafka`` (after them, same worker)
 then compares the two: every remaining difference must be listed in ``EXPECTED`` with its reason (none
@@ -13,6 +14,7 @@ The Node programs (apps/*.js) use kafkajs and @platformatic/kafka installed with
 into ``~/.cache/sharebroker/node-apps`` (outside the work tree); quixstreams and faust-streaming pin a
 confluent-kafka older than the test extra's, so they run in their own virtualenv made from
 apps/requirements.txt in ``~/.cache/sharebroker/apps-venv``. Both are installed on first use and kept.
+faststream (on aiokafka) is in the test extra: its app runs with the test interpreter.
 """
 from __future__ import annotations
 
