@@ -3,7 +3,8 @@
 
 Each scenario runs an application the way a user would (aiokafka's transactional consume-transform-
 produce, kcat, kafkajs and @platformatic/kafka on Node, a quixstreams exactly-once app restarted from its
-changelog, a faust-streaming table) and returns what it observed: exact counts, the records read, the
+changelog, a faust-streaming table, a faststream consume-transform-publish app restarted from its committed
+offsets) and returns what it observed: exact counts, the records read, the
 errors raised. Each scenario's test is parametrised over the two brokers and asserts the exact outcome
 (so a wrong count fails even when both agree); ``test_same_results_as_kafka`` (after them, same worker)
 then compares the two: every remaining difference must be listed in ``EXPECTED`` with its reason (none
@@ -13,6 +14,7 @@ The Node programs (apps/*.js) use kafkajs and @platformatic/kafka installed with
 into ``~/.cache/sharebroker/node-apps`` (outside the work tree); quixstreams and faust-streaming pin a
 confluent-kafka older than the test extra's, so they run in their own virtualenv made from
 apps/requirements.txt in ``~/.cache/sharebroker/apps-venv``. Both are installed on first use and kept.
+faststream (on aiokafka) is in the test extra: its app runs with the test interpreter.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ EXPECTED: dict[tuple[str, str], str] = {}
 
 
 BROKERS = ("kafka", "ours")
-SCENARIOS = ("aiokafka_transactions", "kcat", "node_transactions", "quixstreams_exactly_once", "faust_table")
+SCENARIOS = ("aiokafka_transactions", "kcat", "node_transactions", "quixstreams_exactly_once", "faust_table",
+             "faststream_transform")
 RESULTS: dict[str, dict[str, dict]] = {}  # scenario -> broker -> what the application observed
 
 
@@ -432,6 +435,50 @@ def _check_faust(r: dict) -> None:
 @pytest.mark.parametrize("broker", BROKERS)
 def test_faust_table(request, broker, apps_python):
     run(request, broker, faust_table(apps_python), _check_faust)
+
+
+FS_KEYS, FS_FIRST, FS_SECOND = ("k0", "k1", "k2", "k3"), 12, 6  # k0, k2 on partition 0; k1, k3 on 1
+
+
+def faststream_transform(bootstrap: str) -> dict:
+    """A faststream app (its Kafka broker, on aiokafka) in two consumer groups, one committing by hand after
+    publishing, one with auto commit, each transforming every record into its own sink; run to the end of its
+    input and stopped, then more input and the app run again: it resumes from its committed offsets."""
+    source = create_topic(bootstrap, 2, "fs-in")
+    sink_manual, sink_auto = create_topic(bootstrap, 2, "fs-manual"), create_topic(bootstrap, 1, "fs-auto")
+    groups = unique("fs-manual"), unique("fs-auto")
+    out, i = {}, iter(range(1000))
+    for run, count in enumerate((FS_FIRST, FS_SECOND)):
+        _produce_json(bootstrap, source, [(FS_KEYS[n % 4], n % 2, n) for n in (next(i) for _ in range(count))])
+        ends = ",".join(str((FS_FIRST + (FS_SECOND if run else 0)) // 2) for _ in range(2))
+        handled = json.loads(_run_app(Path(sys.executable), "faststream_transform.py", bootstrap, source,
+                                      sink_manual, sink_auto, *groups, ends, timeout=60).splitlines()[-1])
+        # per group, per partition: the offsets handled, in the order handled
+        out[f"run{run}"] = [[[o for p, o in handled[g] if p == partition] for partition in (0, 1)] for g in groups]
+    manual = _read_committed(bootstrap, sink_manual, 2)
+    out["sink_manual"] = [[(k, v["i"], v["double"]) for p, k, v in manual if p == partition] for partition in (0, 1)]
+    auto: dict[str, list] = {}
+    for _, key, value in _read_committed(bootstrap, sink_auto, 1):
+        auto.setdefault(key, []).append((value["i"], value["double"]))
+    out["sink_auto"] = auto
+    out["committed"] = [_committed(bootstrap, g, source, 2) for g in groups]
+    return out
+
+
+def _check_faststream(r: dict) -> None:
+    half, total = FS_FIRST // 2, (FS_FIRST + FS_SECOND) // 2  # per partition
+    run0, run1 = [list(range(half))] * 2, [list(range(half, total))] * 2
+    assert r["run0"] == [run0, run0]  # both groups, each partition once, in order
+    assert r["run1"] == [run1, run1]  # resumed from the committed offsets: nothing handled twice
+    n = FS_FIRST + FS_SECOND
+    assert r["sink_manual"] == [[(FS_KEYS[i % 4], i, 2 * i) for i in range(p, n, 2)] for p in (0, 1)]
+    assert r["sink_auto"] == {k: [(i, 2 * i) for i in range(j, n, 4)] for j, k in enumerate(FS_KEYS)}
+    assert r["committed"] == [[total, total]] * 2
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_faststream_transform(request, broker):
+    run(request, broker, faststream_transform, _check_faststream)
 
 
 # ----------------------------------------------------------------------------- the two compared
