@@ -637,7 +637,11 @@ class Connection(asyncio.BufferedProtocol):
                 except OSError:  # the connection broke: the transport will notice and close
                     self._sock_fd = -1
             if sent < part.size:  # zeros for bytes a file cut under us lost keep the frame whole
-                pending.append(os.pread(part.fd, part.size - sent, part.pos + sent).ljust(part.size - sent, b"\0"))
+                try:
+                    data = os.pread(part.fd, part.size - sent, part.pos + sent)
+                except OSError:  # a failing disk (EIO) since the batch was located: the client's CRC check
+                    data = b""  # refuses these zeros, it fetches again and is told KAFKA_STORAGE_ERROR
+                pending.append(data.ljust(part.size - sent, b"\0"))
         if pending:
             t.writelines(pending)
 

@@ -121,6 +121,7 @@ class PartitionLog(LogLoading):
         self.startup_shortfall = 0
         self.storage_errors = 0  # write steps that failed (KAFKA_STORAGE_ERROR answers); a metric
         self._failing = 0  # failures since the last successful append (one log line per run of them)
+        self._read_failing = 0  # reads failed since the last one that succeeded (likewise)
         self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
         self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
         os.makedirs(dir_path, exist_ok=True)
@@ -455,8 +456,26 @@ class PartitionLog(LogLoading):
         ``os.sendfile`` with ``file_spans(refs)``, record bytes never enter Python. Damaged batches of
         sealed segments are left out (``damage.py``): the answer has a gap of offsets there.
         """
-        refs = self._read(offset, max_bytes, max_offset, min_one, lazy)
-        return self.damage.verify(refs) if refs and self.damage.checking else refs
+        try:
+            refs = self._read(offset, max_bytes, max_offset, min_one, lazy)
+            refs = self.damage.verify(refs) if refs and self.damage.checking else refs
+        except OSError as e:  # EIO from a failing disk, a file gone under us, ...: this read fails, not the broker
+            raise self._read_error(e) from None
+        if self._read_failing:
+            log.warning("%s-%d: reads work again after %d failed", self.topic, self.partition, self._read_failing)
+            self._read_failing = 0
+        return refs
+
+    def _read_error(self, exc: OSError) -> LogError:
+        """A read failed (Kafka: a KafkaStorageException, the log directory goes offline; here the
+        partition answers KAFKA_STORAGE_ERROR to this read and is read again by the next one)."""
+        self.storage_errors += 1
+        self._read_failing += 1
+        STORAGE.count("read", self.dir, exc)
+        if self._read_failing == 1:
+            log.error("%s-%d: reading the log failed: %s; answering KAFKA_STORAGE_ERROR until a read succeeds",
+                      self.topic, self.partition, exc)
+        return LogError(KAFKA_STORAGE_ERROR, f"read of {self.topic}-{self.partition} failed: {exc}")
 
     def _read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool, lazy: bool) -> list[BatchRef]:
         limit = self._read_limit(offset, max_offset)

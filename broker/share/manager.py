@@ -362,7 +362,9 @@ class SharePartitionManager:
                 try:  # MaxBytes is soft for the first batch of the response only (Kafka)
                     batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
                                         max_offset=upper, min_one=total == 0 or step < bytes_left)
-                except LogError:
+                except LogError as e:  # a read that failed (KAFKA_STORAGE_ERROR) fails the partition's fetch
+                    if e.code == Errors.KAFKA_STORAGE_ERROR and not part.acquired:  # unless it already acquired
+                        part.error = e.code  # some records (as Kafka's handleFetchException, without a halt)
                     break
                 if not batches or (total and len(batches[0].data) > bytes_left):
                     break

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import struct
 import subprocess
 import uuid
 
@@ -15,6 +17,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from broker.log.segment import CLEANED_SUFFIX
 from broker.testing import BrokerProcess
+from protocol.errors import Errors
 from tests.support import until
 
 
@@ -202,5 +205,41 @@ def test_sigterm_on_a_read_only_disk_closes_what_it_can_and_says_why(tmp_path):
             finally:
                 c.close()
             assert seen == acked
+        finally:
+            broker.stop()
+
+
+def test_reads_failing_with_eio_answer_kafka_storage_error(tmp_path):
+    """The data directory's disk fails under a running broker (ext4 shut down: every read and write
+    is EIO): a ShareFetch that acquires from the log and a Fetch are answered KAFKA_STORAGE_ERROR for
+    the partition, on a connection that stays open, with no traceback. Before, the share fetch's log
+    read raised the OSError out of the handler: the connection was closed after an internal error."""
+    from protocol.messages.fetch import FetchRequest
+    from tests.integration.storage_torture import EXT4_IOC_SHUTDOWN
+    from tests.integration.test_share_protocol import Setup, part
+
+    with ext4_on_loop(tmp_path / "disk") as disk:
+        broker = BrokerProcess(disk.path / "data", config={"group.share.min.record.lock.duration.ms": "1000"})
+        broker.start()
+        try:
+            s = Setup(broker.bootstrap, records=20)
+            try:
+                first = s.fetch("init", 0, max_records=5, batch_size=5, mode=1)  # record_limit: 5 of 20
+                assert part(first).error_code == 0 and len(part(first).acquired_records) == 1
+                fd = os.open(disk.path, os.O_RDONLY)
+                try:
+                    fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", 0))  # EIO from now on
+                finally:
+                    os.close(fd)
+                r = s.fetch("init", 1, max_records=5, batch_size=5, mode=1)
+                assert part(r).error_code == Errors.KAFKA_STORAGE_ERROR and not part(r).acquired_records, r
+                f = s.conn("init").request(FetchRequest(
+                    max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, topics=[
+                        FetchRequest.FetchTopic(topic_id=s.topic_id, partitions=[FetchRequest.FetchPartition(
+                            partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 17)
+                assert f.responses[0].partitions[0].error_code == Errors.KAFKA_STORAGE_ERROR, f
+                assert any("reading the log failed" in line for line in broker.log_lines)
+            finally:
+                s.close()
         finally:
             broker.stop()
