@@ -52,6 +52,7 @@ except ImportError:  # run as a script
 
 sys.path.insert(0, str(peers.REPO_ROOT))
 
+from protocol.messages.find_coordinator import FindCoordinatorRequest  # noqa: E402
 from protocol.messages.offset_commit import OffsetCommitRequest  # noqa: E402
 from protocol.messages.metadata import MetadataRequest  # noqa: E402
 from protocol.messages.offset_fetch import OffsetFetchRequest  # noqa: E402
@@ -140,6 +141,13 @@ def write_commits(bootstrap: str, partitions: int, rounds: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(60)
     w = WireClient(bootstrap, client_id="bench")
+    deadline = time.monotonic() + 120
+    while True:  # Kafka creates __consumer_offsets on the first FindCoordinator: NOT_COORDINATOR until loaded
+        w.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[GROUP]), 4)
+        codes = {q.error_code for t in w.request(commit_request(partitions, 0), 8).topics for q in t.partitions}
+        if codes == {0} or not codes <= {14, 15, 16} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     t0 = time.perf_counter()
     window = 200
     for start in range(0, rounds, window):
