@@ -24,8 +24,9 @@ After each restart the log end offsets are checked with ListOffsets.
 
 ``--peer kafka`` also writes each size to Apache Kafka 4.4 (``peers.KafkaOnDisk``) through an idempotent
 librdkafka producer (``batch.num.messages`` = ``--batch-records``, 1 MiB batches), stops it with SIGTERM and
-restarts it on that directory (``kill9``: a start, SIGKILL once it answers, the measured start);
-``restart_ms`` is then spawn to the first Metadata answer (``accept_ms``: the first TCP connection).
+restarts it on that directory (``kill9``: a start, SIGKILL once it serves the log ends, the measured start);
+``restart_ms`` is then spawn to ListOffsets answering every partition's log end offset (``accept_ms``:
+the first TCP connection, ``answer_ms``: the first Metadata answer, before its partitions are led).
 """
 
 from __future__ import annotations
@@ -107,12 +108,19 @@ def rss(pid: int) -> tuple[float, float]:
     return out.get("VmRSS", 0.0), out.get("RssAnon", 0.0)
 
 
-def check_ends(port: int, ends: dict[int, int]) -> None:
+def check_ends(port: int, ends: dict[int, int], wait: float = 0.0) -> None:
+    """ListOffsets (latest) of every partition equals ``ends``; with ``wait``, asked again until it does
+    (Kafka answers Metadata before its partitions are led again: -1 and NOT_LEADER_OR_FOLLOWER meanwhile)."""
     T, P = ListOffsetsRequest.ListOffsetsTopic, ListOffsetsRequest.ListOffsetsPartition
+    deadline = time.monotonic() + wait
     with WireClient(f"127.0.0.1:{port}", client_id="bench") as w:
-        r = w.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
-            T(name=TOPIC, partitions=[P(partition_index=p, timestamp=-1) for p in ends])]), 7)
-    got = {p.partition_index: p.offset for t in r.topics for p in t.partitions}
+        while True:
+            r = w.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+                T(name=TOPIC, partitions=[P(partition_index=p, timestamp=-1) for p in ends])]), 7)
+            got = {p.partition_index: p.offset for t in r.topics for p in t.partitions}
+            if got == ends or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
     assert got == ends, f"log end offsets after restart {got} != {ends}"
 
 
@@ -163,25 +171,29 @@ def kafka_peer(label: str, size: int, args) -> list[dict]:
                 if mode == "kill9":
                     k.respawn()
                     k.wait_answering()
+                    check_ends(k.node.port, ends, wait=120)
                     k.stop(kill=True)
                 t0 = k.respawn()
                 try:
                     accept = k.wait_accepting() - t0
                     answer = k.wait_answering() - t0
-                    check_ends(k.node.port, ends)
+                    check_ends(k.node.port, ends, wait=120)
+                    serving = time.perf_counter() - t0
                     time.sleep(args.settle)
                     vm, anon = rss(k.pid)
                 finally:
                     k.stop()
-                samples.setdefault(mode, []).append((answer, vm, anon, accept))
-                print(f"rep {rep + 1} {label:>6} {mode:>5}    kafka: {answer * 1000:7.0f} ms (accepting "
-                      f"{accept * 1000:.0f}), RSS {vm:6.1f} MiB (anon {anon:6.1f})", flush=True)
+                samples.setdefault(mode, []).append((serving, vm, anon, accept, answer))
+                print(f"rep {rep + 1} {label:>6} {mode:>5}    kafka: {serving * 1000:7.0f} ms (accepting "
+                      f"{accept * 1000:.0f}, Metadata {answer * 1000:.0f}), RSS {vm:6.1f} MiB (anon {anon:6.1f})",
+                      flush=True)
     finally:
         k.close()
     return [{"retained": label, "shutdown": mode, "root": "kafka", "n": len(vals),
              "restart_ms": 1000 * statistics.median(v[0] for v in vals),
              "max_ms": 1000 * max(v[0] for v in vals),
              "accept_ms": 1000 * statistics.median(v[3] for v in vals),
+             "answer_ms": 1000 * statistics.median(v[4] for v in vals),
              "rss_MiB": statistics.median(v[1] for v in vals),
              "anon_MiB": statistics.median(v[2] for v in vals)} for mode, vals in samples.items()]
 
@@ -240,7 +252,7 @@ def main(argv=None) -> int:
           f"{args.partitions} partitions, 1 KiB records, {args.batch_records}-record batches, "
           f"{args.segment_bytes >> 20} MiB segments (medians)")
     C.table(rows, ["retained", "shutdown", "root", "n", "restart_ms", "max_ms",
-                   *(["accept_ms"] if args.peer else []), "rss_MiB", "anon_MiB"])
+                   *(["accept_ms", "answer_ms"] if args.peer else []), "rss_MiB", "anon_MiB"])
     C.write_json(args.json, {"bench": "restart_retained", "rows": rows})
     return 0
 
