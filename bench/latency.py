@@ -14,6 +14,7 @@ and broker CPU use during the run; with two brokers, the ratio first/second.
 
     python bench/latency.py --start tansu
     python bench/latency.py --start both --seconds 5
+    python bench/latency.py --start ours+kafka --warm-seconds 10   # beside Kafka 4.4, its JIT warm
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ class Receiver(threading.Thread):
             c.close()
 
 
+def paced(p: Producer, topic: str, pad: bytes, rate: float, total: int, kind: int, seq0: int) -> None:
+    """Send ``total`` records at ``rate`` per second from a schedule (sleeping until the next is due)."""
+    interval = 1.0 / rate
+    produce, poll, mono, now_ns, pack = p.produce, p.poll, time.monotonic, time.monotonic_ns, HDR.pack
+    sleep = time.sleep
+    t0 = mono()
+    i = 0
+    while i < total:
+        due = min(total, int((mono() - t0) * rate) + 1)
+        while i < due:
+            while True:
+                try:
+                    produce(topic, pack(now_ns(), seq0 + i, kind) + pad)
+                    break
+                except BufferError:
+                    poll(0.001)
+            i += 1
+        poll(0)
+        delay = t0 + i * interval - mono()
+        if delay > 0:
+            sleep(delay)
+
+
 def run(bp, args) -> dict:
     topic = C.unique("bench-lat")
     C.create_topic(bp.bootstrap, topic, args.partitions)
@@ -105,27 +129,14 @@ def run(bp, args) -> dict:
     time.sleep(0.5)
     p.poll(0)
 
+    if args.warm_seconds > 0:  # the same paced load, not counted (a JVM broker's JIT warms up here)
+        paced(p, topic, pad, args.rate, int(args.rate * args.warm_seconds), WARMUP, 1 << 40)
+        time.sleep(0.5)
     total = int(args.rate * args.seconds)
-    interval = 1.0 / args.rate
-    produce, poll, mono, now_ns, pack = p.produce, p.poll, time.monotonic, time.monotonic_ns, HDR.pack
-    sleep = time.sleep
+    mono, sleep = time.monotonic, time.sleep
     cpu0, ccpu0 = bp.cpu(), C.client_cpu()
     t0 = mono()
-    i = 0
-    while i < total:
-        due = min(total, int((mono() - t0) * args.rate) + 1)
-        while i < due:
-            while True:
-                try:
-                    produce(topic, pack(now_ns(), i, MEASURED) + pad)
-                    break
-                except BufferError:
-                    poll(0.001)
-            i += 1
-        poll(0)
-        delay = t0 + i * interval - mono()
-        if delay > 0:
-            sleep(delay)
+    paced(p, topic, pad, args.rate, total, MEASURED, 0)
     send_secs = mono() - t0
     p.flush(30)
     drain_deadline = mono() + args.drain_timeout
@@ -164,6 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=100, help="value size in bytes (min %d)" % HDR.size)
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--warmup-timeout", type=float, default=30.0)
+    ap.add_argument("--warm-seconds", type=float, default=0.0,
+                    help="send at the same rate for this long first, not counted (e.g. 10 for a JVM's JIT)")
     ap.add_argument("--drain-timeout", type=float, default=10.0,
                     help="after the last send, wait this long for missing records")
     ap.add_argument("--producer-config", action="append", default=[], metavar="K=V",
@@ -185,7 +198,8 @@ def main(argv=None) -> int:
         C.table([row], COLS)
         rows.append(row)
 
-    print(f"\n# end-to-end latency at {args.rate:g} msg/s for {args.seconds:g} s, {args.size} B values,"
+    print(f"\n# end-to-end latency at {args.rate:g} msg/s for {args.seconds:g} s"
+          + (f" after {args.warm_seconds:g} s not counted" if args.warm_seconds else "") + f", {args.size} B values,"
           " client settings: " + (", ".join(f"{k}={v}" for k, v in {**args.pconf, **args.cconf}.items())
                                    or "defaults (fetch.wait.max.ms=500)"))
     C.table(rows, COLS)

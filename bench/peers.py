@@ -346,6 +346,76 @@ def start_kafka(port: Optional[int] = None, keep: bool = False, timeout: float =
     return bp
 
 
+class KafkaOnDisk:
+    """A reference Apache Kafka 4.4.0 whose data directory outlives its JVM, for restart benchmarks:
+    ``start()`` formats and starts it; ``stop(kill=...)`` ends it with SIGTERM (a clean shutdown) or
+    SIGKILL; ``respawn()`` starts a JVM again on the same directory and ports and returns the
+    ``time.perf_counter()`` of the spawn; ``wait_answering()`` waits for its first Metadata answer
+    (Kafka opens its listening socket before it serves requests, so a TCP connection alone says
+    little). ``close()`` stops it and removes the directory."""
+
+    def __init__(self, settings: Optional[dict] = None, timeout: float = 300.0):
+        if str(REPO_ROOT) not in sys.path:
+            sys.path.insert(0, str(REPO_ROOT))
+        from tests.kafka_ref import launcher
+
+        self._launcher = launcher
+        self.ref = launcher.KafkaRef(tempfile.mkdtemp(prefix="kafka-bench-disk-"), settings=settings,
+                                     start_timeout=timeout)
+        self.ref._own_dir = False
+        self.node = self.ref.nodes[0]
+        self.timeout = timeout
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.bootstrap
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.node.pid
+
+    def start(self) -> "KafkaOnDisk":
+        self.ref.start()
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        if kill and self.node.alive():
+            os.kill(self.node.pid, signal.SIGKILL)
+            self._launcher._wait_dead(self.node, 30.0)
+        self.node.stop()
+
+    def respawn(self) -> float:
+        t0 = time.perf_counter()
+        self.node.start(self._launcher.classpath(), self.ref.heap)
+        return t0
+
+    def wait_accepting(self) -> float:
+        """perf_counter when the port first accepts a TCP connection."""
+        deadline = time.monotonic() + self.timeout
+        while not port_open(LOOPBACK, self.node.port, 0.25):
+            if not self.node.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"kafka did not accept:\n{self.node.tail()}")
+            time.sleep(0.005)
+        return time.perf_counter()
+
+    def wait_answering(self) -> float:
+        """perf_counter when it first answers Metadata."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if self._launcher.metadata_brokers(self.bootstrap, 2.0) >= 1:
+                    return time.perf_counter()
+            except (OSError, ValueError):
+                pass
+            if not self.node.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"kafka did not answer Metadata:\n{self.node.tail()}")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.ref.directory, ignore_errors=True)
+
+
 def start_broker(kind: str, port: Optional[int] = None, **kw) -> BrokerProc:
     if kind == "ours":
         return start_ours(port, **kw)

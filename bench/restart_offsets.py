@@ -23,6 +23,7 @@ still loading (served meanwhile: the loop is not stalled). Medians of ``--repeat
 interleaved across roots.
 
     python bench/restart_offsets.py --root main=/tmp/main --root this=. --repeat 3
+    python bench/restart_offsets.py --variants history --repeat 2 --peer kafka   # beside Kafka 4.4
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ except ImportError:  # run as a script
 
 sys.path.insert(0, str(peers.REPO_ROOT))
 
+from protocol.messages.find_coordinator import FindCoordinatorRequest  # noqa: E402
 from protocol.messages.offset_commit import OffsetCommitRequest  # noqa: E402
 from protocol.messages.metadata import MetadataRequest  # noqa: E402
 from protocol.messages.offset_fetch import OffsetFetchRequest  # noqa: E402
@@ -131,29 +133,42 @@ def fetch_offsets(w: WireClient, partitions: int):
     return g.error_code, {p.partition_index: p.committed_offset for t in g.topics for p in t.partitions}
 
 
+def write_commits(bootstrap: str, partitions: int, rounds: int) -> None:
+    """Create the topic and send ``rounds`` OffsetCommit v8 requests (one commit per partition each),
+    up to 200 in flight on one connection."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(60)
+    w = WireClient(bootstrap, client_id="bench")
+    deadline = time.monotonic() + 120
+    while True:  # Kafka creates __consumer_offsets on the first FindCoordinator: NOT_COORDINATOR until loaded
+        w.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[GROUP]), 4)
+        codes = {q.error_code for t in w.request(commit_request(partitions, 0), 8).topics for q in t.partitions}
+        if codes == {0} or not codes <= {14, 15, 16} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    t0 = time.perf_counter()
+    window = 200
+    for start in range(0, rounds, window):
+        n = min(window, rounds - start)
+        w.send_raw(b"".join(w.frame(commit_request(partitions, (start + i) * 1000), 8)[1] for i in range(n)))
+        for _ in range(n):
+            r = w.receive(OffsetCommitRequest.API_KEY, 8)[1]
+            assert all(q.error_code == 0 for t in r.topics for q in t.partitions), r
+    w.close()
+    print(f"   {rounds * partitions:,} offset commits written in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
 def generate(root: str, partitions: int, rounds: int, settings: dict, settle_s: float) -> str:
     """A data dir holding ``rounds`` commit requests of ``partitions`` partitions each (clean shutdown), after
     waiting up to ``settle_s`` for the cleaner to reach the active segment of ``__consumer_offsets``."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     data = tempfile.mkdtemp(prefix="sb-restart-offsets-")
     port = peers.free_port()
     p = spawn(root, data, port, settings)
     try:
         wait_accepting(p, port)
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-        admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(60)
-        w = WireClient(f"127.0.0.1:{port}", client_id="bench")
-        t0 = time.perf_counter()
-        window = 200
-        for start in range(0, rounds, window):
-            n = min(window, rounds - start)
-            w.send_raw(b"".join(w.frame(commit_request(partitions, (start + i) * 1000), 8)[1] for i in range(n)))
-            for _ in range(n):
-                r = w.receive(OffsetCommitRequest.API_KEY, 8)[1]
-                assert all(q.error_code == 0 for t in r.topics for q in t.partitions), r
-        w.close()
-        print(f"   {rounds * partitions:,} offset commits written in {time.perf_counter() - t0:.1f} s", flush=True)
+        write_commits(f"127.0.0.1:{port}", partitions, rounds)
         seg_dir = os.path.join(data, "__consumer_offsets-0")
         t0 = time.monotonic()
         while time.monotonic() - t0 < settle_s and _offsets_checkpoint(data) < _active_base(seg_dir):
@@ -208,7 +223,8 @@ def measure(root: str, source: str, partitions: int, expect: dict, kill9: bool,
         shutil.rmtree(data, ignore_errors=True)
 
 
-def until_loaded(port: int, partitions: int, expect: dict, p: subprocess.Popen, timeout: float = 300.0) -> float:
+def until_loaded(port: int, partitions: int, expect: dict, p, timeout: float = 300.0,
+                 retry: tuple = (14,)) -> float:
     """Poll OffsetFetch until the group coordinator answers; meanwhile time a Metadata request after each
     answer COORDINATOR_LOAD_IN_PROGRESS. Returns the slowest of those (seconds; 0 if it answered at once)."""
     w = WireClient(f"127.0.0.1:{port}", client_id="bench")
@@ -220,8 +236,9 @@ def until_loaded(port: int, partitions: int, expect: dict, p: subprocess.Popen, 
             if code == 0:
                 assert offsets == expect, "the loaded offsets are not the last commits"
                 return slowest
-            assert code == 14, f"OffsetFetch error {code}"  # COORDINATOR_LOAD_IN_PROGRESS
-            if time.monotonic() > deadline or p.poll() is not None:
+            # COORDINATOR_LOAD_IN_PROGRESS (Kafka also: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
+            assert code in retry, f"OffsetFetch error {code}"
+            if time.monotonic() > deadline or not _alive(p):
                 raise RuntimeError("the group coordinator did not load")
             t = time.perf_counter()
             assert w.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]),
@@ -229,6 +246,52 @@ def until_loaded(port: int, partitions: int, expect: dict, p: subprocess.Popen, 
             slowest = max(slowest, time.perf_counter() - t)
     finally:
         w.close()
+
+
+def _alive(p) -> bool:
+    return p.poll() is None if isinstance(p, subprocess.Popen) else p.node.alive()
+
+
+def kafka_peer(partitions: int, rounds: int, expect: dict, repeat: int, modes: list[str]) -> list[dict]:
+    """The same commits sent to Apache Kafka 4.4 (``peers.KafkaOnDisk``, Kafka's defaults: its
+    ``__consumer_offsets`` segments are 100 MiB, so these 85 MB stay in the active segment, which the
+    cleaner never touches), then restarts on its directory: ``clean`` after SIGTERM, ``kill9`` after a
+    start that loaded the offsets and was SIGKILLed. ``accept_ms``: the first TCP connection;
+    ``answer_ms``: the first Metadata answer; ``coordinator_ms``: the OffsetFetch answered."""
+    k = peers.KafkaOnDisk()
+    samples: dict[str, list] = {}
+    try:
+        k.start()
+        write_commits(k.bootstrap, partitions, rounds)
+        k.stop()
+        port = k.node.port
+        for rep in range(repeat):
+            for mode in modes:
+                if mode == "kill9":
+                    k.respawn()
+                    k.wait_answering()
+                    until_loaded(port, partitions, expect, k, retry=(14, 15, 16))
+                    k.stop(kill=True)
+                t0 = k.respawn()
+                try:
+                    accept = k.wait_accepting() - t0
+                    answer = k.wait_answering() - t0
+                    metadata = until_loaded(port, partitions, expect, k, retry=(14, 15, 16))
+                    loaded = time.perf_counter() - t0
+                    rss = peers.rss_mb(k.pid)[0]
+                finally:
+                    k.stop()
+                samples.setdefault(mode, []).append((accept, loaded, rss, metadata, answer))
+                print(f"rep {rep + 1} history {mode:>5}    kafka: accepting {accept * 1000:7.0f} ms, answering "
+                      f"{answer * 1000:7.0f} ms, coordinator {loaded * 1000:7.0f} ms", flush=True)
+    finally:
+        k.close()
+    return [{"log": "history", "shutdown": mode, "root": "kafka", "n": len(vals),
+             "accept_ms": 1000 * statistics.median(x[0] for x in vals),
+             "answer_ms": 1000 * statistics.median(x[4] for x in vals),
+             "coordinator_ms": 1000 * statistics.median(x[1] for x in vals),
+             "rss_MiB": statistics.median(x[2] for x in vals),
+             "metadata_max_ms": 1000 * max(x[3] for x in vals)} for mode, vals in samples.items()]
 
 
 def main(argv=None) -> int:
@@ -241,6 +304,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settle-s", type=float, default=120.0, help="longest wait for the cleaner ('compacted')")
     ap.add_argument("--modes", default="clean,kill9")
     ap.add_argument("--bytecode", choices=("cached", "nocache"), default="cached")
+    ap.add_argument("--peer", choices=("kafka",), default=None,
+                    help="also Apache Kafka 4.4 (peers.KafkaOnDisk), 'history' only, after the roots")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
@@ -274,13 +339,18 @@ def main(argv=None) -> int:
     rows = []
     for (v, mode, name), vals in samples.items():
         rows.append({"log": v, "shutdown": mode, "root": name, "n": len(vals),
-                     "accept_ms": 1000 * statistics.median(x[0] for x in vals),
+                     "accept_ms": 1000 * statistics.median(x[0] for x in vals), "answer_ms": "",
                      "coordinator_ms": 1000 * statistics.median(x[1] for x in vals),
                      "rss_MiB": statistics.median(x[2] for x in vals),
                      "metadata_max_ms": 1000 * max(x[3] for x in vals)})
+    if args.peer == "kafka":
+        print(f"== kafka: {rounds:,} commit requests x {args.partitions} partitions", flush=True)
+        rows += kafka_peer(args.partitions, rounds, {q: (rounds - 1) * 1000 + q for q in range(args.partitions)},
+                           args.repeat, [m for m in args.modes.split(",") if m])
     print(f"\n# restart after {rounds * args.partitions:,} offset commits over {args.partitions} partitions "
           f"(medians): spawn -> accepting connections, spawn -> OffsetFetch answered")
-    C.table(rows, ["log", "shutdown", "root", "n", "accept_ms", "coordinator_ms", "rss_MiB", "metadata_max_ms"])
+    C.table(rows, ["log", "shutdown", "root", "n", "accept_ms", *(["answer_ms"] if args.peer else []),
+                   "coordinator_ms", "rss_MiB", "metadata_max_ms"])
     C.write_json(args.json, {"bench": "restart_offsets", "rows": rows})
     return 0
 

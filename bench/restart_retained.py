@@ -20,6 +20,13 @@ killed with SIGKILL as soon as it accepts, and the restart after that is measure
 After each restart the log end offsets are checked with ListOffsets.
 
     python bench/restart_retained.py --root main=/tmp/main --root this=. --sizes 100MB,1GB --repeat 3
+    python bench/restart_retained.py --sizes 1GB --repeat 2 --peer kafka   # beside Kafka 4.4
+
+``--peer kafka`` also writes each size to Apache Kafka 4.4 (``peers.KafkaOnDisk``) through an idempotent
+librdkafka producer (``batch.num.messages`` = ``--batch-records``, 1 MiB batches), stops it with SIGTERM and
+restarts it on that directory (``kill9``: a start, SIGKILL once it serves the log ends, the measured start);
+``restart_ms`` is then spawn to ListOffsets answering every partition's log end offset (``accept_ms``:
+the first TCP connection, ``answer_ms``: the first Metadata answer, before its partitions are led).
 """
 
 from __future__ import annotations
@@ -101,12 +108,19 @@ def rss(pid: int) -> tuple[float, float]:
     return out.get("VmRSS", 0.0), out.get("RssAnon", 0.0)
 
 
-def check_ends(port: int, ends: dict[int, int]) -> None:
+def check_ends(port: int, ends: dict[int, int], wait: float = 0.0) -> None:
+    """ListOffsets (latest) of every partition equals ``ends``; with ``wait``, asked again until it does
+    (Kafka answers Metadata before its partitions are led again: -1 and NOT_LEADER_OR_FOLLOWER meanwhile)."""
     T, P = ListOffsetsRequest.ListOffsetsTopic, ListOffsetsRequest.ListOffsetsPartition
+    deadline = time.monotonic() + wait
     with WireClient(f"127.0.0.1:{port}", client_id="bench") as w:
-        r = w.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
-            T(name=TOPIC, partitions=[P(partition_index=p, timestamp=-1) for p in ends])]), 7)
-    got = {p.partition_index: p.offset for t in r.topics for p in t.partitions}
+        while True:
+            r = w.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+                T(name=TOPIC, partitions=[P(partition_index=p, timestamp=-1) for p in ends])]), 7)
+            got = {p.partition_index: p.offset for t in r.topics for p in t.partitions}
+            if got == ends or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
     assert got == ends, f"log end offsets after restart {got} != {ends}"
 
 
@@ -121,6 +135,69 @@ def measure(root: str, data: str, ends: dict[int, int], kill9: bool, settle: flo
     return secs, vm, anon
 
 
+def kafka_generate(k, size: int, partitions: int, batch_records: int) -> dict[int, int]:
+    """``size`` bytes of 1 KiB values produced to Kafka; returns the log end offset per partition."""
+    from confluent_kafka import Producer
+
+    C.create_topic(k.bootstrap, TOPIC, partitions)
+    p = Producer({"bootstrap.servers": k.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                  "batch.num.messages": batch_records, "batch.size": 2 << 20, "message.max.bytes": 2 << 20,
+                  "delivery.report.only.error": True, "compression.type": "none"})
+    n = max(size // RECORD, partitions)
+    value = os.urandom(RECORD)
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(TOPIC, value, key=b"k%d" % (i % batch_records), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.005)
+    assert p.flush(300) == 0, "kafka: records left unsent"
+    print(f"   kafka: {n:,} records ({n * RECORD / 1e9:.2f} GB of values) produced in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    return {q: n // partitions + (1 if q < n % partitions else 0) for q in range(partitions)}
+
+
+def kafka_peer(label: str, size: int, args) -> list[dict]:
+    k = peers.KafkaOnDisk()
+    samples: dict[str, list] = {}
+    try:
+        k.start()
+        ends = kafka_generate(k, size, args.partitions, args.batch_records)
+        k.stop()
+        for rep in range(args.repeat):
+            for mode in [m for m in args.modes.split(",") if m]:
+                if mode == "kill9":
+                    k.respawn()
+                    k.wait_answering()
+                    check_ends(k.node.port, ends, wait=120)
+                    k.stop(kill=True)
+                t0 = k.respawn()
+                try:
+                    accept = k.wait_accepting() - t0
+                    answer = k.wait_answering() - t0
+                    check_ends(k.node.port, ends, wait=120)
+                    serving = time.perf_counter() - t0
+                    time.sleep(args.settle)
+                    vm, anon = rss(k.pid)
+                finally:
+                    k.stop()
+                samples.setdefault(mode, []).append((serving, vm, anon, accept, answer))
+                print(f"rep {rep + 1} {label:>6} {mode:>5}    kafka: {serving * 1000:7.0f} ms (accepting "
+                      f"{accept * 1000:.0f}, Metadata {answer * 1000:.0f}), RSS {vm:6.1f} MiB (anon {anon:6.1f})",
+                      flush=True)
+    finally:
+        k.close()
+    return [{"retained": label, "shutdown": mode, "root": "kafka", "n": len(vals),
+             "restart_ms": 1000 * statistics.median(v[0] for v in vals),
+             "max_ms": 1000 * max(v[0] for v in vals),
+             "accept_ms": 1000 * statistics.median(v[3] for v in vals),
+             "answer_ms": 1000 * statistics.median(v[4] for v in vals),
+             "rss_MiB": statistics.median(v[1] for v in vals),
+             "anon_MiB": statistics.median(v[2] for v in vals)} for mode, vals in samples.items()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", action="append", default=[], metavar="[NAME=]DIR")
@@ -132,6 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="clean,kill9")
     ap.add_argument("--settle", type=float, default=1.0)
     ap.add_argument("--bytecode", choices=("cached", "nocache"), default="cached")
+    ap.add_argument("--peer", choices=("kafka",), default=None, help="also Apache Kafka 4.4, after the roots")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     roots = C.roots(args.root)
@@ -165,12 +243,16 @@ def main(argv=None) -> int:
                              "max_ms": 1000 * max(v[0] for v in vals),
                              "rss_MiB": statistics.median(v[1] for v in vals),
                              "anon_MiB": statistics.median(v[2] for v in vals)})
+            if args.peer == "kafka":
+                print(f"== {label}: kafka", flush=True)
+                rows += kafka_peer(label, size, args)
     finally:
         drop_bytecode()
     print(f"\n# restart (spawn -> accepting connections) and idle memory against retained data: "
           f"{args.partitions} partitions, 1 KiB records, {args.batch_records}-record batches, "
           f"{args.segment_bytes >> 20} MiB segments (medians)")
-    C.table(rows, ["retained", "shutdown", "root", "n", "restart_ms", "max_ms", "rss_MiB", "anon_MiB"])
+    C.table(rows, ["retained", "shutdown", "root", "n", "restart_ms", "max_ms",
+                   *(["accept_ms", "answer_ms"] if args.peer else []), "rss_MiB", "anon_MiB"])
     C.write_json(args.json, {"bench": "restart_retained", "rows": rows})
     return 0
 

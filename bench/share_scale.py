@@ -21,9 +21,11 @@ and the broker's CPU per delivered record (utime + stime from /proc/PID/stat).
 Brokers (``--brokers``, run one after the other): ``ours`` (fair acquisition, the default),
 ``exact`` (ours with ``group.share.fair.acquisition.enable=false``: Kafka 4.4's whole-batch
 acquisition, as main was before issue 19), ``kfake`` (franz-go's kfake, one broker; build it as
-bench/README.md says and pass ``--kfake-bin``), or ``--bootstrap`` for a running broker.
+bench/README.md says and pass ``--kfake-bin``), ``kafka`` (Apache Kafka 4.4.0 from the tests'
+launcher, ``bench/peers.py``), or ``--bootstrap`` for a running broker.
 
     python bench/share_scale.py --brokers ours,exact --only 'p1-*'
+    python bench/share_scale.py --brokers ours,kafka --only 'p1-n1*,p1-n4-*,p16-n64' --seconds 3
     python bench/share_scale.py --brokers ours,exact,kfake --kfake-bin /tmp/kfake --seconds 6
 """
 from __future__ import annotations
@@ -236,6 +238,8 @@ def brokers(args):
             workdir = tempfile.mkdtemp(prefix="kfake-bench-")
             bp = peers._spawn("kfake", [args.kfake_bin, "-port", str(port)], port, workdir, workdir, None,
                               args.keep_data, 30)
+        elif kind == "kafka":
+            bp = peers.start_kafka(keep=args.keep_data)
         else:
             raise SystemExit(f"unknown broker {kind!r}")
         bp.name = kind
@@ -254,7 +258,7 @@ COLS = ["scenario", "broker", "records", "secs", "rec/s", "ideal", "ratio", "loc
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", default="ours,exact", type=lambda s: [x for x in s.split(",") if x],
-                    help="ours, exact, kfake (comma-separated, run one after the other)")
+                    help="ours, exact, kfake, kafka (comma-separated, run one after the other)")
     ap.add_argument("--bootstrap", action="append", default=[], help="a running broker on 127.0.0.1 as well")
     ap.add_argument("--name", action="append", default=[])
     ap.add_argument("--kfake-bin", default=os.environ.get("KFAKE_BIN"))

@@ -15,6 +15,7 @@ prints the ratio first/second (``--start both`` runs ours then tansu).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -69,7 +70,7 @@ def produce(bootstrap: str, topic: str, n: int, size: int, extra: dict, timeout:
 
 
 def consume(bootstrap: str, topic: str, partitions: int, extra: dict, idle_timeout: float,
-            want: int = 0) -> dict:
+            want: int = 0, fetch_stats: bool = False) -> dict:
     """Read the topic from the beginning until ``want`` records (or the high watermarks, if larger) arrived."""
     conf = {"bootstrap.servers": bootstrap, "group.id": C.unique("bench-tp-g"), "enable.auto.commit": False,
             # librdkafka's default (1000 ms) parks the fetcher for a whole second each time its local queue
@@ -77,6 +78,10 @@ def consume(bootstrap: str, topic: str, partitions: int, extra: dict, idle_timeo
             # does; 10 ms keeps the figure about the broker.  Override with --consumer-config.
             "fetch.queue.backoff.ms": 10}
     conf.update(extra)
+    windows: list[tuple[float, dict]] = []  # (perf_counter when delivered, statistics)
+    if fetch_stats:  # librdkafka's statistics every 20 ms: Fetch requests, bytes, round trips
+        conf["statistics.interval.ms"] = 20
+        conf["stats_cb"] = lambda text: windows.append((time.perf_counter(), json.loads(text)))
     c = Consumer(conf)
     try:
         watermark = 0
@@ -103,9 +108,39 @@ def consume(bootstrap: str, topic: str, partitions: int, extra: dict, idle_timeo
             elif time.monotonic() - last_progress > idle_timeout:
                 break
         secs = time.perf_counter() - t0
+        during = [w for w in windows if w[0] <= t0 + secs]  # not the idle long polls after the last record
     finally:
         c.close()
-    return {"secs": secs, "expected": expected, "watermark": watermark, "got": got, "errors": errs, "first_error": first_err}
+    out = {"secs": secs, "expected": expected, "watermark": watermark, "got": got, "errors": errs,
+           "first_error": first_err}
+    if during:
+        out["fetch"] = fetch_summary([w for _, w in during], during[-1][0] - t0)
+    return out
+
+
+def fetch_summary(windows: list[dict], secs: float) -> dict:
+    """What librdkafka's statistics say about the Fetch requests to the (data) brokers while the records
+    came (the windows delivered up to the last record; ``secs`` from assign to the last of them): how
+    many, bytes received per Fetch, the round trip (send to answer, every request to the broker, nearly
+    all Fetches here; averaged over the windows' sums, the largest window p99), and the share of the
+    time spent in round trips (the rest is the client handing records to the Python loop)."""
+    last = windows[-1]["brokers"]
+    data = [b for b in last.values() if b.get("nodeid", -1) >= 0]
+    fetches = sum(b["req"].get("Fetch", 0) for b in data)
+    rx = sum(b["rxbytes"] for b in data)
+    names = {b["name"] for b in data}
+    rtt_sum = rtt_cnt = 0
+    p99 = 0
+    for w in windows:
+        for b in w["brokers"].values():
+            if b["name"] in names and b["rtt"]["cnt"]:
+                rtt_sum += b["rtt"]["sum"]
+                rtt_cnt += b["rtt"]["cnt"]
+                p99 = max(p99, b["rtt"]["p99"])
+    rtt_ms = rtt_sum / rtt_cnt / 1000 if rtt_cnt else float("nan")
+    return {"fetches": fetches, "KB/fetch": rx / fetches / 1e3 if fetches else float("nan"),
+            "rtt_avg_ms": rtt_ms, "rtt_p99_ms": p99 / 1000,
+            "rtt_share": fetches * rtt_ms / 1000 / secs if fetches and secs else float("nan")}
 
 
 def run_size(bp, size: int, n: int, args) -> list[dict]:
@@ -125,7 +160,7 @@ def run_size(bp, size: int, n: int, args) -> list[dict]:
                  "cpu_ms/MB": 1000 * (cpu1 - cpu0) / mb, "client_cpu_s": ccpu1 - ccpu0})
 
     cr = consume(bp.bootstrap, topic, args.partitions, args.cconf, args.idle_timeout,
-                 want=n - pr["errors"] - pr["unflushed"])
+                 want=n - pr["errors"] - pr["unflushed"], fetch_stats=args.fetch_stats)
     cpu2, ccpu2 = bp.cpu(), C.client_cpu()
     got = cr["got"]
     if got != n or cr["errors"]:
@@ -134,11 +169,13 @@ def run_size(bp, size: int, n: int, args) -> list[dict]:
     gmb = got * size / 1e6
     rows.append({"broker": bp.name, "size": size, "phase": "consume", "records": got, "secs": cr["secs"],
                  "rec/s": got / cr["secs"], "MB/s": gmb / cr["secs"], "broker_cpu_s": cpu2 - cpu1,
-                 "cpu_ms/MB": 1000 * (cpu2 - cpu1) / gmb if gmb else float("nan"), "client_cpu_s": ccpu2 - ccpu1})
+                 "cpu_ms/MB": 1000 * (cpu2 - cpu1) / gmb if gmb else float("nan"), "client_cpu_s": ccpu2 - ccpu1,
+                 **cr.get("fetch", {})})
     return rows
 
 
 COLS = ["broker", "size", "phase", "records", "secs", "rec/s", "MB/s", "broker_cpu_s", "cpu_ms/MB", "client_cpu_s"]
+FETCH_COLS = ["fetches", "KB/fetch", "rtt_avg_ms", "rtt_p99_ms", "rtt_share"]
 
 
 def main(argv=None) -> int:
@@ -151,8 +188,11 @@ def main(argv=None) -> int:
     ap.add_argument("--producer-config", action="append", default=[], metavar="K=V", help="extra producer setting")
     ap.add_argument("--consumer-config", action="append", default=[], metavar="K=V", help="extra consumer setting")
     ap.add_argument("--timeout", type=float, default=120.0, help="producer flush timeout, s")
+    ap.add_argument("--fetch-stats", action="store_true",
+                    help="consume: Fetch requests, KB per Fetch and round trips from librdkafka's statistics")
     ap.add_argument("--idle-timeout", type=float, default=15.0, help="give up consuming after this long without data")
     args = ap.parse_args(argv)
+    cols = COLS + (FETCH_COLS if args.fetch_stats else [])
     args.pconf, args.cconf = _kv(args.producer_config), _kv(args.consumer_config)
     plan = [(100, int(args.records_100 * args.scale)), (1024, int(args.records_1k * args.scale))]
     plan = [(s, n) for s, n in plan if n > 0]
@@ -167,13 +207,13 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 -- keep going with the other sizes/brokers
                 print(f"!! {bp.name} {size}B failed: {e!r}", file=sys.stderr, flush=True)
                 continue
-            C.table(new, COLS)
+            C.table(new, cols)
             rows += new
         cur, peak = bp.rss()
         print(f"   {bp.name} broker RSS now {C.fmt(cur, 1)} MiB, peak {C.fmt(peak, 1)} MiB", flush=True)
 
     print("\n# throughput (MB = 1e6 bytes of values; cpu_ms/MB = broker CPU milliseconds per MB)")
-    C.table(rows, COLS)
+    C.table(rows, cols)
     ratios = []
     if len(brokers) >= 2:
         a, b = brokers[0], brokers[1]
