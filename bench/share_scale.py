@@ -226,11 +226,13 @@ def run_one(bp, scenario, args) -> dict:
     lock_bound = partitions * args.locks * rate / MAX_POLL
     sizes = [s for r in results for s in r[1]]
     got_any = sum(1 for r in results if r[1])
+    per_member = sorted(len(r[0]) for r in results)
     return {"scenario": name, "broker": bp.name, "records": distinct, "secs": secs,
             "rec/s": distinct / secs if secs > 0 else float("nan"), "ideal": ideal,
             "ratio": distinct / secs / ideal if secs > 0 else float("nan"),
             "lock_bound": min(ideal, lock_bound), "binds": "locks" if lock_bound < ideal else "clients",
             "max_poll": max(sizes) if sizes else 0, "members_fed": f"{got_any}/{n}",
+            "member_recs": f"{per_member[0]}-{per_member[-1]}",
             "dups": len(seen) - distinct, "missing": total - distinct,
             "cpu_us/rec": 1e6 * (cpu1 - cpu0) / distinct if distinct else float("nan"),
             "produce_s": produced_s, **prod}
@@ -264,7 +266,7 @@ def brokers(args):
 
 
 COLS = ["scenario", "broker", "records", "secs", "rec/s", "ideal", "ratio", "lock_bound", "binds",
-        "max_poll", "members_fed", "dups", "missing", "cpu_us/rec"]
+        "max_poll", "members_fed", "member_recs", "dups", "missing", "cpu_us/rec"]
 
 
 def main(argv=None) -> int:
