@@ -46,5 +46,7 @@ async def report():
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = ["worker", "--loglevel", os.environ.get("FAUST_LOGLEVEL", "warn")]
+    # --without-web: the worker command's --with-web default overrides web_enabled=False, and every worker
+    # would bind 0.0.0.0:6066 (a second faust scenario on the machine then fails to start)
+    sys.argv[1:] = ["worker", "--without-web", "--loglevel", os.environ.get("FAUST_LOGLEVEL", "warn")]
     app.main()
