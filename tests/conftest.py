@@ -38,6 +38,29 @@ from broker.testing import BrokerProcess
 from tests.reference import kafka_ref  # noqa: F401  (the reference Apache Kafka 4.4 session fixture)
 
 
+def _import_generated_codecs() -> None:
+    """Import every generated codec module (``protocol/messages``, ``protocol/coordinator_records``) now,
+    while the process collects and nothing else runs. pytest marks all packages of this distribution
+    for assertion rewriting (its ``pytest11`` plugin), so each module's first import ``ast.parse``-s its
+    source; CPython 3.11.7's AST conversion keeps one recursion counter per interpreter, and a garbage
+    collection inside that parse which formats a traceback (3.11's traceback module parses source too:
+    e.g. asyncio logging "Future exception was never retrieved") leaves it off:
+    ``SystemError: AST constructor recursion depth mismatch``. Imported lazily mid-test (tests/wire.py,
+    the round-trip tests), the big generated modules were where that happened (twice in full runs)."""
+    import importlib
+    import pkgutil
+
+    import protocol.coordinator_records
+    import protocol.messages
+
+    for pkg in (protocol.messages, protocol.coordinator_records):
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+
+
+_import_generated_codecs()
+
+
 WORKERS_ENV = "SHAREBROKER_TEST_WORKERS"
 
 
