@@ -71,6 +71,19 @@ class Group:
         return True
 
 
+def describe_refusal(group_id: str, group: Group | None, kind: type, kind_name: str) -> tuple[int, str] | None:
+    """Why ConsumerGroupDescribe / StreamsGroupDescribe cannot describe ``group_id`` (``group`` is what
+    the coordinator holds under it, ``kind`` the group class the API describes), as Kafka's
+    GroupMetadataManager answers: (error code, message), or None when it can."""
+    if not group_id:
+        return Errors.INVALID_GROUP_ID, "GroupId can't be empty."
+    if group is None:
+        return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+    if not isinstance(group, kind):
+        return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a {kind_name} group."
+    return None
+
+
 class MemberEpochOffsets:
     """Offset commits and fetches of a group whose members carry epochs (consumer and streams groups), as
     Kafka's ``ConsumerGroup`` / ``StreamsGroup.validateOffsetCommit/Fetch``: without members anyone may commit

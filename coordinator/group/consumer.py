@@ -53,7 +53,7 @@ from protocol.errors import Errors, KafkaError
 from protocol.lazy_messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse)
 
 from . import records as R
-from .base import MemberEpochOffsets
+from .base import MemberEpochOffsets, describe_refusal
 from .members import MemberTimers
 from .classic import new_uuid_string
 from .modern import ModernGroup, metadata_hash, new_target_assignment
@@ -572,17 +572,9 @@ class ConsumerGroupManager(MemberTimers):
         out = []
         for gid in group_ids:
             group = self.c.lookup(gid)
-            if not gid:
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.INVALID_GROUP_ID,
-                                            error_message="GroupId can't be empty."))
-                continue
-            if group is None:
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND,
-                                            error_message=f"Group {gid} not found."))
-                continue
-            if not isinstance(group, ConsumerGroup):
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND,
-                                            error_message=f"Group {gid} is not a consumer group."))
+            refused = describe_refusal(gid, group, ConsumerGroup, "consumer")
+            if refused is not None:
+                out.append(D.DescribedGroup(group_id=gid, error_code=refused[0], error_message=refused[1]))
                 continue
             members = [D.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,

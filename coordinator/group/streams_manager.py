@@ -36,6 +36,7 @@ from protocol.errors import Errors, KafkaError
 from protocol.lazy_messages import StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse
 
 from . import streams_records as SR
+from .base import describe_refusal
 from .classic import new_uuid_string
 from .members import MemberTimers
 from .modern import metadata_hash
@@ -501,15 +502,9 @@ class StreamsGroupManager(MemberTimers):
         out = []
         for gid in group_ids:
             group = self.c.lookup(gid)
-            if not gid:
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.INVALID_GROUP_ID,
-                                            error_message="GroupId can't be empty."))
-            elif group is None:
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND,
-                                            error_message=f"Group {gid} not found."))
-            elif not isinstance(group, StreamsGroup):
-                out.append(D.DescribedGroup(group_id=gid, error_code=Errors.GROUP_ID_NOT_FOUND,
-                                            error_message=f"Group {gid} is not a streams group."))
+            refused = describe_refusal(gid, group, StreamsGroup, "streams")
+            if refused is not None:
+                out.append(D.DescribedGroup(group_id=gid, error_code=refused[0], error_message=refused[1]))
             else:
                 out.append(self._describe(group, include_ops))
         return D(groups=out)
