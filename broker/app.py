@@ -74,7 +74,8 @@ class Broker:
             logs = LogManager(data_dir, default_configs=settings.topic_defaults(),
                               producer_id_expiration_ms=config.get_int("producer.id.expiration.ms", 86400000),
                               producer_id_expiration_check_interval_ms=config.get_int(
-                                  "producer.id.expiration.check.interval.ms", 600000))
+                                  "producer.id.expiration.check.interval.ms", 600000),
+                              durable=config.get("sharebroker.durability", "fsync") == "fsync")
         except DataDirLockedError as e:
             raise StartupError(str(e)) from None
         except ValueError as e:

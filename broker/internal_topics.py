@@ -47,7 +47,16 @@ class PartitionRecordLog:
 
     async def append(self, records: list[tuple[bytes, bytes | None]],
                      producer: tuple[int, int] | None = None) -> int:
-        """Append one batch; ``producer`` (id, epoch) makes it part of that producer's transaction."""
+        """Append one batch and return its last offset once it is on disk (durable mode, flush.messages) or
+        in the page cache; ``producer`` (id, epoch) makes it part of that producer's transaction."""
+        last, synced = self.append_unsynced(records, producer)
+        if synced is not None:
+            await synced
+        return last
+
+    def append_unsynced(self, records: list[tuple[bytes, bytes | None]],
+                        producer: tuple[int, int] | None = None):
+        """Append one batch: (last offset, None or a future done once it is on disk)."""
         pid, epoch = producer if producer is not None else (-1, -1)
         batch = build_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000),
                             producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
@@ -55,7 +64,7 @@ class PartitionRecordLog:
         res = self.log.append(batch, infos, check_producer=False)
         if self._on_append is not None:
             self._on_append(self.log.topic, self.log.partition)
-        return res.last_offset
+        return res.last_offset, res.durable
 
     def replay(self) -> Iterator[tuple[int, bytes, bytes | None] | None]:
         chunk: list[tuple[int, bytes, bytes | None]] = []

@@ -59,6 +59,8 @@ class Topics:
     def __init__(self, logs, watchers: Watchers):
         self.logs = logs
         self.watchers = watchers
+        if getattr(logs, "durable", False):  # durable mode: records are seen once synced, not once appended
+            logs.on_durable = self.appended
         self._append_listeners: list[Callable[[str, int], None]] = []
         self._delete_listeners: list[Callable[[str, bytes], None]] = []
 

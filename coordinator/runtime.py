@@ -312,27 +312,45 @@ class CoordinatorRuntime:
         ``producer`` (id, epoch) appends the records as part of that producer's
         transaction (TxnOffsetCommit; use with ``replay=False``).
         """
+        synced = None
         async with self._lock:
             response, records = op()
-            if records:
-                encoded = [encode_record(r.key, r.value, r.value_version) for r in records]
-                try:
-                    if producer is None:
-                        last = await self.log.append(encoded)
-                    else:
-                        last = await self.log.append(encoded, producer=producer)
-                except Exception as exc:
-                    if on_error is None:
-                        raise
-                    log_append_failure(_log, "%s: appending %d records failed: %r", self.name, len(records), exc,
-                                       exc=exc)
-                    return on_error(response, exc)
-                if replay:
-                    for offset, r in enumerate(records, last - len(records) + 1):
-                        self._replay(offset, r)
-                if self._on_committed is not None:
-                    self._on_committed(records)
-            return response
+            if not records:
+                return response
+            encoded = [encode_record(r.key, r.value, r.value_version) for r in records]
+            unsynced = getattr(self.log, "append_unsynced", None)
+            try:
+                if unsynced is not None:
+                    last, synced = unsynced(encoded, producer)
+                elif producer is None:
+                    last = await self.log.append(encoded)
+                else:
+                    last = await self.log.append(encoded, producer=producer)
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                log_append_failure(_log, "%s: appending %d records failed: %r", self.name, len(records), exc,
+                                   exc=exc)
+                return on_error(response, exc)
+            if replay:
+                for offset, r in enumerate(records, last - len(records) + 1):
+                    self._replay(offset, r)
+        if synced is not None:
+            # Group commit: the next write computes and appends while this one's fsync runs (Kafka's runtime
+            # likewise answers a write once the high watermark passes it). A failed fsync took the partition
+            # offline; what was replayed is then ahead of the log, so the coordinator stops serving.
+            try:
+                await synced
+            except Exception as exc:
+                self.failed = True
+                if on_error is None:
+                    raise
+                log_append_failure(_log, "%s: syncing %d records failed: %r", self.name, len(records), exc,
+                                   exc=exc)
+                return on_error(response, exc)
+        if self._on_committed is not None:
+            self._on_committed(records)
+        return response
 
     def schedule(self, op: Callable[[], tuple[object, list[Record]]], what: str = "timer write") -> None:
         """Run a write in the background (timers); failures are logged, never raised."""

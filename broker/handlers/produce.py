@@ -128,6 +128,8 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
     log = c.logs.get_log(topic.name, index)
     if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
         return False
+    if acks == -1 and log.durable:  # answered once synced: the general path waits for it
+        return False
     code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
     _encode_one(b, version, key, index, code, message, res)
     return len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
@@ -209,7 +211,7 @@ async def produce(ctx, req):
                 parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
             else:
                 code = await _verify(c, tid, topic.name, pd, ctx.api_version) if verify else 0
-                parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs))
+                parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs, acks))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     q = ctx.quota
     if q is not None:  # the request's size counts against producer_byte_rate when it finishes (RequestQuota)
@@ -219,9 +221,9 @@ async def produce(ctx, req):
     for topic_name, resp, durable in fsyncs:
         try:
             await durable
-        except (OSError, LogError) as e:  # the data is written but its fsync failed: as Kafka, a storage error
-            logger.error("fsync of %s-%d failed: %s", topic_name, resp.index, e)
+        except (OSError, LogError) as e:  # its fsync failed: the partition went offline (PartitionLog._go_offline)
             resp.error_code, resp.error_message = Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {e}"
+            resp.base_offset = resp.log_append_time_ms = resp.log_start_offset = -1
     return ProduceResponse(responses=out)
 
 
@@ -243,11 +245,11 @@ async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
     return code
 
 
-def _append(c, topic, pd, fsyncs: list) -> _PartResp:
+def _append(c, topic, pd, fsyncs: list, acks: int) -> _PartResp:
     if pd.records is None:
         return _error(pd.index, Errors.INVALID_RECORD, "null records")
-    code, message, res, record_errors = _append_records(c, topic, pd.index, c.logs.get_log(topic.name, pd.index),
-                                                        pd.records)
+    log = c.logs.get_log(topic.name, pd.index)
+    code, message, res, record_errors = _append_records(c, topic, pd.index, log, pd.records)
     if code:
         resp = _error(pd.index, code, message)
         resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
@@ -255,7 +257,9 @@ def _append(c, topic, pd, fsyncs: list) -> _PartResp:
         return resp
     resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
                      log_start_offset=res.log_start_offset)
-    if res.durable is not None:
+    # durable mode answers acks=all once synced, acks=1 from the page cache (the leader has it, as Kafka's
+    # acks=1); flush.messages (page-cache mode) answers both once synced, as Kafka's flush does
+    if res.durable is not None and (acks == -1 or not log.durable):
         fsyncs.append((topic.name, resp, res.durable))
     return resp
 
@@ -275,7 +279,7 @@ def _append_records(c, topic, index: int, log, records) -> tuple:
         res = log.append(records, infos)
     except (RecordsError, LogError) as e:
         return e.code, str(e), None, None
-    if not res.duplicate:
+    if not res.duplicate and not log.durable:  # durable mode: woken when the sync moves the high watermark
         c.topics.appended(topic.name, index)
     return 0, None, res, None
 

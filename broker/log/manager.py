@@ -91,8 +91,12 @@ class LogManager:
     def __init__(self, data_dir: str, default_configs: Mapping[str, object] | None = None, *,
                  clock: Callable[[], int] | None = None,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS):
+                 producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+                 durable: bool = False):
         self.data_dir = os.path.abspath(data_dir)
+        # durable mode: appends are answered and shown to consumers once fsynced (PartitionLog, README "Durability")
+        self.durable = durable
+        self.on_durable: Callable[[str, int], None] | None = None  # (topic, partition): its high watermark moved
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
@@ -187,10 +191,14 @@ class LogManager:
                 self._remove_dir(full)
 
     def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
+        def durable() -> None:
+            if self.on_durable is not None:
+                self.on_durable(topic, partition)
         return PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
                             clock=self.clock, clean_shutdown=clean,
                             producer_id_expiration_ms=self.producer_id_expiration_ms,
-                            background=self.background if self.background.threaded else None)
+                            background=self.background if self.background.threaded else None,
+                            durable=self.durable, on_durable=durable)
 
     def _config_for(self, overrides: Mapping[str, object]) -> LogConfig:
         return LogConfig.from_mapping(self._defaults, overrides)

@@ -42,7 +42,7 @@ index (the aborted-transaction list travels in the producer snapshots).
 
 from __future__ import annotations
 
-import asyncio
+import errno
 import logging
 import os
 import random
@@ -63,6 +63,7 @@ from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_P
 from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir
 from .loading import CHECKPOINT_FILE, LogLoading
+from .syncing import _NO_FLUSH, LogSyncing
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
 from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
@@ -80,15 +81,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _new_future() -> asyncio.Future:
-    return asyncio.get_running_loop().create_future()
-
-
-class PartitionLog(LogLoading):
+class PartitionLog(LogLoading, LogSyncing):
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
-                 background=None):
+                 background=None, durable: bool = False, on_durable: Callable[[], None] | None = None):
         self.dir = dir_path
         self.topic = topic
         self.partition = partition
@@ -107,6 +104,13 @@ class PartitionLog(LogLoading):
         self._last_flush_ms = self.clock()
         self._roll_jitter = self._new_jitter()
         self._closed = False
+        # durable mode (``sharebroker.durability=fsync``, README "Durability"): every append asks for an fsync,
+        # the high watermark is the end of what an fsync covered, a failed fsync takes the partition offline
+        self.durable = durable
+        self.on_durable = on_durable  # called on the loop when the high watermark moved (durable mode)
+        self._hw = 0  # durable mode: every offset below is on disk (set by _load, moved by completed fsyncs)
+        self._mark: tuple[Segment | None, int] = (None, 0)  # durable mode: (segment, size) at _hw
+        self.offline: LogError | None = None  # set when a data fsync failed: every append refused until restart
         # fsync / unlink / checkpoint-sync jobs: Inline (synchronous) unless a Background worker is given
         self._bg = background or Inline()
         self._flushing = False           # a background fsync of this log is running
@@ -127,6 +131,10 @@ class PartitionLog(LogLoading):
         os.makedirs(dir_path, exist_ok=True)
         try:
             self._load(clean_shutdown)
+            if durable:  # what recovery found beyond the recovery point was never synced: sync it before it is seen
+                if self._leo > self._recovery_point or self._pending_flush:
+                    self.flush()
+                self._set_durable_mark(self._leo)
         except BaseException:
             self.abandon()  # a log that could not open keeps no descriptor
             raise
@@ -146,12 +154,15 @@ class PartitionLog(LogLoading):
 
     @property
     def high_watermark(self) -> int:
-        return self._leo
+        """The log end offset; in durable mode the end of what an fsync covered (a consumer never sees a
+        record that a power cut could take back, as Kafka's high watermark waits for the in-sync replicas)."""
+        return self._hw if self.durable else self._leo
 
     @property
     def last_stable_offset(self) -> int:
         first_unstable = self.producer_state.first_unstable_offset()
-        return self._leo if first_unstable is None else min(first_unstable, self._leo)
+        hw = self._hw if self.durable else self._leo
+        return hw if first_unstable is None else min(first_unstable, hw)
 
     @property
     def closed(self) -> bool:
@@ -279,13 +290,20 @@ class PartitionLog(LogLoading):
             raise ValueError("nothing to append")
         if self._closed:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"{self.topic}-{self.partition} is closed")
+        if self.offline is not None:
+            raise self.offline
         now = self.clock() if now_ms is None else now_ms
         if check_producer:
             code, dup_first, dup_last = self.producer_state.check(infos)
             if code:
                 raise LogError(code, f"producer state check failed for {self.topic}-{self.partition}")
             if dup_first >= 0:
-                return AppendResult(dup_first, dup_last, -1, self._log_start, True)
+                # a retry is answered success only once the original is known durable: if it was written
+                # but not yet synced (its first answer may have been an fsync's failure), sync it first
+                durable = None
+                if dup_last >= self._recovery_point and (self.durable or self.config.flush_messages < _NO_FLUSH):
+                    durable = self._flush_or_raise(self._segments[-1])
+                return AppendResult(dup_first, dup_last, -1, self._log_start, True, durable)
         start = infos[0].position
         end = infos[-1].position + infos[-1].size
         mv = records if isinstance(records, memoryview) else memoryview(records)
@@ -337,12 +355,17 @@ class PartitionLog(LogLoading):
         self._leo = seg.next_offset = offset
         self._unflushed += offset - first
         durable = None
-        if self._unflushed >= self.config.flush_messages:
-            try:
-                durable = self.request_flush()
-            except OSError as e:  # synchronous (no worker): written and in the log, but not on disk
-                raise self._storage_error("fsync", seg.log_path, e) from e
+        if self.durable or self._unflushed >= self.config.flush_messages:
+            durable = self._flush_or_raise(seg)
         return AppendResult(first, offset - 1, log_append_time, self._log_start, durable=durable)
+
+    def _flush_or_raise(self, seg: Segment):
+        """``request_flush`` for an append's answer; synchronously (no worker) a failed fsync raises here."""
+        try:
+            return self.request_flush()
+        except OSError as e:  # written and in the log, but not on disk: the partition goes offline
+            self._go_offline(e)
+            raise self._storage_error("fsync", seg.log_path, e) from e
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0,
                        now_ms: int | None = None) -> AppendResult:
@@ -751,102 +774,6 @@ class PartitionLog(LogLoading):
             fsync_dir(directory)
         return True
 
-    # ------------------------------------------------------------ durability
-    def flush(self) -> None:
-        """fsync everything written so far and advance the recovery point (synchronously)."""
-        while self._pending_flush:  # one that fails stays pending
-            self._pending_flush[0].flush()
-            del self._pending_flush[0]
-        self._segments[-1].flush()
-        self._unflushed = 0
-        self._last_flush_ms = self.clock()
-        if self._recovery_point != self._leo:
-            self._recovery_point = self._leo
-            self._write_checkpoint()
-
-    def request_flush(self):
-        """fsync everything appended so far; in the background when a worker is attached.
-
-        Returns None when done synchronously, else a future done when an fsync
-        covering every byte appended before this call has finished (then the
-        recovery point has moved to at least the log end offset of this call).
-        Requests made while an fsync runs share one follow-up fsync.
-        """
-        if not self._bg.threaded:
-            self.flush()
-            return None
-        fut = self._next_flush
-        if fut is None:
-            fut = self._next_flush = _new_future()
-            if not self._flushing:
-                self._start_flush(self._leo)
-        return fut
-
-    def _start_flush(self, target: int, segments: list[Segment] | None = None) -> None:
-        """Submit one background fsync of ``segments`` (default: rolled + active) for offsets < ``target``."""
-        fut, self._next_flush = self._next_flush, None
-        if segments is None:
-            segments = self._pending_flush + [self._segments[-1]]
-            self._pending_flush = []
-            self._unflushed = 0
-            self._last_flush_ms = self.clock()
-        else:
-            self._pending_flush = [s for s in self._pending_flush if s not in segments]
-        try:
-            jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
-        except OSError as e:
-            self.storage_errors += 1
-            STORAGE.report("starting an fsync", self.dir, e)
-            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
-            self._finish_flush_future(fut, e)
-            return
-        # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
-        directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
-        self._flushing = True
-
-        def run():
-            for job in jobs:
-                job()
-            if directory is not None:
-                try:
-                    fsync_dir(directory)
-                except FileNotFoundError:  # renamed away: the topic is being deleted
-                    pass
-
-        self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc))
-
-    def _flush_done(self, target: int, segments: list[Segment], fut, exc) -> None:
-        """On the loop after a background fsync: move the recovery point (checkpoint failures are
-        logged and retried later) and always complete ``fut``, whatever else fails."""
-        self._flushing = False
-        try:
-            if exc is not None:
-                self.storage_errors += 1
-                STORAGE.report("fsync", self.dir, exc)
-                if not self._closed:  # try these again with the next flush
-                    live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
-                    self._pending_flush = live + self._pending_flush
-            elif not self._closed and target > self._recovery_point:
-                self._recovery_point = target
-                self._try_checkpoint()
-        finally:
-            self._finish_flush_future(fut, exc)
-        if self._closed:
-            return
-        if self._next_flush is not None:
-            self._start_flush(self._leo)
-        elif exc is None and self._pending_flush:  # rolled meanwhile (a failure waits for maintenance)
-            self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
-
-    def _finish_flush_future(self, fut, exc) -> None:
-        if fut is None or fut.done():
-            return
-        if exc is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"fsync of {self.topic}-{self.partition} failed: {exc}"))
-            fut.exception()  # retrieved: nobody may be awaiting it
-
     def maintenance(self, now_ms: int | None = None, expire_producers: bool = True) -> bool:
         """Periodic work: retention, flush.ms, fsync of rolled segments, producer expiry.
 
@@ -856,7 +783,9 @@ class PartitionLog(LogLoading):
         now = self.clock() if now_ms is None else now_ms
         moved = self.apply_retention(now)
         self._try_checkpoint()  # one that failed earlier (a no-op when it is up to date)
-        if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
+        if self.offline is not None:
+            pass  # nothing more is synced until a restart
+        elif self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
             self.request_flush()
         elif self._pending_flush and not self._flushing:
             # every rolled segment is queued here, so afterwards all but the active one are durable
@@ -885,6 +814,9 @@ class PartitionLog(LogLoading):
         call after the background worker has drained)."""
         if self._closed:
             return
+        if self.offline is not None:  # write nothing more: the next start recovers from the files
+            self.abandon()
+            raise OSError(errno.EIO, str(self.offline))
         self._segments[-1].seal()
         self._bg = Inline()
         self._discard_spare()

@@ -307,22 +307,136 @@ def test_flush_future_completes_when_the_checkpoint_cannot_be_written(tmp_path, 
     assert "background job callback failed" not in caplog.text
 
 
-def test_failed_fsync_fails_the_future_with_a_storage_error(tmp_path):
+def test_failed_fsync_takes_the_partition_offline(tmp_path):
+    """flush.messages=1 in page-cache mode, one fsync of the .log fails with EIO. Before, the error was only
+    reported: the next successful fsync moved the recovery point past the bytes whose fsync had failed, and
+    the idempotent retry of that batch was acknowledged as a duplicate without any fsync ("fsyncgate": after a
+    failed fsync the kernel may have dropped the pages, so no later fsync proves them written). Now the
+    partition refuses every append, the retry included, until a restart recovers it from its files."""
     async def main():
         plog = open_log(tmp_path / "t-0", {"flush.messages": 1})
         plog.set_background(Background(asyncio.get_running_loop()))
         producer = Producer()
+        producer.send(plog)
+        await plog._bg.barrier()
+        await plog._bg.barrier()  # and the checkpoint's sync, submitted when the first one completed
+        point = plog._recovery_point
         with FaultInjector(fail_at=1, error=errno.EIO, operations=("fsync",)):
             data = producer.batch()
             res = plog.append(data, validate_records(data))
             with pytest.raises(LogError) as e:
                 await asyncio.wait_for(res.durable, 5)
             assert e.value.code == KAFKA_STORAGE_ERROR
+        assert plog.offline is not None
+        for batch in (data, producer.batch()):  # the retry of the failed batch, then a new one
+            with pytest.raises(LogError) as e:
+                plog.append(batch, validate_records(batch))
+            assert e.value.code == KAFKA_STORAGE_ERROR
+        plog.maintenance()
         await plog._bg.barrier()
+        assert plog._recovery_point == point  # never moved past the failed fsync
+        plog._bg.close()
+        with pytest.raises(OSError):
+            plog.close()  # writes nothing: the next start recovers
+        assert plog.closed
+        reopened = open_log(tmp_path / "t-0", {"flush.messages": 1})
+        assert reopened.offline is None and reopened._recovery_point == point
+        reopened.close()
+
+    asyncio.run(main())
+
+
+def open_durable(path) -> PartitionLog:
+    return PartitionLog(str(path), "t", 0, {}, clock=lambda: T0, durable=True)
+
+
+def test_durable_mode_answers_and_shows_records_once_synced(tmp_path):
+    """Durable mode: every append asks for an fsync (requests made while one runs share the next one), and
+    the high watermark, what consumers may read, moves only when an fsync covering the records finished."""
+    async def main():
+        moved = []
+        plog = PartitionLog(str(tmp_path / "t-0"), "t", 0, {}, clock=lambda: T0, durable=True,
+                            on_durable=lambda: moved.append(plog.high_watermark))
+        plog.set_background(Background(asyncio.get_running_loop()))
+        producer = Producer()
+        results = []
+        for _ in range(5):
+            data = producer.batch()
+            results.append(plog.append(data, validate_records(data)))
+            producer.seq += 2
+        assert plog.log_end_offset == 10 and plog.high_watermark == 0 and plog.last_stable_offset == 0
+        assert all(r.durable is not None for r in results)
+        await asyncio.wait_for(asyncio.gather(*(r.durable for r in results)), 5)
+        assert plog.high_watermark == 10 and moved[-1] == 10 and len(moved) <= 2  # group commit
+        assert plog._ckpt_written == (0, 10)
         plog._bg.close()
         plog.close()
 
     asyncio.run(main())
+
+
+def test_durable_mode_error_answer_means_not_written(tmp_path):
+    """Durable mode, an fsync fails with EIO: its appends (and those waiting for the next fsync) fail with
+    KAFKA_STORAGE_ERROR and are cut off the files at once, so a resend after the producer bumped its epoch
+    (sequence 0 again) cannot write the records a second time. Before, the batch stayed in the log while its
+    answer said KAFKA_STORAGE_ERROR, and the epoch-bumped resend was accepted as new: written twice."""
+    async def main():
+        path = tmp_path / "t-0"
+        plog = open_durable(path)
+        plog.set_background(Background(asyncio.get_running_loop()))
+        producer = Producer()
+        producer.send(plog)
+        await plog._bg.barrier()
+        await plog._bg.barrier()
+        assert plog.high_watermark == 2
+        size = plog.segments[-1].size
+        with FaultInjector(fail_at=1, error=errno.EIO, operations=("fsync",)):
+            failed = []
+            for _ in range(3):  # the first fsync's batch, then two waiting for the follow-up
+                data = producer.batch()
+                failed.append(plog.append(data, validate_records(data)).durable)
+                producer.seq += 2
+            outcomes = await asyncio.wait_for(asyncio.gather(*failed, return_exceptions=True), 5)
+        assert all(isinstance(o, LogError) and o.code == KAFKA_STORAGE_ERROR for o in outcomes), outcomes
+        assert plog.high_watermark == 2 and plog.log_end_offset == 2
+        assert os.path.getsize(plog.segments[-1].log_path) == size  # cut back: not in the log
+        assert [o for o, _ in stored(plog)] == [0, 1]
+        plog._bg.close()
+        with pytest.raises(OSError):
+            plog.close()
+        # restart: the producer resends its failed batches with a bumped epoch, sequence 0
+        plog = open_durable(path)
+        assert plog.log_end_offset == 2
+        values = [v for _o, _k, v in record_key_values(producer_batch(2, epoch=1, seq=0))]
+        data = producer_batch(2, epoch=1, seq=0)
+        plog.append(data, validate_records(data))
+        assert [v for _o, v in stored(plog)].count(values[0]) == 1
+        plog.close()
+
+    asyncio.run(main())
+
+
+def producer_batch(first: int, epoch: int, seq: int) -> bytes:
+    values = [b"v%06d" % (first + i) + b"x" * 90 for i in range(2)]
+    return build_batch([(b"k", v, []) for v in values], timestamp=T0 + first, producer_id=PID,
+                       producer_epoch=epoch, base_sequence=seq)
+
+
+def test_durable_mode_syncs_what_recovery_found_before_showing_it(tmp_path):
+    """Records written but never synced (kill -9 before the fsync) were never answered success: at the next
+    start they are synced before the high watermark covers them."""
+    path = tmp_path / "t-0"
+    plog = open_log(path, {})  # page-cache mode: nothing synced
+    producer = Producer()
+    for _ in range(3):
+        producer.send(plog)
+    crash(plog)
+    synced = []
+    with FaultInjector() as fi:
+        plog = open_durable(path)
+        synced = [op for op, _ in fi.calls if op == "fsync"]
+    assert synced and plog.high_watermark == plog.log_end_offset == 6
+    plog.close()
 
 
 def test_rolled_segment_is_flushed_at_the_roll(tmp_path):

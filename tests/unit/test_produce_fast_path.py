@@ -22,6 +22,8 @@ class Topic:
 
 
 class Log:
+    durable = False
+
     class config:
         flush_messages = (1 << 63) - 1
         compact = False

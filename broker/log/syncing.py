@@ -1,0 +1,210 @@
+"""Syncing a partition's log to disk (a part of ``PartitionLog``, kept apart for size): fsyncs, synchronous
+or on the background worker with group commit (requests made while one runs share the next one), the
+recovery point and, in durable mode, the high watermark they move, and what a failed fsync does.
+
+Durable mode (``sharebroker.durability=fsync``, the broker's default): every append asks for an fsync and
+gets a future done once one covering it finished; the high watermark, what consumers may read and what
+acks=all answers wait for, is the end of what an fsync covered. A failed data fsync takes the partition
+offline until a restart (``_go_offline``): appends are refused, and in durable mode the bytes no fsync
+covered are cut off the files, so an error answer means "not in the log". Page-cache mode is Kafka's:
+the high watermark is the log end, fsyncs follow ``flush.messages`` / ``flush.ms`` and rolls.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+
+from . import fileio
+from .errors import KAFKA_STORAGE_ERROR, LogError
+from .faults import STORAGE
+from .files import fsync_dir
+from .segment import Segment
+
+log = logging.getLogger("broker.log.partition_log")
+
+_NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
+FLUSH_RETRY_S = 0.1  # after an fsync that could not start (no descriptor to duplicate): its waiters wait on
+
+
+def _new_future() -> asyncio.Future:
+    return asyncio.get_running_loop().create_future()
+
+
+class LogSyncing:
+    """The syncing half of ``PartitionLog``; its state is ``PartitionLog``'s (see ``__init__`` there)."""
+
+    def flush(self) -> None:
+        """fsync everything written so far and advance the recovery point (synchronously). A failed
+        fsync takes the partition offline (``_go_offline``) and is raised."""
+        active = self._segments[-1]
+        target, size = self._leo, active.size
+        try:
+            while self._pending_flush:
+                self._pending_flush[0].flush()
+                del self._pending_flush[0]
+            active.flush()
+        except OSError as e:
+            self._go_offline(e)
+            raise
+        self._unflushed = 0
+        self._last_flush_ms = self.clock()
+        if self.durable:
+            self._synced(target, (active, size))
+        if self._recovery_point != self._leo:
+            self._recovery_point = self._leo
+            self._write_checkpoint()
+
+    def _set_durable_mark(self, target: int) -> None:
+        active = self._segments[-1]
+        self._hw, self._mark = target, (active, active.size)
+
+    def _synced(self, target: int, mark: tuple) -> None:
+        """Durable mode: an fsync covering every offset below ``target`` finished; move the high watermark."""
+        if target > self._hw:
+            self._hw, self._mark = target, mark
+            if self.on_durable is not None:
+                self.on_durable()
+
+    def _go_offline(self, exc: OSError) -> None:
+        """A data fsync failed. After a failed fsync the kernel may have dropped the dirty pages and marked
+        them clean, so no later fsync can prove them written (PostgreSQL's 2018 "fsyncgate"). As Kafka (which
+        takes the log directory offline on an IOException from a flush) and PostgreSQL (which stops and
+        recovers from its log), the partition refuses every append from now on; in durable mode the bytes no
+        fsync covered are cut off the files at once, so what was answered with an error is not in the log
+        (nothing past the high watermark was ever answered success or shown to a consumer). A restart
+        recovers the partition from its files (README "Durability")."""
+        if self.offline is not None:
+            return
+        self.storage_errors += 1
+        STORAGE.count("fsync", self.dir, exc)
+        self.offline = LogError(KAFKA_STORAGE_ERROR, f"{self.topic}-{self.partition} is offline since an fsync "
+                                                     f"failed ({exc}); restart the broker to recover it")
+        cut = ""
+        if self.durable and self._leo > self._hw:
+            cut = self._cut_unsynced()
+        log.error("%s-%d: fsync failed: %s; the partition is offline (appends answer KAFKA_STORAGE_ERROR) until "
+                  "the broker restarts%s", self.topic, self.partition, exc, cut)
+        fut, self._next_flush = self._next_flush, None
+        self._finish_flush_future(fut, exc)
+
+    def _cut_unsynced(self) -> str:
+        """Durable mode, going offline: cut the files back to the high watermark (the last completed fsync)."""
+        mark_seg, mark_size = self._mark
+        hw, leo = self._hw, self._leo
+        failed = None
+        for seg in self._segments:
+            if seg is mark_seg:
+                keep = mark_size
+            elif seg.base_offset >= hw:
+                keep = 0
+            else:
+                continue
+            if seg.fd is not None and seg.size > keep:
+                try:
+                    fileio.ftruncate(seg.fd, keep)
+                except OSError as e:
+                    failed = e
+        self._leo = hw
+        if failed is not None:
+            return f"; cutting offsets {hw}-{leo - 1} (never answered success) off the files failed too: {failed}"
+        return f"; offsets {hw}-{leo - 1} (never answered success) were cut off the files"
+
+    def request_flush(self):
+        """fsync everything appended so far; in the background when a worker is attached.
+
+        Returns None when done synchronously, else a future done when an fsync
+        covering every byte appended before this call has finished (then the
+        recovery point has moved to at least the log end offset of this call).
+        Requests made while an fsync runs share one follow-up fsync.
+        """
+        if self.offline is not None:
+            raise OSError(errno.EIO, str(self.offline))
+        if not self._bg.threaded:
+            self.flush()
+            return None
+        fut = self._next_flush
+        if fut is None:
+            fut = self._next_flush = _new_future()
+            if not self._flushing:
+                self._start_flush(self._leo)
+        return fut
+
+    def _start_flush(self, target: int, segments: list[Segment] | None = None) -> None:
+        """Submit one background fsync of ``segments`` (default: rolled + active) for offsets < ``target``."""
+        fut, self._next_flush = self._next_flush, None
+        if segments is None:
+            active = self._segments[-1]
+            mark = (active, active.size)
+            segments = self._pending_flush + [active]
+            self._pending_flush = []
+            self._unflushed = 0
+            self._last_flush_ms = self.clock()
+        else:
+            mark = (next((s for s in self._segments if s.base_offset == target), None), 0)
+            self._pending_flush = [s for s in self._pending_flush if s not in segments]
+        try:
+            jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
+        except OSError as e:  # e.g. no descriptor left: nothing was synced, nothing is lost; try again shortly
+            self.storage_errors += 1
+            STORAGE.report("starting an fsync", self.dir, e)
+            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
+            if fut is not None:
+                self._next_flush = fut  # its waiters are answered when a later try completes
+            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
+            return
+        # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
+        directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
+        self._flushing = True
+
+        def run():
+            for job in jobs:
+                job()
+            if directory is not None:
+                try:
+                    fsync_dir(directory)
+                except FileNotFoundError:  # renamed away: the topic is being deleted
+                    pass
+
+        self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc, mark))
+
+    def _retry_flush(self) -> None:
+        if not self._closed and self.offline is None and not self._flushing and (
+                self._next_flush is not None or self._pending_flush):
+            if self._next_flush is not None:
+                self._start_flush(self._leo)
+            else:
+                self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
+
+    def _flush_done(self, target: int, segments: list[Segment], fut, exc, mark=(None, 0)) -> None:
+        """On the loop after a background fsync: move the recovery point (checkpoint failures are
+        logged and retried later) and the high watermark (durable mode), and always complete ``fut``,
+        whatever else fails. A failed fsync takes the partition offline (``_go_offline``)."""
+        self._flushing = False
+        try:
+            if exc is not None:
+                if not self._closed and not isinstance(exc, FileNotFoundError):
+                    self._go_offline(exc)
+            elif not self._closed:
+                if self.durable:
+                    self._synced(target, mark)
+                if target > self._recovery_point:
+                    self._recovery_point = target
+                    self._try_checkpoint()
+        finally:
+            self._finish_flush_future(fut, exc)
+        if self._closed or self.offline is not None:
+            return
+        if self._next_flush is not None:
+            self._start_flush(self._leo)
+        elif exc is None and self._pending_flush:  # rolled meanwhile (a failure waits for maintenance)
+            self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
+
+    def _finish_flush_future(self, fut, exc) -> None:
+        if fut is None or fut.done():
+            return
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"fsync of {self.topic}-{self.partition} failed: {exc}"))
+            fut.exception()  # retrieved: nobody may be awaiting it
