@@ -23,7 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def add_target_args(ap: argparse.ArgumentParser, default_start: Optional[str] = None,
-                    choices: Sequence[str] = ("ours", "tansu", "kafka", "both", "ours+kafka")) -> None:
+                    choices: Sequence[str] = ("ours", "ours-pagecache", "tansu", "kafka", "both", "ours+kafka",
+                                              "durability")) -> None:
     g = ap.add_argument_group("which broker(s)")
     g.add_argument("--start", choices=list(choices), default=None,
                    help="start the broker(s) here, one after the other (default: %s)"
@@ -47,6 +48,8 @@ def targets(args: argparse.Namespace) -> list[tuple[str, object]]:
         out += [("ours", "ours"), ("tansu", "tansu")]
     elif start == "ours+kafka":
         out += [("ours", "ours"), ("kafka", "kafka")]
+    elif start == "durability":  # durable by default (fsync), page-cache mode, Kafka 4.4 (page cache)
+        out += [("ours", "ours"), ("ours-pagecache", "ours-pagecache"), ("kafka", "kafka")]
     elif start:
         out.append((start, start))
     for i, bs in enumerate(args.bootstrap):

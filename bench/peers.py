@@ -39,7 +39,7 @@ from typing import Iterator, Optional
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 LOOPBACK = "127.0.0.1"
-KINDS = ("ours", "tansu", "kafka")
+KINDS = ("ours", "ours-pagecache", "tansu", "kafka")  # ours-pagecache: sharebroker.durability=page-cache
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -419,6 +419,8 @@ class KafkaOnDisk:
 def start_broker(kind: str, port: Optional[int] = None, **kw) -> BrokerProc:
     if kind == "ours":
         return start_ours(port, **kw)
+    if kind == "ours-pagecache":  # Kafka's page-cache acknowledgements instead of the durable default
+        return start_ours(port, extra_args=["--set", "sharebroker.durability=page-cache"], **kw)
     if kind == "tansu":
         return start_tansu(port, **kw)
     if kind == "kafka":

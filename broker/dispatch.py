@@ -36,7 +36,24 @@ HandlerFn = Callable[..., Awaitable[object]]
 # straight from the frame, appending the response body to ``response``, and return the offset of the
 # response's throttle_time_ms in it (always > 0); 0 / False: not handled (nothing done), the request
 # goes the general way.  It runs synchronously: client quotas count it afterwards in one call.
-FastFn = Callable[..., int]
+# It may also return a ``Deferred``: the response is complete in ``response`` but goes out only once
+# ``wait`` is done (Produce acks=all in durable mode: the fsync), through ``finish(exc)``.
+FastFn = Callable[..., "int | Deferred"]
+
+
+class Deferred:
+    """An answer held until ``wait`` (an awaitable; durable mode's fsync) is done, then made by
+    ``finish(exc)`` (``exc``: what ``wait`` raised, or None). The connection handles its next Produce
+    meanwhile, so the appends of pipelined requests share one fsync (group commit), and answers still go
+    out in request order (``server.Connection._defer``). A general-path handler returns one whose
+    ``finish`` gives the response object; a fast path, one whose ``finish`` gives the throttle offset
+    (the response, already in the buffer, rewritten if ``exc`` says the write failed)."""
+
+    __slots__ = ("wait", "finish")
+
+    def __init__(self, wait, finish):
+        self.wait = wait
+        self.finish = finish
 
 # Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, \

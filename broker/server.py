@@ -33,7 +33,7 @@ import struct
 import time
 
 from broker.acceptor import Acceptor, listening_sockets
-from broker.dispatch import HANDLERS, RequestContext, api_version_ranges
+from broker.dispatch import HANDLERS, Deferred, RequestContext, api_version_ranges
 from broker.pipeline import ANONYMOUS
 from broker.request_memory import SMALL_FRAME_BYTES, FrameBuffers, RequestMemory, trim_heap
 from protocol.errors import Errors
@@ -112,6 +112,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frames: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._drain: asyncio.Future | None = None
+        self._tail: asyncio.Task | None = None  # the last deferred answer (dispatch.Deferred) not yet sent
         self._task: asyncio.Task | None = None
         self._pauses = 0  # PAUSE_* bits: why the connection does not read
         self._throttled_until = 0.0  # server.clock() time; written by throttle(), cleared once sat out
@@ -458,6 +459,13 @@ class Connection(asyncio.BufferedProtocol):
                 frame = frames.popleft()
                 if len(frames) < MAX_QUEUED_FRAMES // 2:
                     self.resume_for(PAUSE_FRAMES)
+                tail = self._tail
+                if tail is not None:  # answers held for an fsync: only Produce goes on meanwhile
+                    if tail.done():
+                        self._tail = None
+                    elif frame[0] or frame[1]:  # not api key 0 (Produce): everything before it is answered first
+                        await tail
+                        self._tail = None
                 self.busy = True
                 try:
                     await self._process(frame)
@@ -521,6 +529,21 @@ class Connection(asyncio.BufferedProtocol):
             except BaseException:
                 metrics.failed(api_key)
                 raise
+            if type(throttle_at) is Deferred:
+                metrics.observe(api_key, time.perf_counter() - t0)
+                deferred = throttle_at
+                client_id, size = header.client_id, len(frame)
+
+                def send_fast(exc) -> None:
+                    at = deferred.finish(exc)
+                    if quotas.active:
+                        t1 = time.perf_counter()
+                        ms = quotas.finish_fast(self, api_key, client_id, size, t1 - t0, t1)
+                        if ms:
+                            _THROTTLE.pack_into(b, at, ms)
+                    self._write_response(b)
+                self._defer(deferred.wait, send_fast)
+                return
             if throttle_at:
                 t1 = time.perf_counter()
                 elapsed = t1 - t0
@@ -530,8 +553,11 @@ class Connection(asyncio.BufferedProtocol):
                     if ms:
                         _THROTTLE.pack_into(b, throttle_at, ms)
                 if not self.closed:
-                    self._write_response(b)
+                    self._send_in_order(lambda _exc: self._write_response(b))
                 return
+        if self._tail is not None:  # a Produce the fast path left: after those held for their fsync
+            await self._tail
+            self._tail = None
         q = quotas.start(self, api_key, self.principal, header.client_id, len(frame)) if quotas.active else None
         try:
             req, end = cls.decode_from(m, pos, version)
@@ -550,6 +576,16 @@ class Connection(asyncio.BufferedProtocol):
             raise
         finally:
             metrics.observe(api_key, time.perf_counter() - t0)
+        if type(resp) is Deferred:
+            deferred = resp
+
+            def send(exc) -> None:
+                full = deferred.finish(exc)
+                if q is not None:
+                    q.finish(full)
+                self.send_response(ctx, full, flexible)
+            self._defer(deferred.wait, send)
+            return
         if q is not None:
             q.finish(resp)  # throttle_time_ms into the response; this connection muted (KIP-219)
         if resp is None or self.closed:
@@ -557,6 +593,37 @@ class Connection(asyncio.BufferedProtocol):
         self.send_response(ctx, resp, flexible)
         if self.close_after_response:
             self._close_after_failed_login()
+
+    def _defer(self, wait, send) -> None:
+        """Call ``send(exc)`` once ``wait`` is done (``exc``: what it raised, or None) and every answer
+        deferred before has been sent (``dispatch.Deferred``); a closed connection sends nothing."""
+        prev = self._tail
+
+        async def run() -> None:
+            exc = None
+            try:
+                await wait
+            except Exception as e:  # noqa: BLE001 -- the answer says it (KAFKA_STORAGE_ERROR)
+                exc = e
+            if prev is not None:
+                await prev
+            if self.closed:
+                return
+            try:
+                send(exc)
+            except Exception:
+                log.exception("closing %s after an internal error", self.peer)
+                self.close()
+
+        self._tail = asyncio.get_running_loop().create_task(run())
+
+    def _send_in_order(self, send) -> None:
+        """``send(None)`` now, or after the answers still held for their fsync."""
+        tail = self._tail
+        if tail is None or tail.done():
+            send(None)
+        else:
+            self._defer(tail, send)
 
     def _close_after_failed_login(self) -> None:
         """Kafka's ``connection.failed.authentication.delay.ms`` (Selector's delayed close): the

@@ -180,8 +180,12 @@ class CoordinatorRuntime:
 
     Writers are serialised per coordinator in FIFO order (an ``asyncio.Lock`` hands
     itself over in arrival order): each operation computes on the state its
-    predecessor committed, and nothing is visible before it is durable.  The lock is
-    held for the computation and the append only; an operation never waits inside it
+    predecessor committed, and nothing is answered before it is durable.  The lock is
+    held for the computation, the append and the replay only: when the log syncs in the
+    background (``append_unsynced``, durable mode), the write waits for its fsync outside
+    the lock, so the writes that arrive meanwhile share the next fsync (group commit);
+    a failed fsync leaves the replayed state ahead of the (offline) log, so the
+    coordinator stops serving (COORDINATOR_NOT_AVAILABLE) until a restart; an operation never waits inside it
     for anything else (a classic JoinGroup parks its response future outside).  A check
     that gates a follow-up (e.g. "the group is empty" before a persister call) belongs in
     a write too, even one with no records: outside, it cannot see a write being appended.

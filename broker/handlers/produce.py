@@ -3,9 +3,12 @@
 Per partition: validate the one record batch (header, CRC32C, magic 2), run the
 idempotent-producer sequence check, assign offsets, append the bytes as they came
 (compressed batches are stored compressed), then wake fetches waiting on the
-partition.  The response goes out only after the bytes are in the segment file
-(acks=1/-1; a single node makes them the same), and, when the append reached
-``flush.messages``, only after that fsync (done off the loop); acks=0 gets no response.  v13
+partition.  The response goes out only after the bytes are in the segment file, and
+for acks=all in durable mode (``sharebroker.durability=fsync``, the default) only once an
+fsync covering them finished (group commit, off the loop; broker/log/syncing.py); acks=1
+is answered from the page cache; in page-cache mode both wait for the fsync only when the
+append reached ``flush.messages``; acks=0 gets no response.  Durable mode wakes waiting
+fetches when the sync moves the high watermark, not at the append.  v13
 addresses topics by id.  Record bodies are never decoded, except on a compacted topic
 (``cleanup.policy`` with ``compact``), where every record's framing is read to refuse records
 without a key as Kafka's LogValidator does: INVALID_RECORD with one RecordError per keyless
@@ -26,8 +29,8 @@ Quotas (``broker.quotas``): the request's size counts against ``producer_byte_ra
 handled; the answer carries the throttle time and the connection is muted for it.
 
 Fast path (:func:`fast_produce`, run by the server before the request is decoded): the
-common request -- no transactional id, acks 1 or -1, one topic with one partition, no
-tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place (header, topic,
+common request -- no transactional id, acks 1 (or -1 in page-cache mode), one topic with one
+partition, no tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place (header, topic,
 partition, record-set bounds) and answered with bytes encoded here, without building the
 request and response objects; it appends through the same :func:`_append_records` as
 the general path.  Anything else goes the general way (which also answers malformed input),
@@ -38,7 +41,7 @@ from __future__ import annotations
 import logging
 import struct
 
-from broker.dispatch import handler
+from broker.dispatch import Deferred, handler
 from broker.log.errors import LogError
 from broker.transactions import ADD_PARTITION, produce_operation, verify_partition
 from protocol.errors import Errors
@@ -128,11 +131,20 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
     log = c.logs.get_log(topic.name, index)
     if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
         return False
-    if acks == -1 and log.durable:  # answered once synced: the general path waits for it
-        return False
+    head = len(b)
     code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
     _encode_one(b, version, key, index, code, message, res)
-    return len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
+    at = len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
+    if code or res.durable is None or (acks == 1 and log.durable):
+        return at
+
+    def finish(exc) -> int:  # once synced; a failed fsync answers KAFKA_STORAGE_ERROR (not in the log)
+        if exc is None:
+            return at
+        del b[head:]
+        _encode_one(b, version, key, index, Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {exc}", None)
+        return len(b) - 5 if version >= 9 else len(b) - 4
+    return Deferred(res.durable, finish)
 
 
 def _encode_one(b: bytearray, version: int, key, index: int, code: int, message, res) -> None:
@@ -218,13 +230,19 @@ async def produce(ctx, req):
         q.exempt = acks == 0  # no request quota for acks=0 (the connection may still be muted for bytes)
     if acks == 0:
         return None
-    for topic_name, resp, durable in fsyncs:
+    if not fsyncs:
+        return ProduceResponse(responses=out)
+    return Deferred(_synced(fsyncs), lambda _exc: ProduceResponse(responses=out))
+
+
+async def _synced(fsyncs: list) -> None:
+    """Wait for the fsyncs the answer depends on; a failed one answers its partition KAFKA_STORAGE_ERROR."""
+    for resp, durable in fsyncs:
         try:
             await durable
-        except (OSError, LogError) as e:  # its fsync failed: the partition went offline (PartitionLog._go_offline)
+        except (OSError, LogError) as e:  # the partition went offline (broker/log/syncing.py, _go_offline)
             resp.error_code, resp.error_message = Errors.KAFKA_STORAGE_ERROR, f"fsync failed: {e}"
             resp.base_offset = resp.log_append_time_ms = resp.log_start_offset = -1
-    return ProduceResponse(responses=out)
 
 
 async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
@@ -260,7 +278,7 @@ def _append(c, topic, pd, fsyncs: list, acks: int) -> _PartResp:
     # durable mode answers acks=all once synced, acks=1 from the page cache (the leader has it, as Kafka's
     # acks=1); flush.messages (page-cache mode) answers both once synced, as Kafka's flush does
     if res.durable is not None and (acks == -1 or not log.durable):
-        fsyncs.append((topic.name, resp, res.durable))
+        fsyncs.append((resp, res.durable))
     return resp
 
 

@@ -54,6 +54,7 @@ class Components:
 
 class Result:
     base_offset, log_append_time, log_start_offset = 1234567, -1, 17
+    durable = None
 
 
 @pytest.fixture
