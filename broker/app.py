@@ -24,7 +24,7 @@ from broker.dispatch import load_handlers
 from broker.group_configs import validate_broker_share_configs
 from broker.log.config import ConfigError
 from broker.log.errors import DataDirLockedError
-from broker.log.faults import FD_RESERVE
+from broker.log.faults import FD_RESERVE, SYNC_FDS
 from broker.log.manager import LogManager
 from broker.metrics import MetricsServer
 from broker.server import Server
@@ -198,3 +198,4 @@ def _raise_open_file_limit() -> None:
         log.info("open-file limit %d: room for about %d partitions (%d files each)", limit,
                  limit // FILES_PER_PARTITION, FILES_PER_PARTITION)
     FD_RESERVE.enable()  # held for segment rolls and undos at the limit (broker/log/faults.py)
+    SYNC_FDS.enable()  # lent to fsyncs at the limit

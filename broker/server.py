@@ -543,6 +543,8 @@ class Connection(asyncio.BufferedProtocol):
                             _THROTTLE.pack_into(b, at, ms)
                     self._write_response(b)
                 self._defer(deferred.wait, send_fast)
+                if quotas.active:  # the throttle is known once answered: the next request waits for it
+                    await self._answered()
                 return
             if throttle_at:
                 t1 = time.perf_counter()
@@ -585,6 +587,8 @@ class Connection(asyncio.BufferedProtocol):
                     q.finish(full)
                 self.send_response(ctx, full, flexible)
             self._defer(deferred.wait, send)
+            if q is not None:
+                await self._answered()
             return
         if q is not None:
             q.finish(resp)  # throttle_time_ms into the response; this connection muted (KIP-219)
@@ -616,6 +620,14 @@ class Connection(asyncio.BufferedProtocol):
                 self.close()
 
         self._tail = asyncio.get_running_loop().create_task(run())
+
+    async def _answered(self) -> None:
+        """Wait until every deferred answer has gone out."""
+        tail = self._tail
+        if tail is not None:
+            await tail
+            if self._tail is tail:
+                self._tail = None
 
     def _send_in_order(self, send) -> None:
         """``send(None)`` now, or after the answers still held for their fsync."""

@@ -3,11 +3,12 @@
 Per partition: validate the one record batch (header, CRC32C, magic 2), run the
 idempotent-producer sequence check, assign offsets, append the bytes as they came
 (compressed batches are stored compressed), then wake fetches waiting on the
-partition.  The response goes out only after the bytes are in the segment file, and
-for acks=all in durable mode (``sharebroker.durability=fsync``, the default) only once an
-fsync covering them finished (group commit, off the loop; broker/log/syncing.py); acks=1
-is answered from the page cache; in page-cache mode both wait for the fsync only when the
-append reached ``flush.messages``; acks=0 gets no response.  Durable mode wakes waiting
+partition.  The response goes out only after the bytes are in the segment file, and in
+durable mode (``sharebroker.durability=fsync``, the default) only once an fsync covering
+them finished (group commit, off the loop; broker/log/syncing.py), for acks=1 as for
+acks=all: a single node has no other replica, so both mean "on disk"; in page-cache mode
+the answer waits for the fsync only when the append reached ``flush.messages``; acks=0
+gets no response.  Durable mode wakes waiting
 fetches when the sync moves the high watermark, not at the append.  v13
 addresses topics by id.  Record bodies are never decoded, except on a compacted topic
 (``cleanup.policy`` with ``compact``), where every record's framing is read to refuse records
@@ -29,11 +30,12 @@ Quotas (``broker.quotas``): the request's size counts against ``producer_byte_ra
 handled; the answer carries the throttle time and the connection is muted for it.
 
 Fast path (:func:`fast_produce`, run by the server before the request is decoded): the
-common request -- no transactional id, acks 1 (or -1 in page-cache mode), one topic with one
-partition, no tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place (header, topic,
-partition, record-set bounds) and answered with bytes encoded here, without building the
-request and response objects; it appends through the same :func:`_append_records` as
-the general path.  Anything else goes the general way (which also answers malformed input),
+common request -- no transactional id, acks 1 or -1, one topic with one partition, no
+tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed in place
+(header, topic, partition, record-set bounds) and answered with bytes encoded here, without
+building the request and response objects; it appends through the same
+:func:`_append_records` as the general path; in durable mode its answer is a
+``dispatch.Deferred`` sent once the fsync is done.  Anything else goes the general way (which also answers malformed input),
 and with client quotas the request's size is counted as on the general path.
 """
 from __future__ import annotations
@@ -135,7 +137,7 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
     code, message, res, _ = _append_records(c, topic, index, log, m[p:end])
     _encode_one(b, version, key, index, code, message, res)
     at = len(b) - 5 if version >= 9 else len(b) - 4  # the throttle time (then v9+'s tagged fields)
-    if code or res.durable is None or (acks == 1 and log.durable):
+    if code or res.durable is None:
         return at
 
     def finish(exc) -> int:  # once synced; a failed fsync answers KAFKA_STORAGE_ERROR (not in the log)
@@ -223,7 +225,7 @@ async def produce(ctx, req):
                 parts.append(_error(pd.index, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
             else:
                 code = await _verify(c, tid, topic.name, pd, ctx.api_version) if verify else 0
-                parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs, acks))
+                parts.append(_error(pd.index, code) if code else _append(c, topic, pd, fsyncs))
         out.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=parts))
     q = ctx.quota
     if q is not None:  # the request's size counts against producer_byte_rate when it finishes (RequestQuota)
@@ -263,11 +265,11 @@ async def _verify(c, tid: str, topic: str, pd, version: int) -> int:
     return code
 
 
-def _append(c, topic, pd, fsyncs: list, acks: int) -> _PartResp:
+def _append(c, topic, pd, fsyncs: list) -> _PartResp:
     if pd.records is None:
         return _error(pd.index, Errors.INVALID_RECORD, "null records")
-    log = c.logs.get_log(topic.name, pd.index)
-    code, message, res, record_errors = _append_records(c, topic, pd.index, log, pd.records)
+    code, message, res, record_errors = _append_records(c, topic, pd.index, c.logs.get_log(topic.name, pd.index),
+                                                        pd.records)
     if code:
         resp = _error(pd.index, code, message)
         resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
@@ -275,9 +277,8 @@ def _append(c, topic, pd, fsyncs: list, acks: int) -> _PartResp:
         return resp
     resp = _PartResp(index=pd.index, base_offset=res.base_offset, log_append_time_ms=res.log_append_time,
                      log_start_offset=res.log_start_offset)
-    # durable mode answers acks=all once synced, acks=1 from the page cache (the leader has it, as Kafka's
-    # acks=1); flush.messages (page-cache mode) answers both once synced, as Kafka's flush does
-    if res.durable is not None and (acks == -1 or not log.durable):
+    # answered once synced: every append in durable mode, those that reached flush.messages in page-cache mode
+    if res.durable is not None:
         fsyncs.append((resp, res.durable))
     return resp
 

@@ -153,5 +153,49 @@ class FdReserve:
             self.refill()
 
 
+class SyncFds:
+    """Descriptor numbers held open on ``/dev/null`` and lent to an fsync that cannot get descriptors of
+    its own (the open-file limit): ``os.dup2`` points a lent number at a segment's file without allocating
+    one, and ``give_back`` points it at ``/dev/null`` again once the fsync is done. So a sync that the
+    durable acknowledgements wait for always starts, at the latest when a lent number is back. Owned by
+    the event loop; :data:`SYNC_FDS`, enabled by the broker at start-up."""
+
+    def __init__(self, size: int = 6):
+        self.size = size
+        self._free: list[int] = []
+        self._null: int | None = None
+
+    def enable(self) -> None:
+        try:
+            self._null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            while len(self._free) < self.size:
+                self._free.append(os.dup(self._null))
+        except OSError:  # no /dev/null or no descriptors at start-up: nothing to lend
+            pass
+
+    def lend(self, fds: list[int]) -> list[int] | None:
+        """Numbers now pointing at the files of ``fds`` (in order), or None when too few are free."""
+        if self._null is None or len(self._free) < len(fds):
+            return None
+        out = []
+        try:
+            for fd in fds:
+                out.append(self._free.pop())
+                os.dup2(fd, out[-1], inheritable=False)
+        except OSError:
+            self.give_back(out)
+            return None
+        return out
+
+    def give_back(self, lent: list[int]) -> None:
+        for fd in lent:
+            try:
+                os.dup2(self._null, fd, inheritable=False)
+                self._free.append(fd)
+            except OSError:  # keeps what it pointed at: dropped from the pool
+                pass
+
+
 STORAGE = FaultLog(logging.getLogger("sharebroker.storage"))
 FD_RESERVE = FdReserve()
+SYNC_FDS = SyncFds()

@@ -56,6 +56,7 @@ from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK
                               control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
+from . import fileio
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
@@ -111,6 +112,12 @@ class PartitionLog(LogLoading, LogSyncing):
         self._hw = 0  # durable mode: every offset below is on disk (set by _load, moved by completed fsyncs)
         self._mark: tuple[Segment | None, int] = (None, 0)  # durable mode: (segment, size) at _hw
         self.offline: LogError | None = None  # set when a data fsync failed: every append refused until restart
+        # durable mode: (marker offset, first offset) of transactions whose marker is not yet synced: they stay
+        # unstable (below the LSO) until it is, so a read_committed reader sees a transaction end once on disk
+        self._unsynced_markers: list[tuple[int, int]] = []
+        # durable mode: the directory, opened at a roll for the fsync that makes the new segment's entry durable
+        # (so that fsync needs no descriptor at the open-file limit); taken by that fsync, which closes it
+        self._dir_fd: int | None = None
         # fsync / unlink / checkpoint-sync jobs: Inline (synchronous) unless a Background worker is given
         self._bg = background or Inline()
         self._flushing = False           # a background fsync of this log is running
@@ -161,7 +168,12 @@ class PartitionLog(LogLoading, LogSyncing):
     @property
     def last_stable_offset(self) -> int:
         first_unstable = self.producer_state.first_unstable_offset()
-        hw = self._hw if self.durable else self._leo
+        if not self.durable:
+            return self._leo if first_unstable is None else min(first_unstable, self._leo)
+        hw = self._hw
+        for marker, first in self._unsynced_markers:
+            if marker >= hw and first < hw:
+                hw = first
         return hw if first_unstable is None else min(first_unstable, hw)
 
     @property
@@ -345,6 +357,11 @@ class PartitionLog(LogLoading, LogSyncing):
                 continue
             if info.is_control:
                 data = bytes(buf[rel:rel + size])
+                if self.durable:
+                    entry = ps.producers.get(info.producer_id)
+                    first = entry.txn_first_offset if entry is not None else None
+                    if first is not None:
+                        self._unsynced_markers.append((base, first))
                 ps.on_marker(info.producer_id, info.producer_epoch, control_record_type(data) == CONTROL_COMMIT,
                              control_coordinator_epoch(data), base, now)
             else:
@@ -420,6 +437,13 @@ class PartitionLog(LogLoading, LogSyncing):
                                                             cfg.index_interval_bytes, now))
         except OSError as e:
             raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
+        if self.durable and self._bg.threaded and self._dir_fd is None:
+            try:
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                self._dir_fd = FD_RESERVE.run(lambda: fileio.open(self.dir, flags))
+            except OSError as e:
+                new.delete()
+                raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
         try:
             old.seal()
         except OSError as e:
@@ -818,6 +842,7 @@ class PartitionLog(LogLoading, LogSyncing):
             self.abandon()
             raise OSError(errno.EIO, str(self.offline))
         self._segments[-1].seal()
+        self._close_dir_fd()
         self._bg = Inline()
         self._discard_spare()
         self.flush()
@@ -827,9 +852,15 @@ class PartitionLog(LogLoading, LogSyncing):
             seg.close()
         self._closed = True
 
+    def _close_dir_fd(self) -> None:
+        fd, self._dir_fd = self._dir_fd, None
+        if fd is not None:
+            os.close(fd)
+
     def abandon(self) -> None:
         """Close every descriptor without writing anything more (after a failed ``close``, or a failed
         load): what the files hold is what the next start recovers."""
+        self._close_dir_fd()
         self._spare, spare = None, self._spare
         for seg in self._segments:
             seg.drop_descriptors()
@@ -841,6 +872,7 @@ class PartitionLog(LogLoading, LogSyncing):
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory itself too)."""
+        self._close_dir_fd()
         self._discard_spare()
         for seg in self._segments:
             seg.delete()

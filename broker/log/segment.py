@@ -399,10 +399,9 @@ class Segment:
                 fileio.ftruncate(self._index_fd, self._idx_written * OFFSET_ENTRY.size)
                 fileio.ftruncate(self._time_fd, self._time_written * TIME_ENTRY.size)
             self._torn_tail = False
-        except OSError as e:
+        except OSError as e:  # said once per run of failures (a read-only disk fails every append)
             self._torn_tail = True
-            log.error("segment %s: cannot cut back a failed write (%s); the next append tries again",
-                      self.log_path, e)
+            STORAGE.report("cutting back a failed write (the next append tries again)", self.log_path, e)
 
     def _close_index_writers(self) -> None:
         """Write the pending entries and close the index files (closed even if the write fails)."""
@@ -625,6 +624,17 @@ class Segment:
         stays valid if the segment is closed or deleted before it runs: it then
         syncs the unlinked inodes, which is harmless, and never a reused fd number.
         """
+        fds = self.sync_fds()
+        return lambda: fsync_close(fds)
+
+    def open_fds(self) -> list[int]:
+        """The descriptors this segment holds open now (its log, and its index writers while active),
+        pending index entries written first."""
+        self._write_pending_indexes()
+        return [fd for fd in (self.fd, self._index_fd, self._time_fd) if fd is not None]
+
+    def sync_fds(self) -> list[int]:
+        """New descriptors of this segment's log and index files (the caller closes them)."""
         self._write_pending_indexes()
         fds = [fileio.dup(self.fd)]
         try:
@@ -640,7 +650,7 @@ class Segment:
             for fd in fds:
                 os.close(fd)
             raise
-        return lambda: _fsync_close(fds)
+        return fds
 
     def drop_descriptors(self) -> None:
         """Close the files without writing the pending index entries (the disk is failing; recovery
@@ -733,7 +743,12 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
-def _fsync_close(fds: list[int]) -> None:
+def fsync_all(fds: list[int]) -> None:
+    for fd in fds:
+        fileio.fsync(fd)
+
+
+def fsync_close(fds: list[int]) -> None:
     try:
         for fd in fds:
             fileio.fsync(fd)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 
 from . import fileio
 from .errors import KAFKA_STORAGE_ERROR, LogError
-from .faults import STORAGE
+from .faults import FD_RESERVE, OUT_OF_FDS, STORAGE, SYNC_FDS
 from .files import fsync_dir
-from .segment import Segment
+from .segment import Segment, fsync_close, fsync_all
 
 log = logging.getLogger("broker.log.partition_log")
 
@@ -29,6 +30,18 @@ FLUSH_RETRY_S = 0.1  # after an fsync that could not start (no descriptor to dup
 
 def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
+
+
+def _dup_for_sync(segments: list[Segment]) -> list[int]:
+    fds: list[int] = []
+    try:
+        for seg in segments:
+            fds += seg.sync_fds()
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
 
 class LogSyncing:
@@ -63,6 +76,8 @@ class LogSyncing:
         """Durable mode: an fsync covering every offset below ``target`` finished; move the high watermark."""
         if target > self._hw:
             self._hw, self._mark = target, mark
+            if self._unsynced_markers:
+                self._unsynced_markers = [m for m in self._unsynced_markers if m[0] >= target]
             if self.on_durable is not None:
                 self.on_durable()
 
@@ -132,8 +147,9 @@ class LogSyncing:
 
     def _start_flush(self, target: int, segments: list[Segment] | None = None) -> None:
         """Submit one background fsync of ``segments`` (default: rolled + active) for offsets < ``target``."""
-        fut, self._next_flush = self._next_flush, None
+        fut = None  # a flush of rolled segments only answers nobody: appends wait for one covering the log end
         if segments is None:
+            fut, self._next_flush = self._next_flush, None
             active = self._segments[-1]
             mark = (active, active.size)
             segments = self._pending_flush + [active]
@@ -143,30 +159,46 @@ class LogSyncing:
         else:
             mark = (next((s for s in self._segments if s.base_offset == target), None), 0)
             self._pending_flush = [s for s in self._pending_flush if s not in segments]
-        try:
-            jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
-        except OSError as e:  # e.g. no descriptor left: nothing was synced, nothing is lost; try again shortly
-            self.storage_errors += 1
-            STORAGE.report("starting an fsync", self.dir, e)
-            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
-            if fut is not None:
-                self._next_flush = fut  # its waiters are answered when a later try completes
-            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
-            return
+        lent = None
+        try:  # dup'd fds: immune to a later delete/close; at the open-file limit the reserve makes room
+            fds = FD_RESERVE.run(lambda: _dup_for_sync(segments))
+        except OSError as e:
+            if e.errno in OUT_OF_FDS:  # numbers held for this: no descriptor is allocated (faults.SyncFds)
+                try:
+                    lent = SYNC_FDS.lend([fd for seg in segments for fd in seg.open_fds()])
+                except OSError:
+                    lent = None
+            if lent is None:  # nothing was synced, nothing is lost; try again shortly
+                self.storage_errors += 1
+                STORAGE.report("starting an fsync", self.dir, e)
+                self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
+                if fut is not None:
+                    self._next_flush = fut  # its waiters are answered when a later try completes
+                asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
+                return
+            fds = lent
         # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
         directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
+        dir_fd = None
+        if directory is not None and self._segments[-1] in segments:  # the fd opened by the roll that made it
+            dir_fd, self._dir_fd = self._dir_fd, None  # (durable mode); else the job opens the directory
         self._flushing = True
 
         def run():
-            for job in jobs:
-                job()
-            if directory is not None:
+            (fsync_all if lent else fsync_close)(fds)
+            if dir_fd is not None:
+                fsync_close([dir_fd])
+            elif directory is not None:
                 try:
                     fsync_dir(directory)
                 except FileNotFoundError:  # renamed away: the topic is being deleted
                     pass
 
-        self._bg.submit(run, lambda _r, exc: self._flush_done(target, segments, fut, exc, mark))
+        def done(_result, exc) -> None:
+            if lent:
+                SYNC_FDS.give_back(lent)
+            self._flush_done(target, segments, fut, exc, mark)
+        self._bg.submit(run, done)
 
     def _retry_flush(self) -> None:
         if not self._closed and self.offline is None and not self._flushing and (
@@ -181,6 +213,18 @@ class LogSyncing:
         logged and retried later) and the high watermark (durable mode), and always complete ``fut``,
         whatever else fails. A failed fsync takes the partition offline (``_go_offline``)."""
         self._flushing = False
+        if exc is not None and getattr(exc, "errno", None) in OUT_OF_FDS and not self._closed:
+            # the directory could not be opened for its fsync: nothing failed to reach the disk, but the sync
+            # is not complete; it runs again whole shortly (its waiters wait on)
+            STORAGE.report("opening the directory for an fsync", self.dir, exc)
+            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
+            if fut is not None and not fut.done():
+                if self._next_flush is not None:  # one future for all waiters
+                    self._next_flush.add_done_callback(lambda f, fut=fut: self._finish_flush_future(fut, f.exception()))
+                else:
+                    self._next_flush = fut
+            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
+            return
         try:
             if exc is not None:
                 if not self._closed and not isinstance(exc, FileNotFoundError):
