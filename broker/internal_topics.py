@@ -4,7 +4,8 @@ A coordinator appends its records as one uncompressed batch; ``append`` returns 
 the batch is on disk in durable mode (the default) or in the page cache otherwise, like
 an acknowledged produce; ``append_unsynced`` returns at once with the fsync's future
 (the coordinator runtime awaits it outside its write lock: group commit).  ``replay``
-reads the partition from its start offset and decodes records (internal topics are the one place the broker reads records).
+reads the partition from its start offset and decodes records (internal topics are the
+one place the broker reads records).
 
 Transactional offset commits (TxnOffsetCommit) are appended as a transactional batch
 of the producer; ``replay`` yields such records only once their COMMIT marker is

@@ -35,8 +35,8 @@ tagged fields, no authorizer, no ``flush.messages``, not compacted -- is parsed 
 (header, topic, partition, record-set bounds) and answered with bytes encoded here, without
 building the request and response objects; it appends through the same
 :func:`_append_records` as the general path; in durable mode its answer is a
-``dispatch.Deferred`` sent once the fsync is done.  Anything else goes the general way (which also answers malformed input),
-and with client quotas the request's size is counted as on the general path.
+``dispatch.Deferred`` sent once the fsync is done.  Anything else goes the general way
+(which also answers malformed input), and with client quotas the request's size is counted as on the general path.
 """
 from __future__ import annotations
 
