@@ -68,7 +68,7 @@ def verify(data_dir: str, node_id: int) -> MetaProperties | None:
     try:
         with open(path, encoding="utf-8") as f:
             props = parse(f.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the latter: start-up says what is wrong with data_dir
         return None
     except (OSError, UnicodeDecodeError) as e:
         raise DataDirFormatError(f"{path}: cannot read it: {e}") from None
@@ -92,7 +92,8 @@ def verify(data_dir: str, node_id: int) -> MetaProperties | None:
     fmt = number(FORMAT_KEY)
     if not 1 <= fmt <= FORMAT_VERSION:
         raise DataDirFormatError(f"{path}: {FORMAT_KEY}={fmt} is a format this release does not know (it reads "
-                                 f"1 to {FORMAT_VERSION}); start the release that wrote it, or a later one")
+                                 f"{FORMAT_KEY}={FORMAT_VERSION} and earlier); start the release that wrote it, "
+                                 f"or a later one")
     stored_node = number("node.id")
     if stored_node != node_id:
         raise DataDirFormatError(f"{path}: node.id={stored_node} does not match the configured node.id={node_id}; "

@@ -134,20 +134,26 @@ def edit_props(d: Path, **changes: str) -> None:
     path.write_text("\n".join(lines + [f"{k}={v}" for k, v in changes.items()]) + "\n")
 
 
-def refused(d: Path, *args: str) -> str:
-    """Start the broker on ``d``; it must exit with 1 and one error line, leaving ``d`` unchanged."""
-    before = tree(d)
+def start_refused(d: Path, *args: str) -> str:
+    """Start the broker on ``d``; it must exit with 1 and one error line (returned), no traceback."""
     proc = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(d), "--listen", "127.0.0.1:0", *args],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("sharebroker: ")]
     assert len(errors) == 1, proc.stderr
-    assert tree(d) == before
     return errors[0]
 
 
-@pytest.mark.parametrize("case", ["format", "version", "node", "cluster", "topic"])
+def refused(d: Path, *args: str) -> str:
+    """``start_refused``, and nothing in ``d`` changed."""
+    before = tree(d)
+    line = start_refused(d, *args)
+    assert tree(d) == before
+    return line
+
+
+@pytest.mark.parametrize("case", ["format", "kafka", "version", "node", "cluster", "topic"])
 def test_unknown_or_foreign_directory_is_refused_and_left_unchanged(written, tmp_path, case):
     d = tmp_path / "data"
     shutil.copytree(written, d)
@@ -156,7 +162,10 @@ def test_unknown_or_foreign_directory_is_refused_and_left_unchanged(written, tmp
     args: list[str] = []
     if case == "format":
         edit_props(d, **{meta_properties.FORMAT_KEY: "2"})
-        want = [str(props_path), "sharebroker.format.version=2", "1 to 1"]
+        want = [str(props_path), "sharebroker.format.version=2", "sharebroker.format.version=1 and earlier"]
+    elif case == "kafka":  # a directory Kafka formatted: no sharebroker.format.version
+        edit_props(d, **{meta_properties.FORMAT_KEY: ""})
+        want = [str(props_path), "sharebroker.format.version is missing"]
     elif case == "version":
         edit_props(d, version="0")
         want = [str(props_path), "version=0", "version=1"]
@@ -181,9 +190,5 @@ def test_checkpoint_of_unknown_format_is_refused(written, tmp_path):
     shutil.copytree(written, d)
     ckpt = d / "__consumer_offsets-0" / "checkpoint"
     ckpt.write_text("v2 0 0\n")
-    proc = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(d), "--listen", "127.0.0.1:0"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("sharebroker: ")]
-    assert len(errors) == 1 and f"{ckpt}: v2 is a checkpoint format" in errors[0], proc.stderr
+    assert f"{ckpt}: v2 is a checkpoint format" in start_refused(d)
     assert ckpt.read_text() == "v2 0 0\n"
