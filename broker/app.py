@@ -23,7 +23,7 @@ from broker.configs import BrokerSettings
 from broker.dispatch import load_handlers
 from broker.group_configs import validate_broker_share_configs
 from broker.log.config import ConfigError
-from broker.log.errors import DataDirLockedError
+from broker.log.errors import DataDirFormatError, DataDirLockedError
 from broker.log.faults import FD_RESERVE, SYNC_FDS
 from broker.log.manager import LogManager
 from broker.metrics import MetricsServer
@@ -74,9 +74,9 @@ class Broker:
             logs = LogManager(data_dir, default_configs=settings.topic_defaults(),
                               producer_id_expiration_ms=config.get_int("producer.id.expiration.ms", 86400000),
                               producer_id_expiration_check_interval_ms=config.get_int(
-                                  "producer.id.expiration.check.interval.ms", 600000),
+                                  "producer.id.expiration.check.interval.ms", 600000), node_id=node_id,
                               durable=config.get("sharebroker.durability", "fsync") == "fsync")
-        except DataDirLockedError as e:
+        except (DataDirLockedError, DataDirFormatError) as e:
             raise StartupError(str(e)) from None
         except ValueError as e:
             raise StartupError(f"bad configuration: {e}") from None

@@ -22,6 +22,11 @@ result is what replaying the fully compacted log gives).
 :class:`RecordLog` is the durable append interface; :class:`MemoryRecordLog` is an
 in-memory implementation for unit tests, and the broker provides one backed by a
 partition log (``broker.internal_topics``).
+
+Record versions (Kafka's ``CoordinatorRecordSerde`` and loader): a record type this release does
+not know is skipped (a left-over of an aborted upgrade); a value version above the highest this
+release knows fails the load (:class:`UnknownRecordVersion`, one error line), so a newer release's
+record is never read with an older schema: the coordinator answers COORDINATOR_NOT_AVAILABLE.
 """
 from __future__ import annotations
 
@@ -88,8 +93,13 @@ def encode_record(key, value, value_version: int | None = None) -> tuple[bytes, 
     return kbytes, _I16.pack(v) + value.encode(v)
 
 
+class UnknownRecordVersion(Exception):
+    """A record's value version is above the highest this release reads."""
+
+
 def decode_record(registry: dict, key: bytes, value: bytes | None) -> Record | None:
-    """Decode record bytes with a registry {record type: (KeyClass, ValueClass)}; None if unknown."""
+    """Decode record bytes with a registry {record type: (KeyClass, ValueClass)}; None if the type is
+    unknown; raises :class:`UnknownRecordVersion` for a value version above the highest known."""
     mv = memoryview(key)
     record_type = _I16.unpack_from(mv, 0)[0]
     pair = registry.get(record_type)
@@ -101,7 +111,10 @@ def decode_record(registry: dict, key: bytes, value: bytes | None) -> Record | N
         return Record(record_type, k, -1, None)
     vm = memoryview(value)
     version = _I16.unpack_from(vm, 0)[0]
-    version = min(max(version, value_cls.MIN_VERSION), value_cls.MAX_VERSION)
+    if version > value_cls.MAX_VERSION:
+        raise UnknownRecordVersion(f"record type {record_type} ({value_cls.__name__}) has value version "
+                                   f"{version}; this release reads up to version {value_cls.MAX_VERSION}")
+    version = max(version, value_cls.MIN_VERSION)
     return Record(record_type, k, version, value_cls.decode_from(vm, 2, version)[0])
 
 
@@ -250,6 +263,8 @@ class CoordinatorRuntime:
                 await self.load(latest_only=latest_only, after=after)
             except asyncio.CancelledError:
                 raise
+            except UnknownRecordVersion as e:  # a newer release's record: said in one line, not a bug here
+                _log.error("%s: loading failed: %s", self.name, e)
             except Exception:
                 _log.exception("%s: loading failed", self.name)
             finally:

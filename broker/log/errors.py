@@ -16,3 +16,7 @@ class LogError(Exception):
 
 class DataDirLockedError(RuntimeError):
     """The data directory is locked by another running broker process."""
+
+
+class DataDirFormatError(RuntimeError):
+    """The data directory was written in a format, or for a node or cluster, this broker must not open."""

@@ -8,6 +8,7 @@ import logging
 import os
 
 from .damage import CHECKED, UNCHECKED
+from .errors import DataDirFormatError
 from .producer_state import SnapshotFiles, load_producer_state
 from .segment import CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, rename_segment_files, scan
 
@@ -141,6 +142,9 @@ class LogLoading:
             if len(parts) == 3 and parts[0] == b"v1":
                 self._ckpt_written = (int(parts[1]), int(parts[2]))
                 return self._ckpt_written
+            if parts and parts[0] != b"v1" and parts[0][:1] == b"v" and parts[0][1:].isdigit():  # another format
+                raise DataDirFormatError(f"{os.path.join(self.dir, CHECKPOINT_FILE)}: {parts[0].decode()} is a "
+                                         f"checkpoint format this release does not know (it reads v1)")
             log.warning("%s-%d: ignoring malformed checkpoint file", self.topic, self.partition)
         except FileNotFoundError:
             pass

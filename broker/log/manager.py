@@ -4,6 +4,8 @@ Layout::
 
     data_dir/.lock                  exclusive flock while a broker runs
     data_dir/.clean_shutdown        written by close(), removed at start-up
+    data_dir/meta.properties        format version, node id, cluster id (``meta_properties.py``),
+                                   checked before anything is written, written once
     data_dir/meta/cluster_id        generated once
     data_dir/meta/topics/<topic id hex>.json  name, partition count, config overrides
                                    (named by id: a 249-character topic name plus a suffix would pass
@@ -32,7 +34,8 @@ import uuid
 from typing import Callable, Iterable, Mapping
 
 from .config import LogConfig, validate_topic_configs
-from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
+from . import meta_properties
+from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirFormatError, DataDirLockedError, LogError
 from .background import Background, Inline
 from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir, log_bg_error
@@ -47,6 +50,7 @@ INVALID_PARTITIONS = 37
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
+TOPIC_FORMAT_VERSION = 1  # ``version`` in meta/topics/<id>.json
 
 
 def new_topic_id() -> uuid.UUID:
@@ -80,8 +84,8 @@ class TopicInfo:
         return len(self.logs)
 
     def to_json(self) -> bytes:
-        return json.dumps({"name": self.name, "topic_id": str(self.topic_id), "partitions": len(self.logs),
-                           "configs": self.configs}, sort_keys=True).encode()
+        return json.dumps({"version": TOPIC_FORMAT_VERSION, "name": self.name, "topic_id": str(self.topic_id),
+                           "partitions": len(self.logs), "configs": self.configs}, sort_keys=True).encode()
 
     def __repr__(self) -> str:
         return f"TopicInfo({self.name}, id={self.topic_id}, partitions={len(self.logs)})"
@@ -92,11 +96,16 @@ class LogManager:
                  clock: Callable[[], int] | None = None,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
                  producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
-                 durable: bool = False):
+                 node_id: int = 1, durable: bool = False):
         self.data_dir = os.path.abspath(data_dir)
         # durable mode: appends are answered and shown to consumers once fsynced (PartitionLog, README "Durability")
         self.durable = durable
         self.on_durable: Callable[[str, int], None] | None = None  # (topic, partition): its high watermark moved
+        # Both raise DataDirFormatError before anything in the directory is written.
+        stored = meta_properties.verify(self.data_dir, node_id)
+        self._meta = os.path.join(self.data_dir, "meta")
+        self._topics_dir = os.path.join(self._meta, "topics")
+        topic_metas = self._read_topic_metas()
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
@@ -107,16 +116,21 @@ class LogManager:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         os.makedirs(self.data_dir, exist_ok=True)
         self._lock_fd = self._lock()
-        self._meta = os.path.join(self.data_dir, "meta")
-        self._topics_dir = os.path.join(self._meta, "topics")
+        earlier = stored is None and meta_properties.has_data(self.data_dir)
         os.makedirs(self._topics_dir, exist_ok=True)
-        self.cluster_id = self._load_cluster_id()
+        self.cluster_id = self._load_cluster_id(stored.cluster_id if stored else None)
+        if stored is None:
+            meta_properties.write(self.data_dir, meta_properties.MetaProperties(
+                node_id, self.cluster_id, meta_properties.new_directory_id()))
+            if earlier:
+                log.info("data directory %s: written by a release before %s; adopted as format 1",
+                         self.data_dir, meta_properties.FILE)
         marker = os.path.join(self.data_dir, ".clean_shutdown")
         clean = os.path.exists(marker)
         if clean:
             os.unlink(marker)
             fsync_dir(self.data_dir)
-        self._load_topics(clean)
+        self._load_topics(topic_metas, clean)
         self._last_producer_expiry = self.clock()
 
     def start_background(self, loop=None) -> Background:
@@ -151,7 +165,8 @@ class LogManager:
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
 
-    def _load_cluster_id(self) -> str:
+    def _load_cluster_id(self, stored: str | None) -> str:
+        """``meta/cluster_id``; if missing, the one ``meta.properties`` names, else a new one."""
         path = os.path.join(self._meta, "cluster_id")
         try:
             with open(path) as f:
@@ -160,18 +175,36 @@ class LogManager:
                 return cid
         except FileNotFoundError:
             pass
-        cid = uuid_to_base64(uuid.uuid4())
+        cid = stored or uuid_to_base64(uuid.uuid4())
         atomic_write(path, (cid + "\n").encode())
         return cid
 
-    def _load_topics(self, clean: bool) -> None:
-        for name in sorted(os.listdir(self._topics_dir)):
-            path = os.path.join(self._topics_dir, name)
+    def _read_topic_metas(self) -> list[dict]:
+        """Every topic's metadata file, a version this release does not know refused; leftover tmp files
+        are left for ``_load_topics``."""
+        metas = []
+        try:
+            names = sorted(os.listdir(self._topics_dir))
+        except FileNotFoundError:
+            return metas
+        for name in names:
             if name.endswith(".tmp"):
-                os.unlink(path)
                 continue
+            path = os.path.join(self._topics_dir, name)
             with open(path, "rb") as f:
                 meta = json.load(f)
+            version = meta.get("version", 1)  # files of releases before the field are version 1
+            if version != TOPIC_FORMAT_VERSION:
+                raise DataDirFormatError(f"{path}: version={version} is a topic metadata format this release "
+                                         f"does not know (it reads version={TOPIC_FORMAT_VERSION})")
+            metas.append(meta)
+        return metas
+
+    def _load_topics(self, metas: list[dict], clean: bool) -> None:
+        for name in os.listdir(self._topics_dir):
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(self._topics_dir, name))
+        for meta in metas:
             info = TopicInfo(meta["name"], uuid.UUID(meta["topic_id"]), dict(meta.get("configs", {})))
             cfg = self._config_for(info.configs)
             for p in range(int(meta["partitions"])):

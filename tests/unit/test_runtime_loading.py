@@ -249,3 +249,25 @@ async def test_share_fetch_waits_for_the_share_coordinator_then_delivers():
         assert [p.acquired for p in res.partitions] == [[(0, 9, 1)]]
     finally:
         await mgr.close()
+
+
+async def test_a_record_of_a_newer_value_version_fails_the_load(caplog):
+    """Kafka's CoordinatorRecordSerde: a value version above the highest known is never read with an
+    older schema; the load fails (one error line) and the coordinator answers COORDINATOR_NOT_AVAILABLE."""
+    from coordinator.runtime import encode_record
+    from protocol.coordinator_records.share_snapshot import ShareSnapshotKey, ShareSnapshotValue
+
+    log = MemoryRecordLog()
+    key, value = encode_record(ShareSnapshotKey(group_id="g", topic_id=b"\x01" * 16, partition=0),
+                               ShareSnapshotValue(start_offset=5))
+    newer = (ShareSnapshotValue.MAX_VERSION + 1).to_bytes(2, "big") + value[2:]
+    await log.append([(key, value), (key, newer)])
+    sc = ShareCoordinator(log, None, lambda: 0)
+    sc.start_loading()
+    await sc.wait_loaded()
+    req = ReadReq(group_id="g", topics=[ReadReq.ReadStateData(topic_id=b"\x01" * 16, partitions=[
+        ReadReq.PartitionData(partition=0, leader_epoch=0)])])
+    assert (await sc.read_state(req)).results[0].partitions[0].error_code == Errors.COORDINATOR_NOT_AVAILABLE
+    failed = [r for r in caplog.records if "loading failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None
+    assert f"value version {ShareSnapshotValue.MAX_VERSION + 1}" in failed[0].getMessage()
