@@ -8,7 +8,7 @@ version above ``latestVersionUnstable``'s stable range is not advertised by Kafk
 
 Every API key of the reference schemas is either served at Kafka's versions
 (tests/integration/test_api_versions.py checks it against ApiVersions) or listed below with the reason;
-the README's "Kafka 4.4's client APIs" section says the same.
+docs/apis.md's "Kafka 4.4's client APIs" table says the same.
 """
 from __future__ import annotations
 

@@ -410,7 +410,7 @@ def faust_table(python: Path):
         more input, a new worker with an empty data directory recovers the table from its changelog and
         counts on. (With faust's default at_least_once the counts after the restart are off by one or more
         in about half the runs on Kafka 4.4 as on ours: a changelog write lost at shutdown, records
-        processed again after a rebalance; see the README.)"""
+        processed again after a rebalance; see docs/testing.md.)"""
         source, app_id = create_topic(bootstrap, 2, "faust-in"), unique("faust")
         out, produced, i = {}, 0, iter(range(1000))
         with tempfile.TemporaryDirectory() as tmp:
@@ -445,7 +445,7 @@ def test_faust_table(request, broker, apps_python):
     input twice once in 35 runs); and it commits a transaction without flushing its producer buffer, so
     offsets can be committed without their table updates (Kafka 4.4, loaded: 'c' and 'd' at 29 in 2 of
     14 runs). Its worker can also crash while stopping ("Cannot
-    flush: Producer not Running", exit 1) on both. README "Differential suite, applications" has the runs
+    flush: Producer not Running", exit 1) on both. docs/testing.md, "Differential suite, applications", has the runs
     and the broker-side checks.
     A suite test must not be flaky, so it runs when asked for."""
     if os.environ.get(FAUST_ENV) != "1":

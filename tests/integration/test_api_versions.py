@@ -53,11 +53,12 @@ def test_every_client_api_of_kafka_4_4_at_kafkas_versions(sharebroker):
 
 
 def _readme_api_table() -> dict[int, tuple[int, int] | None]:
-    """The README's "Kafka 4.4's client APIs" table: {api key: (min, max), None where not served}. A row
-    may name several keys ("29-31", "48, 49") with one range for all or one range each."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("### Kafka 4.4's client APIs"):]
-    section = section[:section.index("\n#", 1)]
+    """The "Kafka 4.4's client APIs" table of docs/apis.md: {api key: (min, max), None where not served}. A
+    row may name several keys ("29-31", "48, 49") with one range for all or one range each."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "apis.md").read_text()
+    section = text[text.index("## Kafka 4.4's client APIs"):]
+    end = section.find("\n#", 1)  # the next heading, or the end of the page
+    section = section if end < 0 else section[:end]
     out = {}
     for keys, versions in re.findall(r"^\| ([\d, -]+) \| [^|]+ \| ([\d, —-]+) \|", section, re.M):
         def span(text: str) -> tuple[int, int]:  # "3" or "0-13"
@@ -68,7 +69,7 @@ def _readme_api_table() -> dict[int, tuple[int, int] | None]:
         ranges = [None if v.strip() == "—" else span(v) for v in versions.split(",")]
         assert len(ranges) in (1, len(expanded)), keys
         for i, key in enumerate(expanded):
-            assert key not in out, f"key {key} twice in the README table"
+            assert key not in out, f"key {key} twice in the docs/apis.md table"
             out[key] = ranges[0] if len(ranges) == 1 else ranges[i]
     return out
 
