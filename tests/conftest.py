@@ -152,6 +152,17 @@ class _SessionFixtureClients:
 
 def pytest_configure(config):
     config.pluginmanager.register(_SessionFixtureClients(), "sharebroker-session-fixture-clients")
+    _keep_ignored_warnings_under_command_line_filters(config)
+
+
+def _keep_ignored_warnings_under_command_line_filters(config) -> None:
+    """pyproject.toml's ``filterwarnings`` ignores a few third-party deprecations; pytest applies command-line
+    ``-W`` filters after the ini's, so ``-W error`` would turn them into errors again (kafka-python's, at
+    import). Repeated after the command line's, the ignores stay narrower than ``-W error``: every other
+    warning still fails the run."""
+    ignores = [f for f in config.getini("filterwarnings") if f.startswith("ignore:")]
+    ns = config.known_args_namespace
+    ns.pythonwarnings = [*(ns.pythonwarnings or []), *ignores]
 
 
 def own_clients() -> int:

@@ -25,6 +25,17 @@ def missing_input(what: str):
     raise MissingInput(PREFIX + what, allow_module_level=True)
 
 
+def require_modules(*names: str) -> None:
+    """Import each module, or skip the calling module (or conftest's directory) as missing its input."""
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing_input(f"the Python module {name} ({e})")
+
+
 def under_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
@@ -33,8 +44,9 @@ def _fail_if_missing_input(report) -> None:
     """Turn a skip for a missing input into a failure under CI. The reason is the one mark the report
     keeps of the exception (a collection report has no excinfo), so the prefix is what is recognised."""
     if report.skipped and under_ci() and isinstance(report.longrepr, tuple):
-        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
-        if reason.startswith(PREFIX):
+        reason = str(report.longrepr[2])  # "Skipped: missing input: ...", "...MissingInput: missing input: ..."
+        if PREFIX in reason:
+            reason = reason[reason.index(PREFIX):]
             report.outcome = "failed"
             report.longrepr = f"{reason} (CI=true: every input must be there, tools/test.sh installs them)"
 

@@ -34,6 +34,7 @@ import pytest
 
 from broker.testing import BrokerProcess
 from tests.differential.harness import assert_as_expected, differences
+from tests.missing_inputs import missing_input
 from tests.support import create_topic, unique
 
 # one worker runs the module: one sharebroker for it, the installs done once
@@ -261,7 +262,7 @@ def _installed(directory: Path, spec: Path, install) -> Path:
 @pytest.fixture(scope="module")
 def node_modules() -> Path:
     if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip("node and npm are needed (tools/test.sh installs them)")
+        missing_input("node and npm (tools/test.sh installs them)")
     directory = _installed(CACHE / "node-apps", APPS / "package.json", lambda d: subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True, timeout=300))
     return directory / "node_modules"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 from broker.dispatch import load_handlers
 from protocol.errors import Errors
