@@ -278,7 +278,8 @@ def externally_managed_python(prefix: Path) -> Path:
     lib = prefix / "lib" / stdlib.name
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
-        (lib / entry.name).symlink_to(entry)
+        if entry.name != "EXTERNALLY-MANAGED":  # Debian's own marker: never written through a link
+            (lib / entry.name).symlink_to(entry)
     (lib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\nError=marked by the test (PEP 668)\n")
     (prefix / "bin").mkdir()
     shutil.copy2(Path(sys._base_executable).resolve(), prefix / "bin" / "python3")
@@ -296,8 +297,9 @@ def test_the_first_command_works_on_an_externally_managed_python(tmp_path):
     clone = tmp_path / "clone"
     shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv", "data", "site", "__pycache__",
                                                                 "*.egg-info", "build"))
-    refused = subprocess.run(["python3", "-m", "pip", "install", "-e", "."], cwd=clone, env=env,
-                             capture_output=True, text=True, timeout=120)
+    # pip refuses it (this environment's pip, run for that interpreter: Debian's python3 may have no pip)
+    refused = subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python3"), "install", "-e",
+                              "."], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr + refused.stdout
     install, _ = quick_start_commands()
     command = install.removesuffix(".venv/bin/sharebroker") + ".venv/bin/sharebroker --listen 127.0.0.1:0"
