@@ -202,6 +202,15 @@ def test_the_migration_block_is_run_by_its_test():
     assert "def test_readme_move_runs_as_written" in (ROOT / "tests/integration/test_migrate.py").read_text()
 
 
+def test_the_readme_is_a_landing_page_and_tables_stay_readable():
+    """The README is short (the manual is docs/), and no table cell holds a page of text."""
+    assert len(README.read_text().splitlines()) <= 250
+    long_cells = [f"{page.relative_to(ROOT)}:{n}" for page in PAGES
+                  for n, line in enumerate(page.read_text().splitlines(), 1)
+                  if line.startswith("|") and max(len(c) for c in line.strip("|").split(" | ")) > 700]
+    assert long_cells == []
+
+
 # ------------------------------------------------------------------ the documentation site
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
