@@ -211,6 +211,31 @@ def test_the_readme_is_a_landing_page_and_tables_stay_readable():
     assert long_cells == []
 
 
+def test_the_testing_page_counts_what_the_differential_suites_hold():
+    """docs/testing.md's counts are the suites' own tables (a scenario or an expected difference added
+    without the page fails here)."""
+    from tests.differential import test_behaviour, test_operations, test_protocol
+
+    text = (ROOT / "docs" / "testing.md").read_text()
+
+    def section(start: str, end: str) -> str:
+        return text[text.index(start):text.index(end)]
+
+    def row(section_text: str, label: str) -> str:
+        return re.search(rf"^\| {label}.*\| (\d+) \|$", section_text, re.M).group(1)
+
+    protocol = section("**Differential suite, protocol level**", "**Operations APIs**")
+    operations = section("**Operations APIs**", "**Differential suite, behaviour level**")
+    behaviour = section("**Differential suite, behaviour level**", "**Differential suite, applications**")
+    assert row(protocol, r"scenarios \(") == str(len(test_protocol.SCENARIOS))
+    assert row(protocol, "expected differences") == str(len(test_protocol.EXPECTED))
+    assert f"{len(test_operations.SCENARIOS)} scenarios" in operations
+    assert f"{len(test_operations.EXPECTED)} expected\ndifferences" in operations
+    # the behaviour scenarios, and the ACL decisions of test_acl_decisions_as_kafka
+    assert row(behaviour, r"scenarios \(listed above\)") == str(len(test_behaviour.SCENARIOS) + 1)
+    assert row(behaviour, "expected differences") == str(len(test_behaviour.EXPECTED))
+
+
 # ------------------------------------------------------------------ the documentation site
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
