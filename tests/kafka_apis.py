@@ -8,19 +8,52 @@ version above ``latestVersionUnstable``'s stable range is not advertised by Kafk
 
 Every API key of the reference schemas is either served at Kafka's versions
 (tests/integration/test_api_versions.py checks it against ApiVersions) or listed below with the reason;
-the README's "Kafka 4.4's client APIs" section says the same.
+docs/apis.md's "Kafka 4.4's client APIs" table says the same.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-# ../shared next to the checkout (a git worktree under <dir>/wt/ finds <dir>/shared)
-REFERENCE = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-                  if (p / "reference" / "kafka-message-schemas").is_dir()),
-                 ROOT.parent / "shared") / "reference" / "kafka-message-schemas"
+# The jars whose common/message/*.json are Kafka's message schemas, and the prefix their files get here (the
+# coordinators' record schemas are ``coordinator-``, as tools/import_schemas.py names them).
+SCHEMA_JARS = {"kafka-clients": "", "kafka-group-coordinator": "coordinator-",
+               "kafka-share-coordinator": "coordinator-", "kafka-transaction-coordinator": "coordinator-"}
+
+
+def reference_dir() -> Path:
+    """Apache Kafka 4.4.0's message schemas, as Kafka ships them inside its jars (tests/kafka_ref/schemas-pom.xml),
+    resolved from Maven Central the first time and extracted into the reference Kafka's cache. Without Maven
+    the calling test is skipped as missing its input (a failure under CI); a Maven failure is an error."""
+    from tests.kafka_ref.launcher import SCHEMAS_POM, cache_dir, classpath, missing_tools
+    from tests.missing_inputs import missing_input
+
+    out = cache_dir() / "message-schemas"
+    if (out / "RequestHeader.json").is_file():
+        return out
+    if missing_tools():  # what tests/kafka_ref's resolution checks for
+        missing_input(f"Kafka's message schemas are resolved by tests/kafka_ref ({SCHEMAS_POM.name}), which needs "
+                      f"{' and '.join(missing_tools())}")
+    jars = classpath(pom=SCHEMAS_POM, name="schemas-classpath.txt").split(os.pathsep)
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="message-schemas-tmp-"))
+    for jar in jars:
+        prefix = SCHEMA_JARS[Path(jar).name.rsplit("-", 1)[0]]
+        with zipfile.ZipFile(jar) as z:
+            for name in z.namelist():
+                if name.startswith("common/message/") and name.endswith(".json"):
+                    (tmp / (prefix + name.rsplit("/", 1)[1])).write_bytes(z.read(name))
+    try:
+        tmp.rename(out)
+    except OSError:  # another test worker extracted them first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
 
 # Served on a Kafka 4.4 broker listener, not here: inter-broker, with no client-facing use.
 NOT_SERVED_BROKER_APIS: dict[int, tuple[str, str]] = {
@@ -72,7 +105,7 @@ def reference_apis() -> dict[int, Api]:
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     out = {}
-    for path in sorted(REFERENCE.glob("*Request.json")):
+    for path in sorted(reference_dir().glob("*Request.json")):
         schema = json.loads(tool.strip_comments(path.read_text()))
         if schema.get("type") != "request":
             continue

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_ref.launcher import STATE, KafkaRef, missing_tools, pid_alive
+from tests.missing_inputs import missing_input
 
 NO_KAFKA_ENV = "SHAREBROKER_NO_KAFKA_REF"
 _starts = itertools.count()
@@ -111,7 +112,7 @@ def skip_without_kafka() -> None:
         pytest.skip(f"the reference Kafka 4.4 is turned off ({NO_KAFKA_ENV}=1)")
     missing = missing_tools()
     if missing:
-        pytest.skip(f"the reference Kafka 4.4 needs {' and '.join(missing)} on PATH (resolved with Maven)")
+        missing_input(f"the reference Kafka 4.4 needs {' and '.join(missing)} on PATH (resolved with Maven)")
 
 
 def kafka_cluster(running_env: str, settings: dict[str, str] | None = None, heap: str = "-Xmx384m",

@@ -1,6 +1,9 @@
 """Write schemas/ from Apache Kafka's message definitions, keeping only protocol facts.
 
-Usage: python tools/import_schemas.py [REFERENCE_DIR]
+Usage: python3 tools/import_schemas.py [REFERENCE_DIR]
+
+REFERENCE_DIR defaults to Kafka 4.4.0's schemas as its jars ship them (``tests/kafka_apis.reference_dir``:
+resolved from Maven Central).
 
 Comments, ``about`` prose and licence headers are dropped; names, types, versions,
 tags, defaults and nullability are kept as they are.  The list of schemas we carry
@@ -13,7 +16,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_REF = ROOT.parent / "shared" / "reference" / "kafka-message-schemas"
 
 APIS = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "FindCoordinator",
@@ -97,7 +99,13 @@ def load_reference(path: Path) -> dict:
 
 
 def main() -> None:
-    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_REF
+    if len(sys.argv) > 1:
+        ref = Path(sys.argv[1])
+    else:
+        sys.path.insert(0, str(ROOT))
+        from tests.kafka_apis import reference_dir
+
+        ref = reference_dir()
     out_dir = ROOT / "schemas"
     out_dir.mkdir(exist_ok=True)
     for name in wanted_files():

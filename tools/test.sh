@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: sets up everything the test suite needs on a fresh machine (Debian; nothing
-# needed but Python), then runs pytest with this script's arguments:
+# The README's test command: sets up everything the test suite needs on a fresh Debian machine, then runs
+# pytest with this script's arguments:
 #
 #     tools/test.sh -q                  # the whole suite (what .ci/run runs)
 #     tools/test.sh -q tests/unit       # any pytest arguments
@@ -8,11 +8,16 @@
 #
 # One function per requirement, each named need_*: it checks for what it needs and installs it only when
 # it is missing, so a second run installs nothing. System packages come from Debian with apt-get, as root
-# (through sudo when not root); REQUIREMENTS lists the functions in the order they run. To add one: write
-# a need_* function (a comment saying which tests need it), add it to REQUIREMENTS.
+# (through sudo when not root); their output goes to a log file, shown only when a step fails. Python
+# packages go into a virtual environment ($VENV), never into the system Python: Debian marks that one
+# externally managed (PEP 668), and installing into it would need --break-system-packages. REQUIREMENTS
+# lists the functions in the order they run. To add one: write a need_* function (a comment saying which
+# tests need it), add it to REQUIREMENTS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3}          # the Python that creates the virtual environment
+VENV=${SHAREBROKER_VENV:-.venv}    # where the package and its test extra are installed, and pytest runs
+SETUP_LOG=${SHAREBROKER_SETUP_LOG:-${TMPDIR:-/tmp}/sharebroker-test-setup.log}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
 say() { echo "tools/test.sh: $*" >&2; }
@@ -30,6 +35,22 @@ as_root() {
     fi
 }
 
+# quietly COMMAND...: runs it with its output added to $SETUP_LOG; on failure shows that output and stops.
+quietly() {
+    local out
+    out=$(mktemp)
+    if ! ("$@") >"$out" 2>&1; then
+        cat "$out" >>"$SETUP_LOG"
+        say "failed: $* (its output follows; the whole set-up's is in $SETUP_LOG)"
+        cat "$out" >&2
+        rm -f "$out"
+        exit 1
+    fi
+    cat "$out" >>"$SETUP_LOG"
+    rm -f "$out"
+}
+: >"$SETUP_LOG"
+
 APT_UPDATED=
 # apt_ready WHAT: apt-get is there (else stop, naming WHAT to install by hand); its package lists updated once.
 apt_ready() {
@@ -38,7 +59,7 @@ apt_ready() {
         exit 1
     fi
     if [ -z "$APT_UPDATED" ]; then
-        as_root apt-get update -qq
+        quietly as_root apt-get update -qq
         APT_UPDATED=1
     fi
 }
@@ -47,7 +68,7 @@ apt_ready() {
 apt_install() {
     apt_ready "the equivalents of the Debian packages '$*'"
     say "installing $*"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+    quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
 # The Spark tests (tests/pipeline) run on a Java 17 runtime; the reference Apache Kafka 4.4 and the Java
@@ -75,7 +96,7 @@ need_promtool() {
     say "installing promtool (from Debian's prometheus package)"
     local deb
     deb=$(mktemp -d)
-    (cd "$deb" && apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb x)
+    (cd "$deb" && quietly apt-get download -qq prometheus && quietly dpkg-deb -x prometheus_*.deb x)
     as_root install -m 0755 "$deb/x/usr/bin/promtool" /usr/local/bin/promtool
     rm -rf "$deb"
 }
@@ -92,16 +113,23 @@ need_node() {
     { have node && have npm; } || apt_install nodejs npm
 }
 
-# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, ...).
-need_python_packages() {
-    if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
-        say "$PYTHON has no pip: install it (Debian: python3-pip, or python3 -m ensurepip) and run this again"
-        exit 1
+# The virtual environment the package is installed into. Debian's python3 creates one only with its
+# python3-venv package (ensurepip); the environment brings its own pip.
+need_venv() {
+    [ -x "$VENV/bin/python" ] && return
+    if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        apt_install python3-venv
     fi
-    "$PYTHON" -m pip install -q -e '.[test]'
+    say "creating the virtual environment $VENV"
+    quietly "$PYTHON" -m venv "$VENV"
 }
 
-REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_python_packages)
+# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, mkdocs, ...).
+need_python_packages() {
+    "$VENV/bin/python" -m pip install -q -e '.[test]'
+}
+
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_venv need_python_packages)
 
 install_only=
 if [ "${1-}" = --install-only ]; then
@@ -114,6 +142,10 @@ done
 if [ -n "$install_only" ]; then
     exit 0
 fi
+# the environment activated: its console scripts (sharebroker-*) on PATH, as the tests expect
+VIRTUAL_ENV=$(cd "$VENV" && pwd)
+export VIRTUAL_ENV PATH="$VIRTUAL_ENV/bin:$PATH"
+PYTHON=$VIRTUAL_ENV/bin/python
 "$PYTHON" --version >&2
 java -version
 exec "$PYTHON" -m pytest "$@"

@@ -34,6 +34,7 @@ import pytest
 
 from broker.testing import BrokerProcess
 from tests.differential.harness import assert_as_expected, differences
+from tests.missing_inputs import missing_input
 from tests.support import create_topic, unique
 
 # one worker runs the module: one sharebroker for it, the installs done once
@@ -261,7 +262,7 @@ def _installed(directory: Path, spec: Path, install) -> Path:
 @pytest.fixture(scope="module")
 def node_modules() -> Path:
     if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip("node and npm are needed (tools/test.sh installs them)")
+        missing_input("node and npm (tools/test.sh installs them)")
     directory = _installed(CACHE / "node-apps", APPS / "package.json", lambda d: subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True, timeout=300))
     return directory / "node_modules"
@@ -410,7 +411,7 @@ def faust_table(python: Path):
         more input, a new worker with an empty data directory recovers the table from its changelog and
         counts on. (With faust's default at_least_once the counts after the restart are off by one or more
         in about half the runs on Kafka 4.4 as on ours: a changelog write lost at shutdown, records
-        processed again after a rebalance; see the README.)"""
+        processed again after a rebalance; see docs/testing.md.)"""
         source, app_id = create_topic(bootstrap, 2, "faust-in"), unique("faust")
         out, produced, i = {}, 0, iter(range(1000))
         with tempfile.TemporaryDirectory() as tmp:
@@ -445,7 +446,7 @@ def test_faust_table(request, broker, apps_python):
     input twice once in 35 runs); and it commits a transaction without flushing its producer buffer, so
     offsets can be committed without their table updates (Kafka 4.4, loaded: 'c' and 'd' at 29 in 2 of
     14 runs). Its worker can also crash while stopping ("Cannot
-    flush: Producer not Running", exit 1) on both. README "Differential suite, applications" has the runs
+    flush: Producer not Running", exit 1) on both. docs/testing.md, "Differential suite, applications", has the runs
     and the broker-side checks.
     A suite test must not be flaky, so it runs when asked for."""
     if os.environ.get(FAUST_ENV) != "1":

@@ -866,11 +866,11 @@ SCENARIOS = {
 }
 
 
-_SHARE_EPOCH = ("deliberate (issue 29, README 'Deviations'): ours initializes a joining member's share state before "
+_SHARE_EPOCH = ("deliberate (issue 29, docs/differences.md): ours initializes a joining member's share state before "
                 "answering it, so the first target assignment comes with the join's epoch bump (2); Kafka 4.4 answers "
                 "the join at epoch 2 with nothing and bumps again to 3 when the initialized partitions reach the "
                 "next heartbeat: every later share-group epoch is one lower here")
-_OURS_GROUP_KEYS = "our own group configs (README 'Configuration'): Kafka has no such key"
+_OURS_GROUP_KEYS = "our own group configs (docs/configuration.md): Kafka has no such key"
 _STATIC_HERE = "not changeable at runtime here (IncrementalAlterConfigs refuses it), so read-only is true"
 EXPECTED: dict[tuple[str, str], str] = {
     **{("share_group_life", f"{step}.{field}"): _SHARE_EPOCH

@@ -5,7 +5,7 @@ Each scenario runs its steps against both brokers (same topic and group names) a
 responses after ``harness.plain`` normalised what must differ (ids, hosts, ports, epochs of leaders,
 timestamps, throttle times). Every remaining difference must be listed in ``EXPECTED`` with its
 reason: a new difference fails the scenario, and so does an expected one that went away (the table
-stays true). The README's "Reference Apache Kafka 4.4 in the tests" section gives the counts.
+stays true). docs/testing.md gives the counts.
 """
 from __future__ import annotations
 
@@ -521,7 +521,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("describe_configs_topic", "unknown_topic.results[0].error_message"): _MESSAGE,
     ("share_group_heartbeat_errors", "empty_member_id.error_message"): _MESSAGE,
     ("share_group_heartbeat_errors", "join.assignment.topic_partitions"):
-        "deliberate (issue 29, README 'Deviations'): ours initializes the share state before answering the first "
+        "deliberate (issue 29, docs/differences.md): ours initializes the share state before answering the first "
         "heartbeat, so its answer carries the assignment (first records ~0.1 s after subscribe()); Kafka 4.4 "
         "answers an empty assignment and assigns at the next heartbeat, 5 s later",
     **{("share_fetch_session_epochs", f"{step}.error_message"): _MESSAGE

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 from broker.dispatch import load_handlers
 from protocol.errors import Errors
@@ -27,8 +26,6 @@ def test_every_client_api_of_kafka_4_4_at_kafkas_versions(sharebroker):
     """Each API a Kafka 4.4 broker listener serves (its schemas' ``listeners``) is advertised with Kafka's
     highest stable version and no higher minimum, unless ``tests/kafka_apis`` lists it as deliberately
     not served; nothing is advertised that a Kafka broker does not serve; and the lists stay true."""
-    if not kafka_apis.REFERENCE.is_dir():
-        pytest.skip(f"reference schemas not present at {kafka_apis.REFERENCE}")
     ours = advertised_ranges(sharebroker.bootstrap)
     kafka = kafka_apis.broker_apis()
     excluded = kafka_apis.not_served()
@@ -53,11 +50,12 @@ def test_every_client_api_of_kafka_4_4_at_kafkas_versions(sharebroker):
 
 
 def _readme_api_table() -> dict[int, tuple[int, int] | None]:
-    """The README's "Kafka 4.4's client APIs" table: {api key: (min, max), None where not served}. A row
-    may name several keys ("29-31", "48, 49") with one range for all or one range each."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("### Kafka 4.4's client APIs"):]
-    section = section[:section.index("\n#", 1)]
+    """The "Kafka 4.4's client APIs" table of docs/apis.md: {api key: (min, max), None where not served}. A
+    row may name several keys ("29-31", "48, 49") with one range for all or one range each."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "apis.md").read_text()
+    section = text[text.index("## Kafka 4.4's client APIs"):]
+    end = section.find("\n#", 1)  # the next heading, or the end of the page
+    section = section if end < 0 else section[:end]
     out = {}
     for keys, versions in re.findall(r"^\| ([\d, -]+) \| [^|]+ \| ([\d, —-]+) \|", section, re.M):
         def span(text: str) -> tuple[int, int]:  # "3" or "0-13"
@@ -68,7 +66,7 @@ def _readme_api_table() -> dict[int, tuple[int, int] | None]:
         ranges = [None if v.strip() == "—" else span(v) for v in versions.split(",")]
         assert len(ranges) in (1, len(expanded)), keys
         for i, key in enumerate(expanded):
-            assert key not in out, f"key {key} twice in the README table"
+            assert key not in out, f"key {key} twice in the docs/apis.md table"
             out[key] = ranges[0] if len(ranges) == 1 else ranges[i]
     return out
 
@@ -81,8 +79,7 @@ def test_readme_api_table_is_what_apiversions_advertises(sharebroker):
     assert {k: v for k, v in table.items() if v is not None} == ours
     missing = {k for k, v in table.items() if v is None}
     assert missing <= set(kafka_apis.not_served())
-    if kafka_apis.REFERENCE.is_dir():
-        assert set(table) == set(kafka_apis.broker_apis())
+    assert set(table) == set(kafka_apis.broker_apis())
 
 
 def test_advertised_ranges_are_the_handler_table(sharebroker):

@@ -21,6 +21,7 @@ from protocol.messages.list_config_resources import ListConfigResourcesRequest
 from protocol.messages.push_telemetry import PushTelemetryRequest
 from protocol.primitives import ZERO_UUID
 from tests.integration.cli_helpers import create_topic, share_group
+from tests.missing_inputs import missing_input
 from tests.support import until
 from tests.unit.test_otlp import ld, point
 from tests.wire import WireClient
@@ -181,8 +182,10 @@ def _kafka_java():
 
     from tests.kafka_ref.launcher import classpath, missing_tools
 
-    if os.environ.get("SHAREBROKER_NO_KAFKA_REF") == "1" or missing_tools():
-        pytest.skip("Kafka 4.4's tools need java and mvn (tests/kafka_ref)")
+    if os.environ.get("SHAREBROKER_NO_KAFKA_REF") == "1":
+        pytest.skip("the reference Kafka 4.4 is turned off (SHAREBROKER_NO_KAFKA_REF=1)")
+    if missing_tools():
+        missing_input("Kafka 4.4's tools need java and mvn (tests/kafka_ref)")
     return ["java", "-Xmx256m", "-cp", classpath()]
 
 

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.log.cleaner import CHECKPOINT_FILE, read_checkpoints
 from protocol import compression
+from tests.missing_inputs import missing_input
 from tests.support import unique, until
 
 BROKER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
@@ -147,7 +148,7 @@ def delete_horizons(broker, topic: str) -> set[int]:
 def test_latest_value_per_key_tombstones_until_delete_retention(broker, codec):
     if codec not in ("none", "gzip") and not compression.available(
             {"snappy": compression.SNAPPY, "lz4": compression.LZ4, "zstd": compression.ZSTD}[codec]):
-        pytest.skip("needs the optional extra sharebroker[compression]")
+        missing_input("the optional extra sharebroker[compression] (in the test extra)")
     bs = broker.bootstrap
     retention_ms = 2000
     topic = create(bs, delete_retention_ms=retention_ms)
@@ -236,7 +237,7 @@ def test_kcat_and_kafka_python_read_the_cleaned_log(broker):
     assert {k: (off, v) for off, k, v in seen if off < roll} == want and len([s for s in seen if s[0] < roll]) == 50
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if kcat is None:
-        pytest.skip("kcat is not installed (Debian package kcat; tools/test.sh installs it)")
+        missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
     out = subprocess.run([kcat, "-C", "-b", bs, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
                           "-f", "%o %k %s\n"], capture_output=True, timeout=60, check=True).stdout.decode()
     rows = [line.split(" ", 2) for line in out.splitlines()]

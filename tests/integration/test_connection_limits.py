@@ -2,7 +2,7 @@
 
 Kafka's ``max.connections`` (SocketServer ``ConnectionQuotas``) bounds the connections the
 broker holds; a connection beyond it is not served while the broker is at the limit (Kafka's
-acceptor holds it until a slot frees; this broker refuses it: README "max.connections"), the
+acceptor holds it until a slot frees; this broker refuses it: docs/configuration.md "max.connections"), the
 connections already open are unaffected, and a slot freed by a client closing is usable again.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Damage at rest (README "Durability and storage faults", "Corruption at rest"; broker/log/damage.py).
+"""Damage at rest (docs/durability.md, "Corruption at rest"; broker/log/damage.py).
 
 Real broker subprocesses, confluent-kafka consumers with ``check.crcs=true``. Kafka serves a sealed
 segment's bytes as they are: a consumer stops at a batch that fails its CRC32C until the application

@@ -32,13 +32,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.kafka_ref import launcher
+from tests.missing_inputs import PREFIX as MISSING_INPUT
 from tests.support import unique, until
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 HEAP = "-Xmx320m"
 
-pytestmark = pytest.mark.skipif(bool(launcher.missing_tools()),
-                                reason=f"Kafka Streams / Connect need {' and '.join(launcher.missing_tools())} on PATH")
+pytestmark = pytest.mark.skipif(bool(launcher.missing_tools()),  # a missing input: a failure under CI
+                                reason=f"{MISSING_INPUT}Kafka Streams / Connect need "
+                                       f"{' and '.join(launcher.missing_tools())} on PATH")
 
 
 @pytest.fixture(scope="module")

@@ -437,11 +437,11 @@ def test_sync_shows_progress_per_topic(cluster, source):
     assert f"{big}: 0 records" in text and "total: 1500 records" in text and "progress " not in text, text
 
 
-# ----------------------------------------------------------------------------- the README's move
+# ----------------------------------------------------------------------------- the documented move
 def readme_steps() -> list[list[str]]:
-    """The ``sharebroker-migrate`` lines of the README's "Outgrowing one machine" example, comments off."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = re.search(r"## Outgrowing one machine.*?```sh\n(.*?)```", text, re.S).group(1)
+    """The ``sharebroker-migrate`` lines of docs/migration.md's example, comments off."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
+    block = re.search(r"^# Moving to an Apache Kafka cluster.*?```sh\n(.*?)```", text, re.S | re.M).group(1)
     return [shlex.split(line.split("#")[0]) for line in block.splitlines() if line.startswith("sharebroker-migrate")]
 
 

@@ -4,7 +4,7 @@ AlterClientQuotas / DescribeClientQuotas as Kafka answers them, persistence.
 Rates.  Kafka measures a client's rate over ``quota.window.num`` samples of
 ``quota.window.size.seconds`` and lets a fresh client use ``num - 1`` windows of quota at once; with
 Kafka's default 11 x 1 s a client that has a backlog receives its quota in bursts of up to 10 s worth,
-so its throughput over any particular 10 s swings (as it does against Kafka: README, "Client quotas").
+so its throughput over any particular 10 s swings (as it does against Kafka: docs/operating.md, "Client quotas").
 The rate tests therefore run the broker with ``quota.window.num=2`` (Kafka's formula, one second of
 burst), let the first windows pass, and count the bytes over the next 20 s where the broker itself
 places them: the producer's by their LogAppendTime (the time the quota counted them), the consumers'
@@ -503,9 +503,9 @@ def test_readme_example_sets_and_describes_a_quota(broker_factory):
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"<!-- readme-example: client-quota .*?-->\s*```python\n(.*?)```", readme, re.S)
-    assert m, "README example client-quota not found"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    m = re.search(r"<!-- docs-example: client-quota .*?-->\s*```python\n(.*?)```", docs, re.S)
+    assert m, "docs/operating.md example client-quota not found"
     b = broker_factory()
     p = subprocess.run([sys.executable, "-c", m.group(1).replace("127.0.0.1:9092", b.bootstrap)],
                        capture_output=True, text=True, timeout=120)

@@ -162,7 +162,7 @@ def test_lag_is_exact_while_a_big_batch_is_handed_out_in_pieces(sharebroker):
             c.close()
     assert delivered == 6 * MAX_POLL
     # The rest of the batch is the lag, exactly (the share coordinator's start offset may be the
-    # one before the last acknowledgements: the README says why).
+    # one before the last acknowledgements: docs/differences.md says why).
     assert until(lambda: lag(bs, group, topic)[1] == N - delivered, 15, "the exact lag")
 
 

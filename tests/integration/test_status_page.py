@@ -6,7 +6,7 @@ with its state, members and per-partition numbers, a member leaving, the lag ris
 sparkline, a consumer group's lag and the dead-letter topic's record count; the expected numbers
 come from what the test itself produced and acknowledged.  Group and client ids full of HTML must
 show as the text they are.  ``SHAREBROKER_STATUS_SCREENSHOT=path.png`` saves the final page
-(the README's screenshot is made that way).
+(deploy/status-page.png is made that way).
 """
 from __future__ import annotations
 

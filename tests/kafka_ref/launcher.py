@@ -46,6 +46,7 @@ from pathlib import Path
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).resolve().parent / "pom.xml"
 APPS_POM = Path(__file__).resolve().parent / "apps" / "pom.xml"  # Kafka Streams, Kafka Connect (integration tests)
+SCHEMAS_POM = Path(__file__).resolve().parent / "schemas-pom.xml"  # the jars holding Kafka's message schemas
 CACHE_ENV = "SHAREBROKER_KAFKA_CACHE"
 HEAP = "-Xmx512m"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, and no JMX

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+from tests.missing_inputs import require_modules
+
+require_modules("pyspark", "pyarrow")  # the test extra installs them
 
 from confluent_kafka import Producer, ShareConsumer  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402

@@ -1,8 +1,9 @@
 """Our schemas/ must carry exactly the protocol facts of Apache Kafka's schemas.
 
-The reference copies live in ../shared/reference/kafka-message-schemas (coordinator
-record schemas there are prefixed ``coordinator-``).  Everything except ``about``
-prose and comments must be equal; our files must hold no prose, comment or licence.
+The reference copies are Kafka 4.4.0's own, from the jars it publishes on Maven Central
+(``tests/kafka_apis.reference_dir``; coordinator record schemas there are prefixed
+``coordinator-``).  Everything except ``about`` prose and comments must be equal; our
+files must hold no prose, comment or licence.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-REFERENCE = ROOT.parent / "shared" / "reference" / "kafka-message-schemas"
 OUR_FILES = sorted(p.name for p in SCHEMAS.glob("*.json"))
 
 
@@ -28,9 +28,9 @@ def _import_schemas_tool():
 import_schemas = _import_schemas_tool()
 
 
-def _reference_path(name: str) -> Path:
-    plain = REFERENCE / name
-    prefixed = REFERENCE / f"coordinator-{name}"
+def _reference_path(reference: Path, name: str) -> Path:
+    plain = reference / name
+    prefixed = reference / f"coordinator-{name}"
     ours = json.loads((SCHEMAS / name).read_text())
     if ours.get("type", "").startswith("coordinator-"):
         return prefixed
@@ -52,11 +52,16 @@ def test_schema_set_is_the_one_we_import():
     assert set(OUR_FILES) == wanted
 
 
+@pytest.fixture(scope="module")
+def reference() -> Path:
+    from tests.kafka_apis import reference_dir
+
+    return reference_dir()
+
+
 @pytest.mark.parametrize("name", OUR_FILES)
-def test_schema_matches_reference(name):
-    if not REFERENCE.is_dir():
-        pytest.skip(f"reference schemas not present at {REFERENCE}")
-    ref = _reference_path(name)
+def test_schema_matches_reference(reference, name):
+    ref = _reference_path(reference, name)
     assert ref.is_file(), f"no reference schema for {name} ({ref.name})"
     ours = json.loads((SCHEMAS / name).read_text())
     theirs = import_schemas.load_reference(ref)

@@ -18,6 +18,7 @@ from protocol import compression
 from protocol import records as R
 from protocol.records import validate_records
 
+from tests.missing_inputs import missing_input
 from tests.support import until_async
 from tests.unit.test_log import T0, Clock
 
@@ -245,7 +246,7 @@ def test_tombstones_kept_until_delete_horizon(tmp_path):
 @pytest.mark.parametrize("codec", [R.COMPRESSION_GZIP, R.COMPRESSION_SNAPPY, R.COMPRESSION_LZ4, R.COMPRESSION_ZSTD])
 def test_compressed_batches_rewritten_with_their_codec(tmp_path, codec):
     if not compression.available(codec):
-        pytest.skip("needs the optional extra sharebroker[compression]")
+        missing_input("the optional extra sharebroker[compression] (in the test extra)")
     logs, plog, cleaner, clock = make(tmp_path, {"internal.segment.bytes": 4096})
     for i in range(60):
         append(plog, [(b"k%d" % ((i + j) % 7), b"v%d-%d" % (i, j) * 40) for j in range(4)], codec=codec)
@@ -261,7 +262,7 @@ def test_compressed_batches_rewritten_with_their_codec(tmp_path, codec):
 def test_unavailable_codec_kept_whole(tmp_path, monkeypatch, caplog):
     logs, plog, cleaner, clock = make(tmp_path)
     if not compression.available(R.COMPRESSION_ZSTD):
-        pytest.skip("needs the optional extra to write the zstd batches")
+        missing_input("the optional extra sharebroker[compression], to write the zstd batches")
     for i in range(30):
         append(plog, [(b"k%d" % (i % 3), b"z%d" % i * 50)], codec=R.COMPRESSION_ZSTD)
         put(plog, i % 3, i)

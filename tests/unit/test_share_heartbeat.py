@@ -1,5 +1,5 @@
 """ShareGroupHeartbeat: a subscription change (Kafka 4.4's shareGroupHeartbeat and ShareGroupAssignmentBuilder)
-and the heartbeat interval answered while a member waits for partitions (ours; README "different on purpose")."""
+and the heartbeat interval answered while a member waits for partitions (ours; docs/differences.md)."""
 from __future__ import annotations
 
 from broker.share.dlq import DeadLetterQueue, DlqError
