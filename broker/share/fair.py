@@ -11,6 +11,15 @@ in the in-flight window: they stay in the log and the next fetch reads them from
 ``share.partition.max.record.locks`` bounds the records in flight exactly (a batch that the
 window would cut is cut too).
 
+Only when another member wants the records (:class:`Demand`): a member with no competitor on
+the partition acquires whole log batches, as Kafka, so a lone consumer pays nothing for fairness
+(one round trip and no rewritten batch per log batch). Another member wants them when its last
+fetch of the partition (within the group's record lock duration) acquired at most its MaxRecords
+from it, none included (an empty fetch, maybe waiting now, or a member busy with one piece, which
+comes back for another), or when the group coordinator assigned it the partition and it has not
+fetched it yet (its assignment would sit idle). A member whose last fetch got more than its
+MaxRecords (whole batches) is not waiting for this one.
+
 What goes out: an uncompressed v2 batch that is only partly acquired is sent as a sub-batch
 holding just the acquired records (``protocol.records.slice_batch``: same base offset and
 offset deltas, header and CRC rewritten, record bytes copied); a compressed one whole, with
@@ -19,14 +28,15 @@ AcquiredRecords). The record index of a big batch is cached (``RecordIndexCache`
 handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times.
 
 ``SharePartition.acquire`` (partition.py) uses :func:`fair_piece` and :func:`last_new_to_acquire`;
-the share-partition manager builds the response records with :class:`ResponseRecords`.
+the share-partition manager decides with :class:`Demand` whether a fetch shares, and builds the
+response records with :class:`ResponseRecords`.
 """
 from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch
 
@@ -36,6 +46,35 @@ from broker.share.fetched import last_of_batch_with
 def fair_piece(config: Any, batch_optimized: bool, max_records: int) -> int:
     """Records of one log batch a fetch may take when the batch is bigger (0: whole batches)."""
     return max_records if batch_optimized and config.fair_acquisition else 0
+
+
+class Demand:
+    """The last fetch of one share partition by each member: when, the records it acquired from the
+    partition, its MaxRecords. Written by the share-partition manager after each pass over the
+    partition; a member is forgotten when its share session releases its records."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int, int]] = {}
+
+    def fetched(self, member: str, now_ms: int, count: int, max_records: int) -> None:
+        self._last[member] = (now_ms, count, max_records)
+
+    def forget(self, member: str) -> None:
+        self._last.pop(member, None)
+
+    def wanted_by_others(self, member: str, now_ms: int, horizon_ms: int,
+                         assigned: Callable[[], Iterable[str]]) -> bool:
+        """Whether a member other than `member` wants records of the partition: its last fetch of
+        it, at most `horizon_ms` ago, acquired at most its MaxRecords (none: an empty fetch), or it
+        is assigned the partition (``assigned()``, asked only when no fetch decided) and has not
+        fetched it yet."""
+        last = self._last
+        for m, (at, count, max_records) in last.items():
+            if count <= max_records and now_ms - at <= horizon_ms and m != member:
+                return True
+        return any(m != member and m not in last for m in assigned())
 
 
 def last_new_to_acquire(batches: Sequence[Any], first: int, last: int, remaining: int, piece: int,

@@ -120,6 +120,9 @@ class SharePartitionManager:
         self._tracked_connections: set[int] = set()
         self.record_indexes = RecordIndexCache()  # big batches handed out in pieces (fair acquisition)
         self._load_waiter: asyncio.Task | None = None  # notifies PERSISTER_LOADED; made by the first waiting fetch
+        # (group, topic id, partition) -> the members assigned it (the group coordinator's, set by
+        # broker.components; fair acquisition shares a big batch when one of them has not fetched yet)
+        self.assigned_members: Callable[[str, bytes, int], list[str]] = lambda _g, _t, _p: []
 
     # ------------------------------------------------------------------ configs
     def group_config(self, group_id: str) -> ShareGroupConfig:
@@ -350,6 +353,11 @@ class SharePartitionManager:
             sp.update_log_start_offset(plog.log_start_offset)
             out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
             part.records = out.records
+            now = self.now_ms()
+            shared = sp.config.fair_acquisition and sp.demand.wanted_by_others(
+                member, now, sp.config.record_lock_duration_ms,
+                lambda: self.assigned_members(group, part.topic_id, part.partition))
+            got = 0
             step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
             while records_left > 0 and (bytes_left > 0 or not total):
                 offset = sp.next_fetch_offset()
@@ -372,7 +380,7 @@ class SharePartitionManager:
                 skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
                                  acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip,
-                                 request_max_records=max_records)
+                                 request_max_records=max_records, shared=shared)
                 if not res.count:
                     if skip and sp.next_fetch_offset() > offset:
                         continue  # only archived offsets here: read on
@@ -385,8 +393,10 @@ class SharePartitionManager:
                 records_left -= res.count
                 bytes_left -= out.add(res.batches, res.acquired)
                 total += res.count
+                got += res.count
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break
+            sp.demand.fetched(member, now, got, max_records)
         return total
 
     def _preload(self, group: str, topic_id: bytes, partition: int) -> None:
