@@ -776,16 +776,35 @@ class RecordIndex:
         pos, end, n = starts[-1], self.size, len(starts)
         ts = self.timestamp_deltas
         try:
-            while n <= k:
-                length, p = _read_varint(batch, pos)
+            while n <= k:  # the three varints decoded inline: this loop is the walk of every record
+                b = batch[pos]
+                p, v, shift = pos + 1, b & 0x7F, 7
+                while b >= 0x80:
+                    b = batch[p]
+                    p += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                length = (v >> 1) ^ -(v & 1)
                 pos = p + length  # the next record
                 if length <= 0 or pos > end:
                     raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
-                ts_delta, p = _read_varint(batch, p + 1)  # past the attributes byte
-                off_delta, _ = _read_varint(batch, p)
-                if off_delta != n - 1 and self.out_of_order == self.count:
+                b = batch[p + 1]  # past the attributes byte: the timestamp delta
+                p, v, shift = p + 2, b & 0x7F, 7
+                while b >= 0x80:
+                    b = batch[p]
+                    p += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                ts.append((v >> 1) ^ -(v & 1))
+                b = batch[p]  # the offset delta: its zigzag encoding is 2 x (n - 1)
+                p, v, shift = p + 1, b & 0x7F, 7
+                while b >= 0x80:
+                    b = batch[p]
+                    p += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                if v != 2 * (n - 1) and self.out_of_order == self.count:
                     self.out_of_order = n - 1
-                ts.append(ts_delta)
                 starts.append(pos)
                 n += 1
         except IndexError:
