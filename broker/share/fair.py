@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch
 
+from broker.log.refs import BatchRef
 from broker.share.fetched import last_of_batch_with
 
 
@@ -163,6 +164,59 @@ class RecordIndexCache:
 
     def _drop(self, key: tuple) -> None:
         self._records -= self._entries.pop(key).count
+
+
+class OpenBatches:
+    """The log batch each partition is being cut from, kept between fetches so that the next piece
+    of it is not read from the log again (a 1 MB producer batch handed out 500 records at a time
+    was read whole for every piece). At most `max_entries` partitions, least recently used first.
+
+    ``get(key, plog, offset, upper)`` returns the kept batch when `offset` falls after its first
+    record and the log still holds that very batch: one header read (61 bytes, ``lazy``) at the
+    offset must give the same base offset, size and CRC (a batch the log cleaner rewrote, or one
+    below the log start, is read again). ``put`` after an acquire keeps the last batch of it when
+    records of that batch were left for a later fetch, and forgets the partition's entry
+    otherwise."""
+
+    __slots__ = ("_entries", "max_entries")
+
+    def __init__(self, max_entries: int = 64):
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()
+        self.max_entries = max_entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple, plog: Any, offset: int, upper: int) -> list | None:
+        ref = self._entries.get(key)
+        if ref is None:
+            return None
+        if not (ref.base_offset < offset <= ref.last_offset < upper and ref.base_offset >= plog.log_start_offset):
+            del self._entries[key]
+            return None
+        heads = plog.read(offset, 1, max_offset=upper, lazy=True)
+        if not heads or heads[0].base_offset != ref.base_offset or heads[0].size != ref.size \
+                or heads[0].header().crc != ref.header().crc:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return [ref]
+
+    def put(self, key: tuple, refs: Sequence[Any], acquired: Sequence[tuple[int, int, int]]) -> None:
+        last = refs[-1] if refs else None
+        if last is None or acquired[-1][1] >= last.last_offset:
+            self._entries.pop(key, None)
+            return
+        if self._entries.get(key) is last:
+            return
+        data = last.data
+        held = getattr(data, "obj", data)  # a read's buffer may hold more batches than this one
+        if len(held) > 2 * last.size:
+            data = memoryview(bytes(data))
+        self._entries[key] = BatchRef(last.base_offset, last.last_offset, data)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
 
 class ResponseRecords:
