@@ -25,7 +25,8 @@ holding just the acquired records (``protocol.records.slice_batch``: same base o
 offset deltas, header and CRC rewritten, record bytes copied); a compressed one whole, with
 the acquired ranges, as Kafka's record_limit does (every client drops the records outside
 AcquiredRecords). The record index of a big batch is cached (``RecordIndexCache``) so that
-handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times.
+handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times,
+and the batch itself is kept between fetches (``OpenBatches``) instead of being read again.
 
 ``SharePartition.acquire`` (partition.py) uses :func:`fair_piece` and :func:`last_new_to_acquire`;
 the share-partition manager decides with :class:`Demand` whether a fetch shares, and builds the
