@@ -45,9 +45,16 @@ from broker.log.refs import BatchRef
 from broker.share.fetched import last_of_batch_with
 
 
-def fair_piece(config: Any, batch_optimized: bool, max_records: int) -> int:
-    """Records of one log batch a fetch may take when the batch is bigger (0: whole batches)."""
-    return max_records if batch_optimized and config.fair_acquisition else 0
+UNCUT = 1 << 62  # the piece of a fetch nobody competes with: no batch is that big, only the window cuts
+
+
+def fair_piece(config: Any, batch_optimized: bool, max_records: int, shared: bool = True) -> int:
+    """Records of one log batch a fetch may take when the batch is bigger (0: whole batches, even
+    past the max-record-locks window, as Kafka; `UNCUT`: whole batches, cut at the window only,
+    when no other member wants the records)."""
+    if not (batch_optimized and config.fair_acquisition):
+        return 0
+    return max_records if shared else UNCUT
 
 
 class Demand:

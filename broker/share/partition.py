@@ -296,8 +296,8 @@ class SharePartition:
             self._archive_stale(fetch_offset, first_base)
 
         record_limit = acquire_mode == RECORD_LIMIT
-        piece = fair_piece(self.config, shared and acquire_mode == BATCH_OPTIMIZED,
-                           request_max_records or max_records)
+        piece = fair_piece(self.config, acquire_mode == BATCH_OPTIMIZED, request_max_records or max_records,
+                           shared)
         limit = self.config.delivery_count_limit
         now = self._now_ms()
         throttle_at = max(2, -(-limit // 2))
