@@ -191,6 +191,7 @@ async def build(config: BrokerConfig, node: Node, data_dir: str, logs: LogManage
                                    persister=MeteredPersister(persister, share_metrics),
                                    group_configs=group_configs, scheduler=loop, now_ms=now_ms,
                                    metrics=share_metrics)
+    shares.assigned_members = groups.share_members_assigned
     group_configs.add_listener(shares.group_config_changed)
     topics.on_delete(shares.topic_deleted)
 

@@ -29,8 +29,9 @@ window and the record bytes sent count against it; unlike Kafka 4.4, which answe
 ShareFetch empty and leaves the records it acquired locked until their lock expires, the acquired
 records are sent with the throttle time and the connection is then muted for it.
 ``Records`` is never null (empty bytes), since librdkafka drops a response with a
-null records field; it holds the stored batches, or (fair acquisition, the default) sub-batches
-of the acquired records of partly acquired uncompressed batches (broker/share/fair.py).  AcquisitionLockTimeoutMs is the group's lock duration.
+null records field; it holds the stored batches, or (fair acquisition, the default, while another
+member wants the partition's records) sub-batches of the acquired records of partly acquired
+uncompressed batches (broker/share/fair.py).  AcquisitionLockTimeoutMs is the group's lock duration.
 With the group's ``share.isolation.level=read_committed`` records are read up to the last
 stable offset and those of aborted transactions are archived, never delivered
 (broker/share/isolation.py); control batches are never delivered.

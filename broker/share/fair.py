@@ -11,31 +11,79 @@ in the in-flight window: they stay in the log and the next fetch reads them from
 ``share.partition.max.record.locks`` bounds the records in flight exactly (a batch that the
 window would cut is cut too).
 
+Only when another member wants the records (:class:`Demand`): a member with no competitor on
+the partition acquires whole log batches, as Kafka, so a lone consumer pays nothing for fairness
+(one round trip and no rewritten batch per log batch). Another member wants them when its last
+fetch of the partition (within the group's record lock duration) acquired at most its MaxRecords
+from it, none included (an empty fetch, maybe waiting now, or a member busy with one piece, which
+comes back for another), or when the group coordinator assigned it the partition and it has not
+fetched it yet (its assignment would sit idle). A member whose last fetch got more than its
+MaxRecords (whole batches) is not waiting for this one.
+
 What goes out: an uncompressed v2 batch that is only partly acquired is sent as a sub-batch
 holding just the acquired records (``protocol.records.slice_batch``: same base offset and
 offset deltas, header and CRC rewritten, record bytes copied); a compressed one whole, with
 the acquired ranges, as Kafka's record_limit does (every client drops the records outside
 AcquiredRecords). The record index of a big batch is cached (``RecordIndexCache``) so that
-handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times.
+handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times,
+and the batch itself is kept between fetches (``OpenBatches``) instead of being read again.
 
 ``SharePartition.acquire`` (partition.py) uses :func:`fair_piece` and :func:`last_new_to_acquire`;
-the share-partition manager builds the response records with :class:`ResponseRecords`.
+the share-partition manager decides with :class:`Demand` whether a fetch shares, and builds the
+response records with :class:`ResponseRecords`.
 """
 from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch
 
+from broker.log.refs import BatchRef
 from broker.share.fetched import last_of_batch_with
 
 
-def fair_piece(config: Any, batch_optimized: bool, max_records: int) -> int:
-    """Records of one log batch a fetch may take when the batch is bigger (0: whole batches)."""
-    return max_records if batch_optimized and config.fair_acquisition else 0
+UNCUT = 1 << 62  # the piece of a fetch nobody competes with: no batch is that big, only the window cuts
+
+
+def fair_piece(config: Any, batch_optimized: bool, max_records: int, shared: bool = True) -> int:
+    """Records of one log batch a fetch may take when the batch is bigger (0: whole batches, even
+    past the max-record-locks window, as Kafka; `UNCUT`: whole batches, cut at the window only,
+    when no other member wants the records)."""
+    if not (batch_optimized and config.fair_acquisition):
+        return 0
+    return max_records if shared else UNCUT
+
+
+class Demand:
+    """The last fetch of one share partition by each member: when, the records it acquired from the
+    partition, its MaxRecords. Written by the share-partition manager after each pass over the
+    partition; a member is forgotten when its share session releases its records."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int, int]] = {}
+
+    def fetched(self, member: str, now_ms: int, count: int, max_records: int) -> None:
+        self._last[member] = (now_ms, count, max_records)
+
+    def forget(self, member: str) -> None:
+        self._last.pop(member, None)
+
+    def wanted_by_others(self, member: str, now_ms: int, horizon_ms: int,
+                         assigned: Callable[[], Iterable[str]]) -> bool:
+        """Whether a member other than `member` wants records of the partition: its last fetch of
+        it, at most `horizon_ms` ago, acquired at most its MaxRecords (none: an empty fetch), or it
+        is assigned the partition (``assigned()``, asked only when no fetch decided) and has not
+        fetched it yet."""
+        last = self._last
+        for m, (at, count, max_records) in last.items():
+            if count <= max_records and now_ms - at <= horizon_ms and m != member:
+                return True
+        return any(m != member and m not in last for m in assigned())
 
 
 def last_new_to_acquire(batches: Sequence[Any], first: int, last: int, remaining: int, piece: int,
@@ -124,6 +172,59 @@ class RecordIndexCache:
 
     def _drop(self, key: tuple) -> None:
         self._records -= self._entries.pop(key).count
+
+
+class OpenBatches:
+    """The log batch each partition is being cut from, kept between fetches so that the next piece
+    of it is not read from the log again (a 1 MB producer batch handed out 500 records at a time
+    was read whole for every piece). At most `max_entries` partitions, least recently used first.
+
+    ``get(key, plog, offset, upper)`` returns the kept batch when `offset` falls after its first
+    record and the log still holds that very batch: one header read (61 bytes, ``lazy``) at the
+    offset must give the same base offset, size and CRC (a batch the log cleaner rewrote, or one
+    below the log start, is read again). ``put`` after an acquire keeps the last batch of it when
+    records of that batch were left for a later fetch, and forgets the partition's entry
+    otherwise."""
+
+    __slots__ = ("_entries", "max_entries")
+
+    def __init__(self, max_entries: int = 64):
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()
+        self.max_entries = max_entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple, plog: Any, offset: int, upper: int) -> list | None:
+        ref = self._entries.get(key)
+        if ref is None:
+            return None
+        if not (ref.base_offset < offset <= ref.last_offset < upper and ref.base_offset >= plog.log_start_offset):
+            del self._entries[key]
+            return None
+        heads = plog.read(offset, 1, max_offset=upper, lazy=True)
+        if not heads or heads[0].base_offset != ref.base_offset or heads[0].size != ref.size \
+                or heads[0].header().crc != ref.header().crc:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return [ref]
+
+    def put(self, key: tuple, refs: Sequence[Any], acquired: Sequence[tuple[int, int, int]]) -> None:
+        last = refs[-1] if refs else None
+        if last is None or acquired[-1][1] >= last.last_offset:
+            self._entries.pop(key, None)
+            return
+        if self._entries.get(key) is last:
+            return
+        data = last.data
+        held = getattr(data, "obj", data)  # a read's buffer may hold more batches than this one
+        if len(held) > 2 * last.size:
+            data = memoryview(bytes(data))
+        self._entries[key] = BatchRef(last.base_offset, last.last_offset, data)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
 
 class ResponseRecords:

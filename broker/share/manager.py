@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from broker.log.errors import LogError
 from broker.share.config import DLQ_TOPIC_NAME, ShareGroupConfig
-from broker.share.fair import RecordIndexCache, ResponseRecords
+from broker.share.fair import OpenBatches, RecordIndexCache, ResponseRecords
 from broker.share.isolation import unreadable_ranges
 from broker.share.errors import ShareError
 from broker.share.session import FINAL_EPOCH, ShareSession, ShareSessionCache
@@ -59,6 +59,16 @@ READ_STEP = 1 << 20
 MIN_READ, READ_PER_RECORD = 16 << 10, 256
 DEFAULT_MAX_RECORDS = 500  # MaxRecords <= 0 in a ShareFetch
 PERSISTER_LOADED = ("share-state-loaded",)  # watcher key notified once the share coordinator has loaded
+
+
+def extend_ranges(ranges: list[tuple[int, int, int]], more) -> None:
+    """Append AcquiredRecords ``more`` to ``ranges``, merging a range that continues the last one with
+    the same delivery count (two reads of one fetch, e.g. the rest of a batch being cut and the next)."""
+    for first, last, dc in more:
+        if ranges and ranges[-1][1] + 1 == first and ranges[-1][2] == dc:
+            ranges[-1] = (ranges[-1][0], last, dc)
+        else:
+            ranges.append((first, last, dc))
 
 
 class PartitionResult:
@@ -119,7 +129,11 @@ class SharePartitionManager:
         self._sweep = scheduler.call_later(self.idle_ms / 2000.0, self._evict_idle)
         self._tracked_connections: set[int] = set()
         self.record_indexes = RecordIndexCache()  # big batches handed out in pieces (fair acquisition)
+        self.open_batches = OpenBatches()  # the batch each partition is being cut from, not read again per piece
         self._load_waiter: asyncio.Task | None = None  # notifies PERSISTER_LOADED; made by the first waiting fetch
+        # (group, topic id, partition) -> the members assigned it (the group coordinator's, set by
+        # broker.components; fair acquisition shares a big batch when one of them has not fetched yet)
+        self.assigned_members: Callable[[str, bytes, int], list[str]] = lambda _g, _t, _p: []
 
     # ------------------------------------------------------------------ configs
     def group_config(self, group_id: str) -> ShareGroupConfig:
@@ -348,8 +362,14 @@ class SharePartitionManager:
             # Retention or DeleteRecords may have moved the log start: the one place the share
             # partition follows it (Kafka calls updateCacheAndOffsets from ShareFetchUtils only).
             sp.update_log_start_offset(plog.log_start_offset)
-            out = ResponseRecords((part.topic_id, part.partition), self.record_indexes, sp.config.fair_acquisition)
+            key = (part.topic_id, part.partition)
+            out = ResponseRecords(key, self.record_indexes, sp.config.fair_acquisition)
             part.records = out.records
+            now = self.now_ms()
+            shared = sp.config.fair_acquisition and sp.demand.wanted_by_others(
+                member, now, sp.config.record_lock_duration_ms,
+                lambda: self.assigned_members(group, part.topic_id, part.partition))
+            got = 0
             step = min(READ_STEP, max(MIN_READ, records_left * READ_PER_RECORD))
             while records_left > 0 and (bytes_left > 0 or not total):
                 offset = sp.next_fetch_offset()
@@ -360,8 +380,9 @@ class SharePartitionManager:
                     part.error = Errors.UNKNOWN_SERVER_ERROR  # partition fails, nothing is acquired (a client's
                     break  # fetch.max.bytes=0, or a NaN consumer_byte_rate capping it at (int) NaN = 0)
                 try:  # MaxBytes is soft for the first batch of the response only (Kafka)
-                    batches = plog.read(max(offset, plog.log_start_offset), min(bytes_left, step),
-                                        max_offset=upper, min_one=total == 0 or step < bytes_left)
+                    batches = self.open_batches.get(key, plog, offset, upper) or plog.read(
+                        max(offset, plog.log_start_offset), min(bytes_left, step),
+                        max_offset=upper, min_one=total == 0 or step < bytes_left)
                 except LogError as e:  # a read that failed (KAFKA_STORAGE_ERROR) fails the partition's fetch
                     if e.code == Errors.KAFKA_STORAGE_ERROR and not part.acquired:  # unless it already acquired
                         part.error = e.code  # some records (as Kafka's handleFetchException, without a halt)
@@ -372,7 +393,7 @@ class SharePartitionManager:
                 skip = unreadable_ranges(plog, batches, sp.config.read_committed)  # markers, aborted data
                 res = sp.acquire(member, batches, max_records=records_left, batch_size=max(req.batch_size, 1),
                                  acquire_mode=req.share_acquire_mode, fetch_offset=offset, aborted=skip,
-                                 request_max_records=max_records)
+                                 request_max_records=max_records, shared=shared)
                 if not res.count:
                     if skip and sp.next_fetch_offset() > offset:
                         continue  # only archived offsets here: read on
@@ -381,12 +402,16 @@ class SharePartitionManager:
                     log.debug("acquire %s off=%d spso=%d end=%d batches=%s got=%s", member, offset,
                               sp.start_offset, sp.end_offset, [(x.base_offset, x.last_offset) for x in batches],
                               res.acquired)
-                part.acquired.extend(res.acquired)
+                extend_ranges(part.acquired, res.acquired)
                 records_left -= res.count
                 bytes_left -= out.add(res.batches, res.acquired)
+                if shared:
+                    self.open_batches.put(key, res.batches, res.acquired)
                 total += res.count
+                got += res.count
                 if sp.isolated:  # Kafka 4.2+: what the poison throttle isolated is this partition's whole fetch
                     break
+            sp.demand.fetched(member, now, got, max_records)
         return total
 
     def _preload(self, group: str, topic_id: bytes, partition: int) -> None:

@@ -34,7 +34,7 @@ from broker.share.acks import ACK_MAX_VERSION, ACK_REJECT, ACK_RENEW, validate_a
 from broker.share.cache import InFlightCache
 from broker.share.config import ShareGroupConfig
 from broker.share.errors import ShareError
-from broker.share.fair import fair_piece, last_new_to_acquire
+from broker.share.fair import Demand, fair_piece, last_new_to_acquire
 from broker.share.fetched import overlapping, without_ranges
 from broker.share.inflight import (  # noqa: F401  (the states are part of this module's API)
     ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE, AcquisitionLock,
@@ -80,7 +80,7 @@ class SharePartition:
                  "start_offset", "_end", "_cache", "_find_next", "_dcc",
                  "_pending_terminal", "_status", "_error", "_init_task", "_tasks", "_log",
                  "_store", "_scheduler", "_now_ms", "_wall_ms", "_on_state_change",
-                 "_retry_backoff_ms", "archived_count", "isolated", "_dlq", "_dlq_tasks", "_due_handle", "_due_at")
+                 "_retry_backoff_ms", "archived_count", "isolated", "demand", "_dlq", "_dlq_tasks", "_due_handle", "_due_at")
 
     def __init__(self, group_id: str, topic_id: bytes, partition: int, *, log: Any, persister: Any,
                  config: ShareGroupConfig, scheduler: Any, now_ms: Callable[[], int],
@@ -115,6 +115,7 @@ class SharePartition:
         self._retry_backoff_ms = retry_backoff_ms
         self.archived_count = 0        # records committed ARCHIVED by REJECT, delivery limit or the DLQ
         self.isolated = False          # the last acquire isolated poison records: the partition's whole fetch
+        self.demand = Demand()         # each member's last fetch of the partition (fair acquisition)
         self._dlq = dlq
         self._dlq_tasks: set[asyncio.Task] = set()
         self._due_handle: Any = None   # timer of the earliest delayed redelivery
@@ -264,7 +265,7 @@ class SharePartition:
     def acquire(self, member_id: str, batches: Sequence[Any], *, max_records: int, batch_size: int,
                 acquire_mode: int = BATCH_OPTIMIZED, fetch_offset: int | None = None,
                 aborted: Iterable[tuple[int, int]] | None = None,
-                request_max_records: int | None = None) -> AcquireResult:
+                request_max_records: int | None = None, shared: bool = True) -> AcquireResult:
         """Acquire records for `member_id` from `batches` (log batch refs, ascending, read at fetch_offset).
 
         `batches` items need `base_offset` and `last_offset`; the ones returned in the result
@@ -272,7 +273,8 @@ class SharePartition:
         of aborted transactional batches (read_committed): acquired offsets in them are
         archived instead of delivered. With the group's fair acquisition (batch_optimized mode
         only) a batch of more than `request_max_records` (the request's MaxRecords; default
-        `max_records`) records is acquired at most `max_records` at a time (fair.py).
+        `max_records`) records is acquired at most `max_records` at a time (fair.py) when `shared`
+        (another member wants records of the partition: ``demand``, asked by the manager).
         """
         self.isolated = False
         if self._status != ACTIVE or max_records <= 0 or not batches:
@@ -294,7 +296,8 @@ class SharePartition:
             self._archive_stale(fetch_offset, first_base)
 
         record_limit = acquire_mode == RECORD_LIMIT
-        piece = fair_piece(self.config, acquire_mode == BATCH_OPTIMIZED, request_max_records or max_records)
+        piece = fair_piece(self.config, acquire_mode == BATCH_OPTIMIZED, request_max_records or max_records,
+                           shared)
         limit = self.config.delivery_count_limit
         now = self._now_ms()
         throttle_at = max(2, -(-limit // 2))
@@ -531,6 +534,7 @@ class SharePartition:
         cannot loop a poison record forever: at the delivery count limit the record is
         archived instead.
         """
+        self.demand.forget(member_id)
         if self._status != ACTIVE:
             return Errors.NONE
         changes = []

@@ -114,6 +114,14 @@ class GroupCoordinator:
         """The group with this id, whatever its type."""
         return self.groups.get(group_id)
 
+    def share_members_assigned(self, group_id: str, topic_id: bytes, partition: int) -> list[str]:
+        """The members of share group ``group_id`` whose current assignment holds the partition (the
+        share-partition manager's fair acquisition asks whether another member would sit idle)."""
+        g = self.groups.get(group_id)
+        if not isinstance(g, ShareGroup):
+            return []
+        return [mid for mid, m in g.members.items() if partition in m.assigned.get(topic_id, ())]
+
     def group_type(self, group_id: str) -> str | None:
         """``"classic"`` / ``"consumer"`` / ``"share"`` / ``"streams"``, or None for an unknown group."""
         g = self.groups.get(group_id)

@@ -146,6 +146,9 @@ def test_lag_is_exact_while_a_big_batch_is_handed_out_in_pieces(sharebroker):
     topic = create_topic(bs, 1)
     group = new_group(bs)
     produce_one_big_batch(bs, topic)
+    # Another member is assigned the partition and has not fetched it: the consumers share the batch
+    # (alone, a consumer acquires it whole, as Kafka; librdkafka then returns all of it in one poll).
+    idle = Member(bs, group, topic, topic_id(bs, topic))
     delivered = 0
     for _ in range(2):
         c = consumer(bs, group, topic, max_poll_records=MAX_POLL)
@@ -160,6 +163,7 @@ def test_lag_is_exact_while_a_big_batch_is_handed_out_in_pieces(sharebroker):
             assert c.commit_sync(30) is not None
         finally:
             c.close()
+    idle.close()
     assert delivered == 6 * MAX_POLL
     # The rest of the batch is the lag, exactly (the share coordinator's start offset may be the
     # one before the last acknowledgements: docs/differences.md says why).
@@ -191,13 +195,16 @@ class Member:
         share_member_assigned(self.w, group, self.member, topic, tid)
         self.epoch = 0
 
-    def fetch(self, max_records: int = MAX_POLL, acks=()) -> tuple[list[tuple[int, int, int]], list[bytes]]:
-        """(AcquiredRecords, the record batches) of one ShareFetch (MaxWaitMs 0 after the first)."""
+    def fetch(self, max_records: int = MAX_POLL, acks=(), wait_ms: int | None = None
+              ) -> tuple[list[tuple[int, int, int]], list[bytes]]:
+        """(AcquiredRecords, the record batches) of one ShareFetch (MaxWaitMs `wait_ms`, by default
+        2 s for the first and 0 after it)."""
         part = FetchReq.FetchPartition(partition_index=0, acknowledgement_batches=[
             FetchReq.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[1])
             for f, last in acks])
         r = self.w.request(FetchReq(group_id=self.group, member_id=self.member, share_session_epoch=self.epoch,
-                                    max_wait_ms=2000 if self.epoch == 0 else 0, min_bytes=1, max_bytes=1 << 24,
+                                    max_wait_ms=(2000 if self.epoch == 0 else 0) if wait_ms is None else wait_ms,
+                                    min_bytes=1, max_bytes=1 << 24,
                                     max_records=max_records, batch_size=max_records,
                                     topics=[FetchReq.FetchTopic(topic_id=self.tid, partitions=[part])]), 1)
         self.epoch += 1
@@ -280,6 +287,48 @@ def test_sub_batches_hold_exactly_the_acquired_records(wire):
         assert acquired == [(100, 1004, 1)]
         assert [r[0] for r in read_back(batches[0])] == list(range(100, 1000))
         assert read_back(batches[1]) == [(i, b"k%d" % i, b"value %d" % i) for i in range(1000, 1005)]
+
+
+def test_a_lone_member_acquires_whole_log_batches(wire):
+    """Nobody else wants the records: Kafka's batches, stored bytes, one fetch per log batch."""
+    bs, topic, _ = wire
+    first, second = build_batch(values(1000)), build_batch(values(1000, 1000))
+    wire_produce(bs, topic, [first, second])
+    with wire_members(wire, 1) as (a,):
+        acquired, batches = a.fetch()
+        assert acquired == [(0, 999, 1)]
+        assert len(batches) == 1 and read_header(batches[0]).records_count == 1000
+        assert batches[0][16:] == first[16:]  # the stored batch (magic, CRC, records), not a rewritten one
+        acquired, batches = a.fetch(acks=[(0, 999)])
+        assert acquired == [(1000, 1999, 1)] and read_back(batches[0])[-1][0] == 1999
+
+
+def test_members_share_while_one_of_them_waits_for_records(wire):
+    bs, topic, _ = wire
+    with wire_members(wire, 2) as (a, b):
+        assert a.fetch(wait_ms=0) == ([], [])
+        waiting: list = []
+        t = threading.Thread(target=lambda: waiting.append(b.fetch(wait_ms=15_000)), daemon=True)
+        t.start()
+        wire_produce(bs, topic, [build_batch(values(1000))])
+        t.join(20)
+        acquired, _ = a.fetch()
+        (b_acquired, _), = waiting
+        assert sorted(acquired + b_acquired) == [(0, 49, 1), (50, 99, 1)]
+
+
+def test_a_member_busy_with_whole_batches_does_not_make_the_others_share(wire):
+    bs, topic, _ = wire
+    wire_produce(bs, topic, [build_batch(values(1000, 1000 * k)) for k in range(3)])
+    with wire_members(wire, 2, share_partition_max_record_locks="4000") as (a, b):
+        assert a.fetch()[0] == [(0, 49, 1)]                       # b assigned, not fetched yet: shared
+        assert b.fetch()[0] == [(50, 99, 1)]                      # a got one piece: it comes back for more
+        assert a.fetch(max_records=1000)[0] == [(100, 1999, 1)]   # more than its MaxRecords: a is busy
+        acquired, batches = b.fetch(acks=[(50, 99)])              # so b takes the next batch whole
+        assert acquired == [(2000, 2999, 1)] and read_header(batches[0]).records_count == 1000
+        assert a.fetch(acks=[(100, 1999)]) == ([], [])            # a found nothing: it wants records
+        wire_produce(bs, topic, [build_batch(values(1000, 3000))])
+        assert b.fetch(acks=[(2000, 2999)])[0] == [(3000, 3049, 1)]
 
 
 def test_compressed_batches_go_out_whole_with_the_acquired_ranges(wire):

@@ -8,7 +8,7 @@ from protocol import compression
 from protocol import records as R
 
 from broker.share.acks import ACK_ACCEPT as ACC, ACK_RELEASE as REL
-from broker.share.fair import RecordIndexCache, ResponseRecords, last_new_to_acquire
+from broker.share.fair import OpenBatches, RecordIndexCache, ResponseRecords, last_new_to_acquire
 from broker.share.partition import ACQUIRED, AVAILABLE, RECORD_LIMIT
 from tests.unit.share_partition_support import Ref, make
 
@@ -248,3 +248,27 @@ async def test_long_polls_wake_only_when_a_fetch_may_acquire_more():
     assert h.wakeups == woken + 1 and h.sp.start_offset == 75
     assert await h.ack("d", 75, 79, REL) == 0      # released: available again
     assert h.wakeups == woken + 2
+
+
+def test_the_batch_being_cut_is_kept_while_the_log_holds_it(tmp_path):
+    from broker.log import PartitionLog
+    from broker.log.refs import BatchRef
+    from tests.unit.test_log import Clock
+
+    plog = PartitionLog(str(tmp_path), "t", 0, {}, clock=Clock())
+    data = R.build_batch([(None, b"v%d" % i, []) for i in range(1000)])
+    plog.append(data, R.validate_records(data), 0)
+    key, kept = (b"t", 0), OpenBatches()
+    (ref,) = plog.read(0, 1 << 20)
+    kept.put(key, [ref], [(0, 49, 1)])                        # records left: kept for the next piece
+    (again,) = kept.get(key, plog, 50, 1000)
+    assert bytes(again.data) == bytes(ref.data) and (again.base_offset, again.last_offset) == (0, 999)
+    assert kept.get(key, plog, 50, 999) is None               # past the upper bound: read (and forgotten)
+    kept.put(key, [ref], [(50, 99, 1)])
+    kept.put(key, [ref], [(100, 999, 1)])                     # nothing left of it: forgotten
+    assert len(kept) == 0 and kept.get(key, plog, 100, 1000) is None
+    # The log holds another batch at that offset now (the cleaner rewrote it): read again.
+    other = R.build_batch([(None, b"w%d" % i, []) for i in range(1000)])
+    kept.put(key, [BatchRef(0, 999, memoryview(other))], [(0, 49, 1)])
+    assert kept.get(key, plog, 50, 1000) is None and len(kept) == 0
+    plog.close()
