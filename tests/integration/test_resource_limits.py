@@ -120,14 +120,15 @@ def test_request_memory_bounds_what_announced_large_frames_cost(broker_factory):
     bound = 16 * 1024 * 1024
     # Connections paused for memory see no traffic: the idle timeout closes them, which is how
     # memory held by clients that stopped sending comes back (as in Kafka).
-    b = broker_factory({"queued.max.request.bytes": bound, "socket.request.max.bytes": 200 * 1024 * 1024,
+    # the pool holds the largest request a client may send (KafkaConfig refuses a smaller one)
+    b = broker_factory({"queued.max.request.bytes": bound, "socket.request.max.bytes": bound,
                         "connections.max.idle.ms": 3000})
     pid = b.proc.pid
     before = _rss_kib(pid)
     socks = [_open(b.port) for _ in range(30)]
     chunk = b"\0" * 65536
-    for s in socks:  # each announces a 100 MB request and then sends what the kernel takes
-        s.send(struct.pack(">i", 100 * 1024 * 1024) + b"\0" * 8)
+    for s in socks:  # each announces a request as large as the pool and then sends what the kernel takes
+        s.send(struct.pack(">i", bound) + b"\0" * 8)
     sent = 0
     for _ in range(64):
         for s in socks:
@@ -348,12 +349,14 @@ def _api_versions_round_trip(port: int) -> float:
 
 
 def test_partial_frames_leave_room_for_new_clients_in_a_small_pool(broker_factory):
-    """Issue 29 item 5: with a 10 MB pool (queued.max.request.bytes), 50 connections that each announce
-    a 100 MB frame and send 1 MB of it (50 MB: five pools) stall no one: a new connection's
-    ApiVersions and a fresh producer's and consumer's round trips stay under a second."""
-    b = broker_factory({"queued.max.request.bytes": 10_000_000, "sharebroker.request.read.timeout.ms": 60000})
+    """Issue 29 item 5: with a 10 MB pool (queued.max.request.bytes, and socket.request.max.bytes no larger,
+    as Kafka requires), 50 connections that each announce a 9.9 MB frame and send 1 MB of it (50 MB: five
+    pools) stall no one: a new connection's ApiVersions and a fresh producer's and consumer's round trips
+    stay under a second."""
+    b = broker_factory({"queued.max.request.bytes": 10_000_000, "socket.request.max.bytes": 10_000_000,
+                        "sharebroker.request.read.timeout.ms": 60000})
     topic = create_topic(b.bootstrap)
-    attack = PartialFrameAttack(b.port, b.proc.pid, count=50, send=1024 * 1024)
+    attack = PartialFrameAttack(b.port, b.proc.pid, count=50, announce=9_900_000, send=1024 * 1024)
     try:
         until(lambda: not attack.left, 30, "the attackers to send their 1 MB each")
         last = [-1]
