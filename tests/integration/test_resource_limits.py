@@ -211,10 +211,11 @@ class PartialFrameAttack:
             s.close()
 
 
-def _round_trips(bootstrap: str, topic: str, count: int) -> tuple[list[float], list[float]]:
-    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record, once
-    both have connected (ApiVersions and Metadata answered within 10 s: on a loaded machine a client's
-    own start-up takes up to half a second, which is not the broker's latency)."""
+def _round_trips(bootstrap: str, topic: str, count: int, size: int = 0) -> tuple[list[float], list[float]]:
+    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record (of
+    ``size`` bytes past its number), once both have connected (ApiVersions and Metadata answered within
+    10 s: on a loaded machine a client's own start-up takes up to half a second, which is not the
+    broker's latency)."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100})
@@ -226,14 +227,15 @@ def _round_trips(bootstrap: str, topic: str, count: int) -> tuple[list[float], l
         for i in range(count):
             t0 = time.monotonic()
             done = []
-            p.produce(topic, str(i).encode(), on_delivery=lambda err, msg: done.append((err, time.monotonic())))
+            value = str(i).encode() + b"x" * size
+            p.produce(topic, value, on_delivery=lambda err, msg: done.append((err, time.monotonic())))
             p.flush(10)
             assert done and done[0][0] is None, f"record {i} not delivered: {done}"
             delivered.append(done[0][1] - t0)
             m = None
             while m is None and time.monotonic() - t0 < 10:
                 m = c.poll(0.05)
-            assert m is not None and m.error() is None and m.value() == str(i).encode(), f"record {i} not consumed"
+            assert m is not None and m.error() is None and m.value() == value, f"record {i} not consumed"
             received.append(time.monotonic() - t0)
     finally:
         c.close()
@@ -370,7 +372,7 @@ def test_partial_frames_leave_room_for_new_clients_in_a_small_pool(broker_factor
         until(settled, 20, "the broker to stop reading the attackers")
         started = time.monotonic()
         first = _api_versions_round_trip(b.port)
-        delivered, received = _round_trips(b.bootstrap, topic, 5)
+        delivered, received = _round_trips(b.bootstrap, topic, 5, size=100_000)  # 100 KB Produce requests
         assert time.monotonic() - started < 60, "the attack ended before the clients were measured"
         assert attack.closed() == 0, "an attacker was closed before the clients were measured"
         assert first < 1.0, f"a new connection's ApiVersions took {first:.2f} s"
