@@ -24,6 +24,7 @@ from broker.config_keys import BROKER_KEYS
 from broker.log.config import LIST, PASSWORD, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.log.errors import LogError
 from broker.log.files import atomic_write
+from broker.topics import INTERNAL_SEGMENT_BYTES
 from protocol.errors import Errors
 
 # ConfigSource
@@ -292,6 +293,7 @@ class BrokerConfigs:
             keys = set(kafka) | {k for k, _ in config.explicit_items()} | set(dynamic)
         defaults = {k: row[1] for k, row in kafka.items() if row[1] != "<none>"}
         defaults.update(BROKER_DEFAULTS)
+        defaults["broker.id"] = str(self.settings.node_id)  # Kafka's broker.id follows node.id
         topic_of = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}  # log.* keys: their topic key's type
         out = []
         for key in sorted(keys):
@@ -343,8 +345,17 @@ class BrokerConfigs:
             self.settings.set_dynamic(new)
 
 
-# Kafka defaults of broker keys that components read with these values (shown by DescribeConfigs).
+# The values this broker runs with where they are not Kafka's defaults, or are Kafka's defaults that
+# components read (DescribeConfigs shows them as DEFAULT_CONFIG; every other key shows Kafka's default).
 BROKER_DEFAULTS = {
+    # one node: the internal topics have one partition and one replica (broker/topics.py)
+    **dict.fromkeys(("offsets.topic.num.partitions", "offsets.topic.replication.factor",
+                     "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
+                     "transaction.state.log.min.isr", "share.coordinator.state.topic.num.partitions",
+                     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr"),
+                    "1"),
+    **{key: str(size) for key, size in INTERNAL_SEGMENT_BYTES.values()},
+    "process.roles": "broker,controller",  # a combined node
     # KIP-1191 share-group dead-letter queue (Kafka's GroupCoordinatorConfig; broker/share/dlq.py)
     "errors.deadletterqueue.auto.create.topics.enable": "false",
     "errors.deadletterqueue.topic.name.prefix": "dlq.",

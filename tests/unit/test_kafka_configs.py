@@ -14,8 +14,8 @@ import shutil
 import pytest
 
 from broker.config import BrokerConfig
-from broker.configs import _KAFKA_TYPES, _NO_BROKER_DEFAULT, DEFAULT, BrokerConfigs, BrokerSettings, _fmt, \
-    kafka_configs
+from broker.configs import _KAFKA_TYPES, _NO_BROKER_DEFAULT, BROKER_DEFAULTS, DEFAULT, BrokerConfigs, BrokerSettings, \
+    _fmt, kafka_configs
 from broker.log.config import TOPIC_CONFIGS, ConfigError, validate_topic_configs
 
 KAFKA = kafka_configs()
@@ -78,8 +78,11 @@ def test_broker_describe_lists_every_kafka_broker_config(tmp_path):
         e = entries[name]
         assert e.type == _KAFKA_TYPES[type_], name
         assert e.sensitive == (type_ == "PASSWORD"), name
-        if e.source == DEFAULT and not settings.config.is_builtin_default(name):
-            assert e.value == (None if default == "<none>" else default), name
+        if e.source == DEFAULT and not settings.config.is_builtin_default(name) and name != "broker.id":
+            # Kafka's default, or the value this one-node broker runs with (BROKER_DEFAULTS)
+            assert e.value == BROKER_DEFAULTS.get(name, None if default == "<none>" else default), name
+    assert entries["offsets.topic.num.partitions"].value == "1"  # one node, one partition per internal topic
+    assert entries["broker.id"].value == "1"
     assert entries["ssl.keystore.password"].value is None
     assert entries["num.io.threads"].value == "4"
     assert not BrokerConfigs(settings).describe("")  # the cluster default: only dynamic defaults

@@ -13,7 +13,8 @@ import org.apache.kafka.storage.internals.log.LogConfig;
  * Prints Kafka's own topic and broker config definitions as JSON (tools/kafka_configs.py keeps
  * broker/kafka_configs.json from it; tests/unit/test_kafka_configs.py checks the table against it).
  * Topic configs: LogConfig.configDefCopy(); broker configs: KafkaConfig.configDef(); which broker
- * configs can change at run time: DynamicBrokerConfig.dynamicConfigUpdateModes().
+ * configs can change at run time: DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS (what DescribeConfigs calls not
+ * read-only), each with its mode from DynamicBrokerConfig.dynamicConfigUpdateModes().
  */
 public class ConfigDump {
     public static void main(String[] args) {
@@ -27,8 +28,9 @@ public class ConfigDump {
             items.add(str(e.getKey()) + ": " + str(e.getValue()));
         out.append(String.join(", ", items)).append("},\n\"dynamic\": {");
         items.clear();
-        for (Map.Entry<String, String> e : new TreeMap<>(DynamicBrokerConfig.dynamicConfigUpdateModes()).entrySet())
-            items.add(str(e.getKey()) + ": " + str(e.getValue()));
+        Map<String, String> modes = DynamicBrokerConfig.dynamicConfigUpdateModes();
+        for (String name : new TreeSet<>(DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS))
+            items.add(str(name) + ": " + str(modes.getOrDefault(name, "per-broker")));
         out.append(String.join(", ", items)).append("}\n}\n");
         System.out.print(out);
     }
