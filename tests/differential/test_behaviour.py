@@ -244,6 +244,30 @@ def share_group_life(s: Side) -> dict:
     return out
 
 
+def share_offsets_unacknowledged(s: Side) -> dict:
+    """What ``kafka-share-groups --describe --offsets`` and ``--state`` show (issue 35): a two-partition
+    topic, five records on partition 0 only, one explicit-mode ShareConsumer accepts them all; then
+    DescribeShareGroupOffsets of every partition (partition 1 never had a record, so none acknowledged)
+    and ShareGroupDescribe once the consumer left."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic, partitions=2)
+    s.group_configs(group, {"share.auto.offset.reset": "earliest"})
+    s.produce(topic, 5)
+    every = DescReq.DescribeShareGroupOffsetsRequestGroup(group_id=group)
+    every.topics = None  # every initialized partition (the constructor turns None into [])
+    c = _share_consumer(s, group, topic)
+    try:
+        out: dict = {"acquired": _records(_poll_until(c, 5, 60, lambda m: c.acknowledge(m, ACCEPT)))}
+        out["commit"] = _commit(c)
+        out["offsets"] = _settle(lambda: plain(s.wire.request(DescReq(groups=[every]), 1).groups[0]),
+                                 lambda o: o["topics"] and len(o["topics"][0]["partitions"]) == 2
+                                 and o["topics"][0]["partitions"][0]["lag"] == 0)
+    finally:
+        c.close()
+    out["describe_empty"] = _settle(lambda: s.share_describe(group), lambda g: g["group_state"] == "Empty")
+    return out
+
+
 def consumer_group(s: Side) -> dict:
     """KIP-848 (``group.protocol=consumer``): consume ten records, commit after the seventh, close;
     OffsetFetch and ConsumerGroupDescribe while it is a member and after it left."""
@@ -854,6 +878,7 @@ def java_share_consumer(s: Side) -> dict:
 
 SCENARIOS = {
     "share_group_life": (share_group_life, ("topic", "group")),
+    "share_offsets_unacknowledged": (share_offsets_unacknowledged, ("topic", "group")),
     "consumer_group": (consumer_group, ("topic", "group")),
     "transactions": (transactions, ("topic", "group", "txn")),
     "describe_configs": (describe_configs, ("group",)),
@@ -871,6 +896,10 @@ _SHARE_EPOCH = ("deliberate (issue 29, README 'Deviations'): ours initializes a 
                 "answering it, so the first target assignment comes with the join's epoch bump (2); Kafka 4.4 answers "
                 "the join at epoch 2 with nothing and bumps again to 3 when the initialized partitions reach the "
                 "next heartbeat: every later share-group epoch is one lower here")
+_SPSO_AT_LOAD = ("deliberate (broker/share/README.md 'Initialization'): ours persists the start offset "
+                 "share.auto.offset.reset chose when the partition is first loaded, so a restart before the first "
+                 "acknowledgement keeps it; Kafka 4.4 writes it with the first acknowledgement, and until then "
+                 "describes it as -1 (the CLI's '-')")
 _OURS_GROUP_KEYS = "our own group configs (README 'Configuration'): Kafka has no such key"
 _STATIC_HERE = "not changeable at runtime here (IncrementalAlterConfigs refuses it), so read-only is true"
 _LAUNCHER = "the reference Kafka's server.properties sets it (STATIC_BROKER_CONFIG, tests/kafka_ref); ours is the " \
@@ -896,6 +925,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     **{("describe_configs", f"broker.{name}.value"): _SEGMENTS
        for name in ("offsets.topic.segment.bytes", "share.coordinator.state.topic.segment.bytes",
                     "transaction.state.log.segment.bytes")},
+    **{("share_offsets_unacknowledged", f"offsets.topics[0].partitions[1].{field}"): _SPSO_AT_LOAD
+       for field in ("start_offset", "lag")},
+    **{("share_offsets_unacknowledged", f"describe_empty.{field}"): _SHARE_EPOCH
+       for field in ("group_epoch", "assignment_epoch")},
     ("describe_configs", "broker.min.insync.replicas.source"):
         "Kafka's formatter writes min.insync.replicas as a cluster-wide dynamic default; same value",
     ("describe_configs", "broker.node.id.source"):
