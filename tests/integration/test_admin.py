@@ -233,6 +233,33 @@ def test_describe_and_alter_topic_configs(admin):
     assert code_of(admin.describe_configs([res])[res]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_every_kafka_topic_config_is_accepted_and_described(admin):
+    """Issue 35 item 1: MirrorMaker 2 copies a Kafka 4.4 topic's configs (remote.copy.lag.bytes...) with one
+    AlterConfigs; a name refused here failed the whole change. Every topic config Kafka 4.4 defines
+    (broker/kafka_configs.json, from Kafka's LogConfig) is described, and set through both the legacy and
+    the incremental API, with Kafka's validation (tiered storage is refused: it is disabled here)."""
+    from broker.configs import kafka_configs
+
+    kafka = kafka_configs()["topic"]
+    assert code_of(admin.create_topics([NewTopic("adm-mm2", 1, 1)])["adm-mm2"]) is None
+    described = configs(admin, ResourceType.TOPIC, "adm-mm2")
+    assert sorted(described) == sorted(kafka)
+    copied = {"remote.copy.lag.bytes": "1048576", "remote.copy.lag.ms": "60000",
+              "max.decompressed.message.bytes": "10485760", "retention.ms": "3600000"}
+    legacy = ConfigResource(ResourceType.TOPIC, "adm-mm2", set_config=copied)
+    with pytest.warns(DeprecationWarning):
+        result = admin.alter_configs([legacy])[legacy]
+    assert code_of(result) is None
+    c = configs(admin, ResourceType.TOPIC, "adm-mm2")
+    assert {k: (c[k].value, c[k].source) for k in copied} == {
+        k: (v, ConfigSource.DYNAMIC_TOPIC_CONFIG.value) for k, v in copied.items()}
+    assert code_of(alter(admin, ResourceType.TOPIC, "adm-mm2", ("remote.copy.lag.bytes", SET, "2048"))) is None
+    assert configs(admin, ResourceType.TOPIC, "adm-mm2")["remote.copy.lag.bytes"].value == "2048"
+    for name, value in (("remote.copy.lag.ms", "-2"), ("remote.storage.enable", "true")):
+        err = error_of(alter(admin, ResourceType.TOPIC, "adm-mm2", (name, SET, value)))
+        assert err is not None and err.code() == KafkaError.INVALID_CONFIG, (name, err)
+
+
 def test_describe_and_alter_broker_configs(admin):
     c = configs(admin, ResourceType.BROKER, "1")
     assert c["num.partitions"].value == str(NUM_PARTITIONS)
