@@ -327,11 +327,21 @@ class BrokerConfigs:
     def alter(self, name: str, ops, validate_only: bool) -> None:
         # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change
         # fails validation (ConfigAdminManager.validateBrokerConfigChange, KAFKA-13609).
+        # Refusals in the order of Kafka's DynamicBrokerConfig.validateConfigs: the configs Kafka never
+        # changes at run time, then the SSL configs it changes only per listener; here also every other
+        # config this broker does not change at run time (read-only in DescribeConfigs), with the first words.
         self._check_name(name)
         config = self.settings.config
-        static = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
-        if static:
-            raise LogError(Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
+        kafka = kafka_configs()
+        refused = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
+        never = [k for k in refused if k in kafka["broker"] and k not in kafka["dynamic_broker"]]
+        per_listener = [k for k in refused if k in kafka["dynamic_security"]]
+        for keys, words in ((never, "Cannot update these configs dynamically"),
+                            (per_listener, "These security configs can be dynamically updated only per-listener "
+                                           "using the listener prefix"),
+                            (refused, "Cannot update these configs dynamically")):
+            if keys:
+                raise LogError(Errors.INVALID_REQUEST, f"{words}: [{', '.join(keys)}]")
         by_topic_key = {c.synonym: k for k, c in TOPIC_CONFIGS.items() if c.synonym}
         lists = {syn for syn, k in by_topic_key.items() if TOPIC_CONFIGS[k].type == LIST}
         defaults = {syn: config.get(syn) if config.has(syn) else _fmt(TOPIC_CONFIGS[k].default)

@@ -37,7 +37,8 @@ def dump() -> dict:
                           text=True, timeout=300, check=True)
     raw = json.loads(done.stdout)
     return {"kafka_version": "4.4.0", "topic": _rows(raw["topic"]), "broker": _rows(raw["broker"]),
-            "topic_synonyms": raw["topic_synonyms"], "dynamic_broker": raw["dynamic"]}
+            "topic_synonyms": raw["topic_synonyms"], "dynamic_broker": raw["dynamic"],
+            "dynamic_security": raw["dynamic_security"]}
 
 
 def render(table: dict) -> str:

@@ -277,11 +277,15 @@ def test_describe_and_alter_broker_configs(admin):
         t = configs(admin, ResourceType.TOPIC, "adm-inherit")["retention.ms"]
         assert t.value == "123456" and t.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
 
-        # Kafka refuses bad broker config changes with INVALID_REQUEST (not INVALID_CONFIG)
-        for ops in ([("node.id", SET, "7")], [("num.partitions", SET, "9")],
-                    [("log.retention.ms", SET, "eventually")]):
+        # Kafka refuses bad broker config changes with INVALID_REQUEST (not INVALID_CONFIG), in its words
+        for ops, words in (([("node.id", SET, "7")], "Cannot update these configs dynamically: [node.id]"),
+                           ([("num.partitions", SET, "9")], None),
+                           ([("log.retention.ms", SET, "eventually")], None),
+                           ([("ssl.keystore.location", SET, "/x.jks")], "These security configs can be dynamically "
+                            "updated only per-listener using the listener prefix: [ssl.keystore.location]")):
             err = error_of(alter(admin, ResourceType.BROKER, "1", *ops))
             assert err is not None and err.code() == KafkaError.INVALID_REQUEST, (ops, err)
+            assert words is None or err.str() == words, err
         assert configs(admin, ResourceType.BROKER, "1")["log.retention.ms"].value == "123456"
     finally:
         assert code_of(alter(admin, ResourceType.BROKER, "1", ("log.retention.ms", DELETE, None))) is None

@@ -14,7 +14,8 @@ import org.apache.kafka.storage.internals.log.LogConfig;
  * broker/kafka_configs.json from it; tests/unit/test_kafka_configs.py checks the table against it).
  * Topic configs: LogConfig.configDefCopy(); broker configs: KafkaConfig.configDef(); which broker
  * configs can change at run time: DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS (what DescribeConfigs calls not
- * read-only), each with its mode from DynamicBrokerConfig.dynamicConfigUpdateModes().
+ * read-only), each with its mode from DynamicBrokerConfig.dynamicConfigUpdateModes(); the security configs
+ * that change only per listener: DynamicBrokerConfig.DYNAMIC_SECURITY_CONFIGS.
  */
 public class ConfigDump {
     public static void main(String[] args) {
@@ -31,7 +32,11 @@ public class ConfigDump {
         Map<String, String> modes = DynamicBrokerConfig.dynamicConfigUpdateModes();
         for (String name : new TreeSet<>(DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS))
             items.add(str(name) + ": " + str(modes.getOrDefault(name, "per-broker")));
-        out.append(String.join(", ", items)).append("}\n}\n");
+        out.append(String.join(", ", items)).append("},\n\"dynamic_security\": [");
+        items.clear();
+        for (String name : new TreeSet<>(DynamicBrokerConfig.DYNAMIC_SECURITY_CONFIGS))
+            items.add(str(name));
+        out.append(String.join(", ", items)).append("]\n}\n");
         System.out.print(out);
     }
 
