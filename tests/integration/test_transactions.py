@@ -238,15 +238,22 @@ def test_zombie_is_fenced(sharebroker):
     assert consume_all(bs, topic, "read_committed", 1) == [b"fresh"]
 
 
-@pytest.mark.sharebroker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
-def test_abandoned_transaction_times_out(sharebroker):
-    bs = sharebroker.bootstrap
+def abandoned_transaction(bs: str, timeout_ms: int) -> tuple[str, str, Producer]:
+    """A topic, a transactional id whose open transaction holds one record, and its producer, which the
+    test keeps (alive, never ending the transaction)."""
     topic = create_topic(bs)
     tid = unique("tx")
-    p = txn_producer(bs, tid, **{"transaction.timeout.ms": 1000})
+    p = txn_producer(bs, tid, **{"transaction.timeout.ms": timeout_ms})
     p.begin_transaction()
     p.produce(topic, b"abandoned", partition=0)
     p.flush(10)
+    return topic, tid, p
+
+
+@pytest.mark.sharebroker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
+def test_abandoned_transaction_times_out(sharebroker):
+    bs = sharebroker.bootstrap
+    topic, tid, _producer = abandoned_transaction(bs, 1000)
     assert list_offset(bs, topic, 1) == 0
     until(lambda: list_offset(bs, topic, 1) == 2, 10, "the coordinator to abort the transaction")
     with WireClient(bs) as w:
@@ -266,12 +273,7 @@ def test_timed_out_transaction_is_aborted_by_kafkas_rule(sharebroker):
     (the first partition added) plus transaction.timeout.ms is past: never before the timeout, and at the
     latest one interval after it (here 2 s and 1 s; plus a loaded machine's slack)."""
     bs = sharebroker.bootstrap
-    topic = create_topic(bs)
-    tid = unique("tx")
-    p = txn_producer(bs, tid, **{"transaction.timeout.ms": 2000})
-    p.begin_transaction()
-    p.produce(topic, b"abandoned", partition=0)
-    p.flush(10)
+    topic, tid, _producer = abandoned_transaction(bs, 2000)
     with WireClient(bs) as w:
         state = w.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0]
     started_s = state.transaction_start_time_ms / 1000
