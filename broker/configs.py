@@ -3,9 +3,11 @@
 One class per resource type, registered in the broker's :class:`ConfigResources`
 (one per broker, built with the other components):
 - TOPIC (2): topic overrides on top of broker defaults (validated by broker.log.config);
-- BROKER (4): the broker's settings; the topic-default synonyms (``log.retention.ms``,
-  ``log.segment.bytes``, ...) can be altered at run time, as Kafka's cluster-wide
-  dynamic defaults, and are persisted in ``meta/broker-configs.json``;
+- BROKER (4): every broker config Kafka 4.4 defines (``kafka_configs.json``, Kafka's own
+  definitions: default, type, sensitivity) plus the keys set explicitly; the topic-default
+  synonyms (``log.retention.ms``, ``log.segment.bytes``, ...) can be altered at run time,
+  as Kafka's cluster-wide dynamic defaults, and are persisted in ``meta/broker-configs.json``;
+  other configs are read-only here (Kafka changes some of them at run time: refused);
 - GROUP (32): ``broker.group_configs.GroupConfigManager`` (share- and consumer-group configs);
 - CLIENT_METRICS (16): ``broker.client_metrics.ClientMetricsManager`` (KIP-714 subscriptions).
 Config sources follow Kafka's numbering.  :class:`BrokerSettings` owns the static
