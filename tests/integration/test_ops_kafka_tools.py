@@ -89,6 +89,20 @@ def test_kafka_features_describe(tools_cp, broker):
     assert "FinalizedVersionLevel: 1" in rows["eligible.leader.replicas.version"]
 
 
+def test_kafka_configs_describe_broker_all(tools_cp, broker):
+    """Issue 35 item 2: ``kafka-configs --describe --entity-type brokers --entity-name 1 --all`` lists every
+    broker config Kafka 4.4 defines (tools look keys up by name), a password hidden as Kafka hides it."""
+    from broker.configs import kafka_configs
+
+    out = kafka_tool(tools_cp, "ConfigCommand", "--bootstrap-server", broker.bootstrap, "--describe",
+                     "--entity-type", "brokers", "--entity-name", "1", "--all")
+    listed = {line.strip().split("=", 1)[0] for line in out.splitlines()[1:] if "=" in line}
+    assert not set(kafka_configs()["broker"]) - listed
+    assert "  queued.max.request.bytes=-1 sensitive=false synonyms={DEFAULT_CONFIG:queued.max.request.bytes=-1}" \
+        in out.splitlines()
+    assert any(line.startswith("  ssl.keystore.password=null sensitive=true") for line in out.splitlines())
+
+
 def test_kafka_metadata_quorum_describe(tools_cp, broker):
     status = kafka_tool(tools_cp, "MetadataQuorumCommand", "--bootstrap-server", broker.bootstrap, "describe", "--status")
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
