@@ -309,7 +309,17 @@ def validate(config) -> list[str]:
         if not check(key, value):
             unknown.append(key)
     _cleaner_check(config)
+    _request_bytes_check(config)
     return unknown
+
+
+def _request_bytes_check(config) -> None:
+    """KafkaConfig.validateValues: the request memory pool must hold the largest request a client may send
+    (a request bigger than the pool could never be read)."""
+    queued = config.get_int("queued.max.request.bytes", -1)
+    if 0 < queued < config.get_int("socket.request.max.bytes", 104857600):
+        raise ConfigError("requirement failed: queued.max.request.bytes must be larger or equal to "
+                          "socket.request.max.bytes")
 
 
 def _cleaner_check(config) -> None:

@@ -3,9 +3,11 @@
 One class per resource type, registered in the broker's :class:`ConfigResources`
 (one per broker, built with the other components):
 - TOPIC (2): topic overrides on top of broker defaults (validated by broker.log.config);
-- BROKER (4): the broker's settings; the topic-default synonyms (``log.retention.ms``,
-  ``log.segment.bytes``, ...) can be altered at run time, as Kafka's cluster-wide
-  dynamic defaults, and are persisted in ``meta/broker-configs.json``;
+- BROKER (4): every broker config Kafka 4.4 defines (``kafka_configs.json``, Kafka's own
+  definitions: default, type, sensitivity) plus the keys set explicitly; the topic-default
+  synonyms (``log.retention.ms``, ``log.segment.bytes``, ...) can be altered at run time,
+  as Kafka's cluster-wide dynamic defaults, and are persisted in ``meta/broker-configs.json``;
+  other configs are read-only here (Kafka changes some of them at run time: refused);
 - GROUP (32): ``broker.group_configs.GroupConfigManager`` (share- and consumer-group configs);
 - CLIENT_METRICS (16): ``broker.client_metrics.ClientMetricsManager`` (KIP-714 subscriptions).
 Config sources follow Kafka's numbering.  :class:`BrokerSettings` owns the static
@@ -14,15 +16,17 @@ defaults from them (Kafka's synonyms).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable, Mapping, NamedTuple
 
 from broker.config import BrokerConfig
 from broker.config_keys import BROKER_KEYS
-from broker.log.config import LIST, TOPIC_CONFIGS, ConfigError, validate_topic_configs
+from broker.log.config import LIST, PASSWORD, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.log.errors import LogError
 from broker.log.files import atomic_write
+from broker.topics import INTERNAL_SEGMENT_BYTES
 from protocol.errors import Errors
 
 # ConfigSource
@@ -42,6 +46,22 @@ class ConfigEntry:
         self.sensitive = sensitive
         self.synonyms = list(synonyms)  # (name, value, source), most specific first
         self.type = type_
+
+
+# ConfigDef.Type names as broker/kafka_configs.json spells them -> DescribeConfigs ConfigType numbers
+_KAFKA_TYPES = {t: i for i, t in enumerate(
+    ("BOOLEAN", "STRING", "INT", "SHORT", "LONG", "DOUBLE", "LIST", "CLASS", "PASSWORD"), start=1)}
+_KAFKA_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kafka_configs.json")
+
+
+@functools.cache
+def kafka_configs() -> dict:
+    """Kafka 4.4's own topic and broker config definitions (``broker/kafka_configs.json``, written by
+    ``tools/kafka_configs.py`` from Kafka's jars): ``topic`` / ``broker`` map a name to
+    ``[type, default, validator, importance]``; ``dynamic_broker`` names the broker configs Kafka can
+    change at run time (per-broker or cluster-wide)."""
+    with open(_KAFKA_TABLE, "rb") as f:
+        return json.loads(f.read())
 
 
 def _fmt(value) -> str:
@@ -111,6 +131,7 @@ _ROLL_UNITS = (("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
 _BROKER_CONFIGS_FILE = "broker-configs.json"
 # Broker synonyms of topic configs whose Kafka default is null (KafkaConfig: the value comes from another
 # unit, log.retention.hours / log.roll.hours, or is unset): DescribeConfigs lists no default synonym for them.
+# (tests/unit/test_kafka_configs.py checks this against Kafka's table.)
 _NO_BROKER_DEFAULT = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms"})
 
 
@@ -259,33 +280,46 @@ class BrokerConfigs:
                                                    f"but received {name}")
 
     def describe(self, name: str) -> list[ConfigEntry]:
+        """Kafka's ConfigHelper: the named broker lists every broker config Kafka defines (its
+        non-internal values) and every key set explicitly; the empty name (the cluster default) lists
+        only the dynamic cluster-wide defaults. A value comes from the dynamic set, then the static
+        file, then this broker's built-in default, then Kafka's default. Sensitive, as Kafka's
+        ``KafkaConfig.maybeSensitive``: a PASSWORD config, or a key of unknown type (its value is null)."""
         self._check_name(name)
         config = self.settings.config
         dynamic = self.settings.dynamic
-        out = []
-        keys = set(k for k, _ in config.items()) | set(dynamic)
-        keys |= {c.synonym for c in TOPIC_CONFIGS.values() if c.synonym} | set(BROKER_DEFAULTS)
-        defaults = {c.synonym: _fmt(c.default) for c in TOPIC_CONFIGS.values() if c.synonym}
+        kafka = kafka_configs()["broker"]
+        if name == "":
+            keys = set(dynamic)
+        else:
+            keys = set(kafka) | {k for k, _ in config.explicit_items()} | set(dynamic)
+        defaults = {k: row[1] for k, row in kafka.items() if row[1] != "<none>"}
         defaults.update(BROKER_DEFAULTS)
+        defaults["broker.id"] = str(self.settings.node_id)  # Kafka's broker.id follows node.id
         topic_of = {c.synonym: c for c in TOPIC_CONFIGS.values() if c.synonym}  # log.* keys: their topic key's type
-        defaults.update(dict.fromkeys(_NO_BROKER_DEFAULT))  # Kafka's value is null unless set (KafkaConfig)
+        out = []
         for key in sorted(keys):
             syn = []
             if key in dynamic:
                 syn.append((key, dynamic[key], DYNAMIC_DEFAULT_BROKER))
-            if config.has(key):
-                syn.append((key, config.get(key), STATIC_BROKER))
-            if key in defaults:
-                syn.append((key, defaults[key], DEFAULT))
-            elif config.is_builtin_default(key):
-                syn.append((key, config.get(key), DEFAULT))
-            if not syn:
-                continue
-            sensitive = "password" in key or "secret" in key
-            cdef = BROKER_KEYS.get(key) or topic_of.get(key)
-            out.append(ConfigEntry(key, None if sensitive else syn[0][1], syn[0][2], sensitive=sensitive,
-                                   read_only=key not in _DYNAMIC_BROKER_KEYS, synonyms=syn,
-                                   type_=_type_of(cdef) if cdef else 0))
+            if name != "":
+                if config.has(key):
+                    syn.append((key, config.get(key), STATIC_BROKER))
+                if config.is_builtin_default(key):
+                    syn.append((key, config.get(key), DEFAULT))
+                elif key in defaults and defaults[key] is not None:
+                    syn.append((key, defaults[key], DEFAULT))
+            value, source = (syn[0][1], syn[0][2]) if syn else (None, DEFAULT)
+            row = kafka.get(key)
+            type_ = _KAFKA_TYPES.get(row[0], 0) if row else 0
+            if not type_:
+                cdef = BROKER_KEYS.get(key) or topic_of.get(key)
+                type_ = _type_of(cdef) if cdef else 0
+            sensitive = type_ in (0, PASSWORD) or (row is None and ("password" in key or "secret" in key))
+            if sensitive:
+                value, syn = None, [(n, None, s) for n, _, s in syn]
+            out.append(ConfigEntry(key, value, source, sensitive=sensitive, read_only=key not in _DYNAMIC_BROKER_KEYS,
+                                   synonyms=syn, type_=type_))
         return out
 
     def overrides(self, name: str) -> dict[str, str]:
@@ -295,11 +329,21 @@ class BrokerConfigs:
     def alter(self, name: str, ops, validate_only: bool) -> None:
         # Kafka answers INVALID_REQUEST, not INVALID_CONFIG, when a broker config change
         # fails validation (ConfigAdminManager.validateBrokerConfigChange, KAFKA-13609).
+        # Refusals in the order of Kafka's DynamicBrokerConfig.validateConfigs: the configs Kafka never
+        # changes at run time, then the SSL configs it changes only per listener; here also every other
+        # config this broker does not change at run time (read-only in DescribeConfigs), with the first words.
         self._check_name(name)
         config = self.settings.config
-        static = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
-        if static:
-            raise LogError(Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
+        kafka = kafka_configs()
+        refused = [op.name for op in ops if op.name not in _DYNAMIC_BROKER_KEYS]
+        never = [k for k in refused if k in kafka["broker"] and k not in kafka["dynamic_broker"]]
+        per_listener = [k for k in refused if k in kafka["dynamic_security"]]
+        for keys, words in ((never, "Cannot update these configs dynamically"),
+                            (per_listener, "These security configs can be dynamically updated only per-listener "
+                                           "using the listener prefix"),
+                            (refused, "Cannot update these configs dynamically")):
+            if keys:
+                raise LogError(Errors.INVALID_REQUEST, f"{words}: [{', '.join(keys)}]")
         by_topic_key = {c.synonym: k for k, c in TOPIC_CONFIGS.items() if c.synonym}
         lists = {syn for syn, k in by_topic_key.items() if TOPIC_CONFIGS[k].type == LIST}
         defaults = {syn: config.get(syn) if config.has(syn) else _fmt(TOPIC_CONFIGS[k].default)
@@ -313,8 +357,17 @@ class BrokerConfigs:
             self.settings.set_dynamic(new)
 
 
-# Kafka defaults of broker keys that components read with these values (shown by DescribeConfigs).
+# The values this broker runs with where they are not Kafka's defaults, or are Kafka's defaults that
+# components read (DescribeConfigs shows them as DEFAULT_CONFIG; every other key shows Kafka's default).
 BROKER_DEFAULTS = {
+    # one node: the internal topics have one partition and one replica (broker/topics.py)
+    **dict.fromkeys(("offsets.topic.num.partitions", "offsets.topic.replication.factor",
+                     "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
+                     "transaction.state.log.min.isr", "share.coordinator.state.topic.num.partitions",
+                     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr"),
+                    "1"),
+    **{key: str(size) for key, size in INTERNAL_SEGMENT_BYTES.values()},
+    "process.roles": "broker,controller",  # a combined node
     # KIP-1191 share-group dead-letter queue (Kafka's GroupCoordinatorConfig; broker/share/dlq.py)
     "errors.deadletterqueue.auto.create.topics.enable": "false",
     "errors.deadletterqueue.topic.name.prefix": "dlq.",

@@ -35,7 +35,7 @@ import time
 from broker.acceptor import Acceptor, listening_sockets
 from broker.dispatch import HANDLERS, Deferred, RequestContext, api_version_ranges
 from broker.pipeline import ANONYMOUS
-from broker.request_memory import SMALL_FRAME_BYTES, FrameBuffers, RequestMemory, trim_heap
+from broker.request_memory import SMALL_FRAME_BYTES, SMALL_REQUEST_BYTES, FrameBuffers, RequestMemory, trim_heap
 from protocol.errors import Errors
 from protocol.lazy_messages import ApiVersionsResponse
 from protocol.messages.registry import ApiKey
@@ -124,6 +124,7 @@ class Connection(asyncio.BufferedProtocol):
         self._held = 0
         self._partial = 0
         self._reserved = 0
+        self._promoted = False  # the frame being read took its whole size as a complete one (SMALL_REQUEST_BYTES)
         self._close_hooks: list = []
         self.closed = False
         self._sock_fd = -1  # the socket for os.sendfile (-1: not usable)
@@ -231,6 +232,10 @@ class Connection(asyncio.BufferedProtocol):
             reserved = 0
         elif memory.reserve(size, 0):
             reserved = size
+        elif size <= SMALL_REQUEST_BYTES and memory.admits(self._held):
+            memory.promote(0, size)
+            reserved = size
+            self._promoted = True
         else:
             return False
         if size <= SMALL_FRAME_BYTES:
@@ -238,12 +243,13 @@ class Connection(asyncio.BufferedProtocol):
             if not reserved:
                 memory.take(size, partial=True)
             self._held += size
-            self._partial = size
+            self._partial = 0 if self._promoted else size
             self._frame_metered = False
         else:
             frame = self.server.buffers.get(size)
             self._held += reserved
-            self._partial = self._reserved = reserved
+            self._partial = 0 if self._promoted else reserved
+            self._reserved = reserved
             self._frame_metered = True
         self._frame = frame
         self._fview = frame if type(frame) is memoryview else memoryview(frame)
@@ -277,11 +283,19 @@ class Connection(asyncio.BufferedProtocol):
             self._held += rest
             self._partial += rest
             return True
+        if len(self._frame) <= SMALL_REQUEST_BYTES and memory.admits(self._held - self._partial):
+            memory.promote(self._partial, rest)  # the rest as a complete frame: its bytes leave the partial budget
+            self._reserved = rest
+            self._held += rest
+            self._partial = 0
+            self._promoted = True
+            return True
         return False
 
     def _frame_done(self) -> None:
         self._frames.append(self._frame)
         self._frame = self._fview = None
+        self._promoted = False
         partial, self._partial = self._partial, 0
         self.server.memory.completed(partial)
         self._frames_ready()

@@ -23,11 +23,13 @@ from protocol.messages.registry import ApiKey
 
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
-# name: (supported min, supported max, finalized level), as a Kafka 4.4 broker: metadata.version
-# 31 is 4.4-IV0 (7 = 3.3-IV3, the oldest KRaft level); transaction.version 2 is what 4.x finalizes
-# (transactions themselves are refused at InitProducerId until they are implemented).
+# name: (supported min, supported max, finalized level), as a Kafka 4.4 broker formatted at its latest
+# production levels (Feature.PRODUCTION_FEATURES): metadata.version 33 is 4.4-IV2 (7 = 3.3-IV3, the
+# oldest KRaft level; IV1 brings CIDR ACL host patterns, broker/security/acls.py, IV2 controller
+# unregistration, handlers/unregister_controller.py); transaction.version 2 is what 4.x finalizes.
 FEATURES = {
-    "metadata.version": (7, 31, 31),
+    "metadata.version": (7, 33, 33),
+    "eligible.leader.replicas.version": (0, 1, 1),  # KIP-966; with one replica the ELR lists stay empty
     "kraft.version": (0, 1, 1),
     "group.version": (0, 1, 1),
     "share.version": (0, 2, 2),  # 2: share groups with the dead-letter queue (KIP-1191), as Kafka 4.4

@@ -2,11 +2,9 @@
 (``kafka-cluster.sh unregister-controller --id N``, ``kafka-metadata-quorum.sh remove-controller
 --unregister``).  A Kafka broker forwards it to the controller, whose QuorumController.unregisterController
 refuses its own id first (INVALID_REQUEST, "Controller cannot unregister itself while it is active."),
-then, below metadata.version 4.4-IV2, every other id (ClusterControlManager.unregisterController:
-UNSUPPORTED_VERSION, "The current MetadataVersion is too old to support controller unregistration.").
-This node finalizes metadata.version 4.4-IV0 (``api_versions.FEATURES``), so those are the two answers,
-as Kafka gives them at that level; ``kafka-cluster.sh`` prints "The target cluster does not support the
-controller unregistration API." for the second.  ALTER on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED
+then, at metadata.version 4.4-IV2 (which this node finalizes, ``api_versions.FEATURES``), an id with no
+controller registration (ClusterControlManager.unregisterController: CONTROLLER_ID_NOT_REGISTERED,
+"Controller ID N is not currently registered."): this one node is the only controller, so every other id.  ALTER on the CLUSTER, else CLUSTER_AUTHORIZATION_FAILED
 (ControllerApis.handleUnregisterController).
 """
 from __future__ import annotations
@@ -25,6 +23,6 @@ async def unregister_controller(ctx, req):
     elif req.controller_id == ctx.components.node.node_id:
         code, message = Errors.INVALID_REQUEST, "Controller cannot unregister itself while it is active."
     else:
-        code, message = (Errors.UNSUPPORTED_VERSION,
-                         "The current MetadataVersion is too old to support controller unregistration.")
+        code, message = (Errors.CONTROLLER_ID_NOT_REGISTERED,
+                         f"Controller ID {req.controller_id} is not currently registered.")
     return UnregisterControllerResponse(error_code=code, error_message=message)

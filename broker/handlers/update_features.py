@@ -1,6 +1,6 @@
 """UpdateFeatures (57) v0-2: the finalized feature levels this broker runs with are fixed
-(``api_versions.FEATURES``: metadata.version 31, kraft.version 1, group.version 1, share.version 2,
-transaction.version 2): each is behaviour the code has, not a switch it honours (it would still
+(``api_versions.FEATURES``: metadata.version 33, kraft.version 1, group.version 1, share.version 2,
+transaction.version 2, eligible.leader.replicas.version 1, streams.version 1): each is behaviour the code has, not a switch it honours (it would still
 serve KIP-848 groups at group.version 0, share groups at share.version 0, ...).  So an update
 to the current level succeeds and changes nothing, and any other level is refused.
 
@@ -30,7 +30,7 @@ from protocol.messages.registry import ApiKey
 _R = UpdateFeaturesResponse.UpdatableFeatureResult
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 # Kafka 4.4's production features without a range here (supported 0-0, finalized 0)
-_DISABLED = ("eligible.leader.replicas.version",)
+_DISABLED = ()
 
 
 def _range_text(lo: int, hi: int) -> str:

@@ -1,15 +1,21 @@
 """Topic-level log configuration: Kafka names, types, defaults, validation.
 
-``TOPIC_CONFIGS`` lists every topic config Kafka 4.x accepts (so DescribeConfigs
-and CreateTopics/IncrementalAlterConfigs validation can use one table);
-``LogConfig`` holds the subset the log and its cleaner act on. Accepted but without effect
-here: compression.type (the broker never recompresses),
-min.insync.replicas, replication throttles, remote storage, preallocate,
-file.delete.delay.ms (files are deleted at once).
+``TOPIC_CONFIGS`` lists every topic config Kafka 4.4 accepts (so DescribeConfigs
+and CreateTopics/IncrementalAlterConfigs validation can use one table); a unit test
+checks it against Kafka's own definitions (``broker/kafka_configs.json``, dumped from
+Kafka's ``LogConfig``). ``LogConfig`` holds the subset the log and its cleaner act on.
+Accepted, stored and described but without effect here: compression.type and its
+levels (the broker never recompresses), max.decompressed.message.bytes (no
+recompression, so nothing is decompressed), min.insync.replicas, replication
+throttles, preallocate, file.delete.delay.ms (files are deleted at once), and the
+tiered-storage settings (local.retention.*, remote.copy.lag.*, remote.log.*): as on
+a Kafka broker without ``remote.log.storage.system.enable``, ``remote.storage.enable=true``
+is refused and the others are only stored.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 LONG_MAX = (1 << 63) - 1
@@ -26,11 +32,12 @@ class ConfigError(ValueError):
 
 
 class ConfigDef:
-    __slots__ = ("name", "type", "default", "minimum", "maximum", "choices", "synonym")
+    __slots__ = ("name", "type", "default", "minimum", "maximum", "choices", "synonym", "also")
 
-    def __init__(self, name, type_, default, minimum=None, maximum=None, choices=None, synonym=None):
+    def __init__(self, name, type_, default, minimum=None, maximum=None, choices=None, synonym=None, also=None):
         self.name, self.type, self.default = name, type_, default
         self.minimum, self.maximum, self.choices, self.synonym = minimum, maximum, choices, synonym
+        self.also = also  # one value allowed outside [minimum, maximum] (Kafka's "[1,...,9] or -1")
 
     def parse(self, value: Any, check_range: bool = True) -> Any:
         """Parse a wire/string value to its Python type, raising ConfigError when invalid."""
@@ -54,12 +61,16 @@ class ConfigDef:
                 v = "" if value is None else str(value).strip()
         except ValueError:
             raise ConfigError(f"Invalid value {value} for configuration {name}") from None
-        if not check_range:
+        if not check_range or (self.also is not None and v == self.also):
             return v
         if self.minimum is not None and v < self.minimum:
             raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be at least {self.minimum}")
         if self.maximum is not None and v > self.maximum:
             raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be no more than {self.maximum}")
+        if self.name.endswith(".replication.throttled.replicas") and not _throttled_replicas(v):
+            raise ConfigError(f"Invalid value {value} for configuration {name}: {name} must be the literal '*' "
+                              "or a list of replicas in the following format: [partitionId]:[brokerId],"
+                              "[partitionId]:[brokerId],...")
         if self.choices is not None:
             items = v if isinstance(v, list) else [v]
             for item in items:
@@ -67,6 +78,11 @@ class ConfigDef:
                     raise ConfigError(f"Invalid value {value} for configuration {name}: "
                                       f"String must be one of: {', '.join(self.choices)}")
         return v
+
+
+def _throttled_replicas(items: list[str]) -> bool:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
+    return "".join(items) == "*" or all(re.fullmatch(r"([0-9]+:[0-9]+)?", i) for i in items)
 
 
 def _d(*args, **kw):
@@ -78,7 +94,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = dict([
     _d("cleanup.policy", LIST, "delete", choices=("compact", "delete"), synonym="log.cleanup.policy"),
     _d("compression.type", STRING, "producer",
        choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), synonym="compression.type"),
-    _d("compression.gzip.level", INT, -1, minimum=-1, maximum=9, synonym="compression.gzip.level"),
+    _d("compression.gzip.level", INT, -1, minimum=1, maximum=9, also=-1, synonym="compression.gzip.level"),
     _d("compression.lz4.level", INT, 9, minimum=1, maximum=17, synonym="compression.lz4.level"),
     _d("compression.zstd.level", INT, 3, minimum=-131072, maximum=22, synonym="compression.zstd.level"),
     _d("delete.retention.ms", LONG, 86400000, minimum=0, synonym="log.cleaner.delete.retention.ms"),
@@ -93,6 +109,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = dict([
     _d("local.retention.bytes", LONG, -2, minimum=-2, synonym="log.local.retention.bytes"),
     _d("local.retention.ms", LONG, -2, minimum=-2, synonym="log.local.retention.ms"),
     _d("max.compaction.lag.ms", LONG, LONG_MAX, minimum=1, synonym="log.cleaner.max.compaction.lag.ms"),
+    _d("max.decompressed.message.bytes", INT, 2147483639, minimum=1, maximum=2147483639,
+       synonym="max.decompressed.message.bytes"),
     _d("max.message.bytes", INT, 1048588, minimum=0, synonym="message.max.bytes"),
     _d("message.timestamp.after.max.ms", LONG, 3600000, minimum=0, synonym="log.message.timestamp.after.max.ms"),
     _d("message.timestamp.before.max.ms", LONG, LONG_MAX, minimum=0, synonym="log.message.timestamp.before.max.ms"),
@@ -102,6 +120,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = dict([
     _d("min.compaction.lag.ms", LONG, 0, minimum=0, synonym="log.cleaner.min.compaction.lag.ms"),
     _d("min.insync.replicas", INT, 1, minimum=1, synonym="min.insync.replicas"),
     _d("preallocate", BOOLEAN, False, synonym="log.preallocate"),
+    _d("remote.copy.lag.bytes", LONG, -1, minimum=-1, synonym="log.remote.copy.lag.bytes"),
+    _d("remote.copy.lag.ms", LONG, 0, minimum=-1, synonym="log.remote.copy.lag.ms"),
     _d("remote.log.copy.disable", BOOLEAN, False),
     _d("remote.log.delete.on.disable", BOOLEAN, False),
     _d("remote.storage.enable", BOOLEAN, False),
@@ -131,8 +151,13 @@ def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
         if cdef is None:
             raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = cdef.parse(value)
-    if parsed.get("min.compaction.lag.ms", 0) > parsed.get("max.compaction.lag.ms", LONG_MAX):
-        raise ConfigError("conflict topic config setting min.compaction.lag.ms > max.compaction.lag.ms")
+    min_lag, max_lag = parsed.get("min.compaction.lag.ms", 0), parsed.get("max.compaction.lag.ms", LONG_MAX)
+    if min_lag > max_lag:
+        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+                          f"max.compaction.lag.ms ({max_lag})")
+    if parsed.get("remote.storage.enable"):  # LogConfig.validateRemoteStorageOnlyIfSystemEnabled
+        raise ConfigError("Tiered Storage functionality is disabled in the broker. "
+                          "Topic cannot be configured with remote log storage.")
     return parsed
 
 

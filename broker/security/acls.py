@@ -8,7 +8,8 @@ operation, permission type), with Kafka's wire codes.  ``AclStore`` keeps them i
 - ``super.users`` (``User:a;User:b``) are allowed everything;
 - the ACLs that apply to a resource are the LITERAL ones with its name, the LITERAL
   ``*`` ones and the PREFIXED ones whose name starts the resource's; of these, those
-  whose principal is the caller's or ``User:*`` and whose host is the client's or ``*``;
+  whose principal is the caller's or ``User:*`` and whose host is the client's, ``*``
+  or a CIDR block holding it (KIP-1276, metadata.version 4.4-IV1);
 - a DENY for the operation (or ALL) wins; else an ALLOW for it (or ALL) allows, where
   an ALLOW of READ, WRITE, DELETE or ALTER also allows DESCRIBE and an ALLOW of
   ALTER_CONFIGS allows DESCRIBE_CONFIGS (DENYs imply nothing);
@@ -21,6 +22,8 @@ interface (idempotent producers with WRITE on some topic).
 """
 from __future__ import annotations
 
+import functools
+import ipaddress
 import json
 import os
 from typing import Iterable, NamedTuple
@@ -116,7 +119,25 @@ def validate_binding(b: AclBinding) -> str | None:
                 f"type from the principal name)")
     if b.host is None or b.host == "":
         return "Invalid host"
+    if "/" in b.host and b.host != WILDCARD:  # KIP-1276 (metadata.version 4.4-IV1+): AclControlManager
+        try:
+            ipaddress.ip_network(b.host, strict=False)
+        except ValueError as e:
+            return f"Invalid CIDR notation '{b.host}': {e}"
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_matches(pattern: str, host: str) -> bool:
+    """An ACL's host: ``*``, the client's address, or (KIP-1276) a CIDR block holding it."""
+    if pattern == WILDCARD or pattern == host:
+        return True
+    if "/" not in pattern:
+        return False
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(pattern, strict=False)
+    except ValueError:
+        return False
 
 
 class AclStore:
@@ -193,7 +214,7 @@ def _result(b: AclBinding, principal: str, host: str, op: int) -> int:
     """StandardAuthorizerData.findResult: ALLOW / DENY, or 0 when the ACL does not apply."""
     if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
         return 0
-    if b.host != WILDCARD and b.host != host:
+    if not _host_matches(b.host, host):
         return 0
     if b.operation != ALL:
         if b.permission_type == ALLOW:

@@ -31,6 +31,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                   AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourcePatternType,
                                   ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
+from broker.configs import _DYNAMIC_BROKER_KEYS, kafka_configs
 from broker.testing import BrokerProcess
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest as QuotaAlter
 from protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AlterReq
@@ -240,6 +241,30 @@ def share_group_life(s: Side) -> dict:
     delete = DeleteReq(group_id=group, topics=[DeleteReq.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)])
     out["delete"] = plain(s.wire.request(delete, 0))
     out["offsets_deleted"] = s.share_offsets(group)
+    return out
+
+
+def share_offsets_unacknowledged(s: Side) -> dict:
+    """What ``kafka-share-groups --describe --offsets`` and ``--state`` show (issue 35): a two-partition
+    topic, five records on partition 0 only, one explicit-mode ShareConsumer accepts them all; then
+    DescribeShareGroupOffsets of every partition (partition 1 never had a record, so none acknowledged)
+    and ShareGroupDescribe once the consumer left."""
+    topic, group = s.names["topic"], s.names["group"]
+    s.create_topic(topic, partitions=2)
+    s.group_configs(group, {"share.auto.offset.reset": "earliest"})
+    s.produce(topic, 5)
+    every = DescReq.DescribeShareGroupOffsetsRequestGroup(group_id=group)
+    every.topics = None  # every initialized partition (the constructor turns None into [])
+    c = _share_consumer(s, group, topic)
+    try:
+        out: dict = {"acquired": _records(_poll_until(c, 5, 60, lambda m: c.acknowledge(m, ACCEPT)))}
+        out["commit"] = _commit(c)
+        out["offsets"] = _settle(lambda: plain(s.wire.request(DescReq(groups=[every]), 1).groups[0]),
+                                 lambda o: o["topics"] and len(o["topics"][0]["partitions"]) == 2
+                                 and o["topics"][0]["partitions"][0]["lag"] == 0)
+    finally:
+        c.close()
+    out["describe_empty"] = _settle(lambda: s.share_describe(group), lambda g: g["group_state"] == "Empty")
     return out
 
 
@@ -813,8 +838,8 @@ def streams_group(s: Side) -> dict:
 
 
 def _broker_names_kafka_only(results: dict) -> None:
-    """Kafka describes every broker config it defines (350), we the ones we read (about 40): the names
-    only Kafka lists become one list; the names both list are compared entry by entry."""
+    """Both describe every broker config Kafka defines (about 350): the names only Kafka lists become one
+    list (empty on both sides unless one is missing here); the names both list are compared entry by entry."""
     kafka, ours = results["kafka"]["broker"], results["ours"]["broker"]
     results["kafka"]["broker_names_only_in_kafka"] = sorted(set(kafka) - set(ours))
     results["ours"]["broker_names_only_in_kafka"] = []
@@ -853,6 +878,7 @@ def java_share_consumer(s: Side) -> dict:
 
 SCENARIOS = {
     "share_group_life": (share_group_life, ("topic", "group")),
+    "share_offsets_unacknowledged": (share_offsets_unacknowledged, ("topic", "group")),
     "consumer_group": (consumer_group, ("topic", "group")),
     "transactions": (transactions, ("topic", "group", "txn")),
     "describe_configs": (describe_configs, ("group",)),
@@ -870,20 +896,39 @@ _SHARE_EPOCH = ("deliberate (issue 29, docs/differences.md): ours initializes a 
                 "answering it, so the first target assignment comes with the join's epoch bump (2); Kafka 4.4 answers "
                 "the join at epoch 2 with nothing and bumps again to 3 when the initialized partitions reach the "
                 "next heartbeat: every later share-group epoch is one lower here")
+_SPSO_AT_LOAD = ("deliberate (broker/share/README.md 'Initialization'): ours persists the start offset "
+                 "share.auto.offset.reset chose when the partition is first loaded, so a restart before the first "
+                 "acknowledgement keeps it; Kafka 4.4 writes it with the first acknowledgement, and until then "
+                 "describes it as -1 (the CLI's '-')")
 _OURS_GROUP_KEYS = "our own group configs (docs/configuration.md): Kafka has no such key"
 _STATIC_HERE = "not changeable at runtime here (IncrementalAlterConfigs refuses it), so read-only is true"
+_LAUNCHER = "the reference Kafka's server.properties sets it (STATIC_BROKER_CONFIG, tests/kafka_ref); ours is the " \
+            "value this one-node broker runs with (DEFAULT_CONFIG)"
+_KAFKA_PROPERTIES = ("advertised.listeners", "controller.listener.names", "controller.quorum.bootstrap.servers",
+                     "inter.broker.listener.name", "listener.security.protocol.map")
+_ONE_NODE = ("broker.id", "offsets.topic.num.partitions", "offsets.topic.replication.factor", "process.roles",
+             "share.coordinator.state.topic.min.isr", "share.coordinator.state.topic.num.partitions",
+             "share.coordinator.state.topic.replication.factor", "transaction.state.log.min.isr",
+             "transaction.state.log.num.partitions", "transaction.state.log.replication.factor")
+_SEGMENTS = "ours are 4 MiB (docs/differences.md; broker/topics.py INTERNAL_SEGMENT_BYTES), Kafka's 100 MiB"
 EXPECTED: dict[tuple[str, str], str] = {
     **{("share_group_life", f"{step}.{field}"): _SHARE_EPOCH
        for step in ("describe_one_member", "describe_two_members", "describe_empty")
        for field in ("group_epoch", "assignment_epoch")},
     **{("share_group_life", f"{step}.members[{i}].member_epoch"): _SHARE_EPOCH
        for step, i in (("describe_one_member", 0), ("describe_two_members", 0), ("describe_two_members", 1))},
-    ("describe_configs", "broker_names_only_in_kafka"):
-        "Kafka describes all 350 broker configs it defines (replication, KRaft quorum, SASL/SSL variants, remote "
-        "storage, thread pools, ...); ours the ~40 it reads. Those both list are compared one by one",
     **{("describe_configs", f"broker.{name}.read_only"): _STATIC_HERE
-       for name in ("errors.deadletterqueue.auto.create.topics.enable", "errors.deadletterqueue.topic.name.prefix",
-                    "listeners", "max.connections", "min.insync.replicas", "unclean.leader.election.enable")},
+       for name in (set(kafka_configs()["dynamic_broker"]) & set(kafka_configs()["broker"])) - _DYNAMIC_BROKER_KEYS},
+    **{("describe_configs", f"broker.{name}.{field}"): _LAUNCHER
+       for name in _KAFKA_PROPERTIES for field in ("source", "value")},
+    **{("describe_configs", f"broker.{name}.source"): _LAUNCHER for name in _ONE_NODE},
+    **{("describe_configs", f"broker.{name}.value"): _SEGMENTS
+       for name in ("offsets.topic.segment.bytes", "share.coordinator.state.topic.segment.bytes",
+                    "transaction.state.log.segment.bytes")},
+    **{("share_offsets_unacknowledged", f"offsets.topics[0].partitions[1].{field}"): _SPSO_AT_LOAD
+       for field in ("start_offset", "lag")},
+    **{("share_offsets_unacknowledged", f"describe_empty.{field}"): _SHARE_EPOCH
+       for field in ("group_epoch", "assignment_epoch")},
     ("describe_configs", "broker.min.insync.replicas.source"):
         "Kafka's formatter writes min.insync.replicas as a cluster-wide dynamic default; same value",
     ("describe_configs", "broker.node.id.source"):

@@ -254,9 +254,6 @@ EXPECTED: dict[tuple[str, str], str] = {
         "the data directory has no directory id (Kafka's meta.properties directory.id): the zero id",
     ("describe_quorum", "metadata_partition.nodes[0].listeners[0].name"):
         "no controller listener here: the voter is reached on the listener the request came on",
-    ("quorum_membership", "unregister_other_controller.error_code"):
-        "metadata.version 4.4-IV0 here (Kafka: IV2, 33): below IV2 Kafka's controller answers UNSUPPORTED_VERSION, "
-        "as ours; at IV2 it looks the id up (CONTROLLER_ID_NOT_REGISTERED)",
     ("update_features", "downgrade.error_code"): _FIXED_FEATURES,
     ("update_features", "downgrade.error_message"): _FIXED_FEATURES,
 }

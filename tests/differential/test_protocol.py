@@ -491,9 +491,6 @@ SCENARIOS = {
 
 # Kafka 4.4 broker APIs this broker does not serve (ApiKey only names ours), with the reason (tests/kafka_apis.py)
 _NOT_SERVED = dict(kafka_apis.NOT_SERVED_BROKER_APIS)
-_MV = "metadata.version stays at 4.4-IV0 (31): IV1 (32) adds CIDR ACL host patterns (KIP-1276), IV2 (33) " \
-      "controller unregistration (KIP-1312), neither served"
-_NEW_TOPIC_CONFIGS = "a Kafka 4.4 topic config not implemented yet"
 _MIN_ISR = "Kafka's storage formatter writes min.insync.replicas as a cluster-wide dynamic default " \
            "(DYNAMIC_DEFAULT_BROKER_CONFIG, source 3) next to its default; ours has only the default: same value"
 _MESSAGE = "ours says what is wrong where Kafka sends no message (clients show it; the code is the same)"
@@ -501,19 +498,9 @@ _MESSAGE = "ours says what is wrong where Kafka sends no message (clients show i
 # (scenario, path) -> why the difference is expected.  A path is "step.field.sub[i].field".
 EXPECTED: dict[tuple[str, str], str] = {
     **{("api_versions", f"v3.api_keys.api-{key}"): f"{name}: {why}" for key, (name, why) in _NOT_SERVED.items()},
-    ("api_versions", "v3.finalized_features.eligible.leader.replicas.version"):
-        "one replica per partition: no eligible leader replicas (KIP-966)",
     **{("api_versions", f"v3.api_keys.{name}"): "Kafka advertises GetTelemetrySubscriptions / PushTelemetry only "
        "with a ClientTelemetryExporterPlugin configured (and serves them either way); sharebroker is its own "
        "exporter (/metrics), so always" for name in ("GET_TELEMETRY_SUBSCRIPTIONS", "PUSH_TELEMETRY")},
-    ("api_versions", "v3.finalized_features.metadata.version[0]"): _MV,
-    ("api_versions", "v3.finalized_features.metadata.version[1]"): _MV,
-    ("api_versions", "v3.supported_features.metadata.version[1]"): _MV,
-    **{("create_topics_valid", f"{step}.topics[0].configs.{name}"): _NEW_TOPIC_CONFIGS
-       for step in ("created", "validate_only")
-       for name in ("max.decompressed.message.bytes", "remote.copy.lag.bytes", "remote.copy.lag.ms")},
-    **{("describe_configs_topic", f"all.results[0].configs.{name}"): _NEW_TOPIC_CONFIGS
-       for name in ("max.decompressed.message.bytes", "remote.copy.lag.bytes", "remote.copy.lag.ms")},
     ("create_topics_valid", "created.topics[0].configs.min.insync.replicas.config_source"): _MIN_ISR,
     ("create_topics_valid", "validate_only.topics[0].configs.min.insync.replicas.config_source"): _MIN_ISR,
     ("describe_configs_topic", "all.results[0].configs.min.insync.replicas.config_source"): _MIN_ISR,

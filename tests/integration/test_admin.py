@@ -233,6 +233,33 @@ def test_describe_and_alter_topic_configs(admin):
     assert code_of(admin.describe_configs([res])[res]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_every_kafka_topic_config_is_accepted_and_described(admin):
+    """Issue 35 item 1: MirrorMaker 2 copies a Kafka 4.4 topic's configs (remote.copy.lag.bytes...) with one
+    AlterConfigs; a name refused here failed the whole change. Every topic config Kafka 4.4 defines
+    (broker/kafka_configs.json, from Kafka's LogConfig) is described, and set through both the legacy and
+    the incremental API, with Kafka's validation (tiered storage is refused: it is disabled here)."""
+    from broker.configs import kafka_configs
+
+    kafka = kafka_configs()["topic"]
+    assert code_of(admin.create_topics([NewTopic("adm-mm2", 1, 1)])["adm-mm2"]) is None
+    described = configs(admin, ResourceType.TOPIC, "adm-mm2")
+    assert sorted(described) == sorted(kafka)
+    copied = {"remote.copy.lag.bytes": "1048576", "remote.copy.lag.ms": "60000",
+              "max.decompressed.message.bytes": "10485760", "retention.ms": "3600000"}
+    legacy = ConfigResource(ResourceType.TOPIC, "adm-mm2", set_config=copied)
+    with pytest.warns(DeprecationWarning):
+        result = admin.alter_configs([legacy])[legacy]
+    assert code_of(result) is None
+    c = configs(admin, ResourceType.TOPIC, "adm-mm2")
+    assert {k: (c[k].value, c[k].source) for k in copied} == {
+        k: (v, ConfigSource.DYNAMIC_TOPIC_CONFIG.value) for k, v in copied.items()}
+    assert code_of(alter(admin, ResourceType.TOPIC, "adm-mm2", ("remote.copy.lag.bytes", SET, "2048"))) is None
+    assert configs(admin, ResourceType.TOPIC, "adm-mm2")["remote.copy.lag.bytes"].value == "2048"
+    for name, value in (("remote.copy.lag.ms", "-2"), ("remote.storage.enable", "true")):
+        err = error_of(alter(admin, ResourceType.TOPIC, "adm-mm2", (name, SET, value)))
+        assert err is not None and err.code() == KafkaError.INVALID_CONFIG, (name, err)
+
+
 def test_describe_and_alter_broker_configs(admin):
     c = configs(admin, ResourceType.BROKER, "1")
     assert c["num.partitions"].value == str(NUM_PARTITIONS)
@@ -250,11 +277,15 @@ def test_describe_and_alter_broker_configs(admin):
         t = configs(admin, ResourceType.TOPIC, "adm-inherit")["retention.ms"]
         assert t.value == "123456" and t.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
 
-        # Kafka refuses bad broker config changes with INVALID_REQUEST (not INVALID_CONFIG)
-        for ops in ([("node.id", SET, "7")], [("num.partitions", SET, "9")],
-                    [("log.retention.ms", SET, "eventually")]):
+        # Kafka refuses bad broker config changes with INVALID_REQUEST (not INVALID_CONFIG), in its words
+        for ops, words in (([("node.id", SET, "7")], "Cannot update these configs dynamically: [node.id]"),
+                           ([("num.partitions", SET, "9")], None),
+                           ([("log.retention.ms", SET, "eventually")], None),
+                           ([("ssl.keystore.location", SET, "/x.jks")], "These security configs can be dynamically "
+                            "updated only per-listener using the listener prefix: [ssl.keystore.location]")):
             err = error_of(alter(admin, ResourceType.BROKER, "1", *ops))
             assert err is not None and err.code() == KafkaError.INVALID_REQUEST, (ops, err)
+            assert words is None or err.str() == words, err
         assert configs(admin, ResourceType.BROKER, "1")["log.retention.ms"].value == "123456"
     finally:
         assert code_of(alter(admin, ResourceType.BROKER, "1", ("log.retention.ms", DELETE, None))) is None

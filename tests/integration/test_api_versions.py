@@ -95,7 +95,7 @@ def test_advertised_ranges_are_the_handler_table(sharebroker):
     assert advertised[71] == advertised[72] == (0, 0)        # KIP-714 telemetry (test_client_telemetry.py)
     finalized = {f.name: f.max_version_level for f in r.finalized_features}
     assert finalized["share.version"] == 2 and finalized["group.version"] == 1  # 2: DLQ (KIP-1191)
-    assert finalized["metadata.version"] == 31 and finalized["transaction.version"] == 2
+    assert finalized["metadata.version"] == 33 and finalized["eligible.leader.replicas.version"] == 1 and finalized["transaction.version"] == 2
     # v3: only supported features with a minimum above 0 (KAFKA-17492); v4 lists them all
     assert {f.name for f in r.supported_features} == {"metadata.version"}
     with WireClient(sharebroker.bootstrap) as w:

@@ -337,7 +337,8 @@ def test_the_limit_gauges_the_alerts_use_tell_the_truth(broker_factory):
     """process_open_fds / process_max_fds against the broker process's own /proc entries; the request
     memory pool (queued.max.request.bytes) holding exactly the received bytes of a frame announced but not all sent."""
     capacity = 5_000_000
-    b = broker_factory({"sharebroker.metrics.listener": "127.0.0.1:0", "queued.max.request.bytes": capacity})
+    b = broker_factory({"sharebroker.metrics.listener": "127.0.0.1:0", "queued.max.request.bytes": capacity,
+                        "socket.request.max.bytes": capacity})  # the pool holds the largest request (KafkaConfig)
     pid = b.proc.pid
     soft = int(re.search(r"^Max open files\s+(\d+)", Path(f"/proc/{pid}/limits").read_text(), re.M).group(1))
 

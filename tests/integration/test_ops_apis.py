@@ -596,15 +596,14 @@ def test_unregister_broker(wire):
 
 
 def test_unregister_controller(wire):
-    """QuorumController.unregisterController at metadata.version 4.4-IV0: itself INVALID_REQUEST, any other
-    id UNSUPPORTED_VERSION (controller unregistration needs 4.4-IV2)."""
+    """QuorumController.unregisterController at metadata.version 4.4-IV2: itself INVALID_REQUEST, any other
+    id (one node, one controller) CONTROLLER_ID_NOT_REGISTERED."""
     def ask(controller_id):
         r = wire.request(UnregisterControllerRequest(controller_id=controller_id), 0)
         return r.error_code, r.error_message
 
     assert ask(1) == (Errors.INVALID_REQUEST, "Controller cannot unregister itself while it is active.")
-    assert ask(3) == (Errors.UNSUPPORTED_VERSION,
-                      "The current MetadataVersion is too old to support controller unregistration.")
+    assert ask(3) == (Errors.CONTROLLER_ID_NOT_REGISTERED, "Controller ID 3 is not currently registered.")
 
 
 # ------------------------------------------------------ AddRaftVoter (80), RemoveRaftVoter (81)

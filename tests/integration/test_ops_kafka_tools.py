@@ -85,7 +85,22 @@ def test_kafka_features_describe(tools_cp, broker):
     out = kafka_tool(tools_cp, "FeatureCommand", "--bootstrap-server", broker.bootstrap, "describe")
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("Feature:")}
     assert "FinalizedVersionLevel: 2" in rows["share.version"] and "FinalizedVersionLevel: 1" in rows["group.version"]
-    assert "FinalizedVersionLevel: 4.4-IV0" in rows["metadata.version"]
+    assert "FinalizedVersionLevel: 4.4-IV2" in rows["metadata.version"]
+    assert "FinalizedVersionLevel: 1" in rows["eligible.leader.replicas.version"]
+
+
+def test_kafka_configs_describe_broker_all(tools_cp, broker):
+    """Issue 35 item 2: ``kafka-configs --describe --entity-type brokers --entity-name 1 --all`` lists every
+    broker config Kafka 4.4 defines (tools look keys up by name), a password hidden as Kafka hides it."""
+    from broker.configs import kafka_configs
+
+    out = kafka_tool(tools_cp, "ConfigCommand", "--bootstrap-server", broker.bootstrap, "--describe",
+                     "--entity-type", "brokers", "--entity-name", "1", "--all")
+    listed = {line.strip().split("=", 1)[0] for line in out.splitlines()[1:] if "=" in line}
+    assert not set(kafka_configs()["broker"]) - listed
+    assert "  queued.max.request.bytes=-1 sensitive=false synonyms={DEFAULT_CONFIG:queued.max.request.bytes=-1}" \
+        in out.splitlines()
+    assert any(line.startswith("  ssl.keystore.password=null sensitive=true") for line in out.splitlines())
 
 
 def test_kafka_metadata_quorum_describe(tools_cp, broker):
@@ -101,14 +116,14 @@ def test_kafka_metadata_quorum_describe(tools_cp, broker):
 
 def test_kafka_cluster_unregister(tools_cp, broker):
     """``kafka-cluster.sh unregister`` / ``unregister-controller`` get the controller's answers: no such
-    broker; this node refused; controller unregistration unsupported at metadata.version 4.4-IV0."""
+    broker; this node refused; no such controller (metadata.version 4.4-IV2)."""
     bs = ("--bootstrap-server", broker.bootstrap)
     assert "Broker ID 7 is not currently registered" in kafka_tool(tools_cp, "ClusterTool", "unregister", *bs,
                                                                    "--id", "7", returncode=1)
     assert "Broker cannot unregister itself while it is active." in kafka_tool(
         tools_cp, "ClusterTool", "unregister", *bs, "--id", "1", returncode=1)
-    assert "The target cluster does not support the controller unregistration API." in kafka_tool(
-        tools_cp, "ClusterTool", "unregister-controller", *bs, "--id", "3")
+    assert "Controller ID 3 is not currently registered." in kafka_tool(
+        tools_cp, "ClusterTool", "unregister-controller", *bs, "--id", "3", returncode=1)
     assert "Controller cannot unregister itself while it is active." in kafka_tool(
         tools_cp, "ClusterTool", "unregister-controller", *bs, "--id", "1", returncode=1)
 

@@ -120,14 +120,15 @@ def test_request_memory_bounds_what_announced_large_frames_cost(broker_factory):
     bound = 16 * 1024 * 1024
     # Connections paused for memory see no traffic: the idle timeout closes them, which is how
     # memory held by clients that stopped sending comes back (as in Kafka).
-    b = broker_factory({"queued.max.request.bytes": bound, "socket.request.max.bytes": 200 * 1024 * 1024,
+    # the pool holds the largest request a client may send (KafkaConfig refuses a smaller one)
+    b = broker_factory({"queued.max.request.bytes": bound, "socket.request.max.bytes": bound,
                         "connections.max.idle.ms": 3000})
     pid = b.proc.pid
     before = _rss_kib(pid)
     socks = [_open(b.port) for _ in range(30)]
     chunk = b"\0" * 65536
-    for s in socks:  # each announces a 100 MB request and then sends what the kernel takes
-        s.send(struct.pack(">i", 100 * 1024 * 1024) + b"\0" * 8)
+    for s in socks:  # each announces a request as large as the pool and then sends what the kernel takes
+        s.send(struct.pack(">i", bound) + b"\0" * 8)
     sent = 0
     for _ in range(64):
         for s in socks:
@@ -210,10 +211,11 @@ class PartialFrameAttack:
             s.close()
 
 
-def _round_trips(bootstrap: str, topic: str, count: int) -> tuple[list[float], list[float]]:
-    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record, once
-    both have connected (ApiVersions and Metadata answered within 10 s: on a loaded machine a client's
-    own start-up takes up to half a second, which is not the broker's latency)."""
+def _round_trips(bootstrap: str, topic: str, count: int, size: int = 0) -> tuple[list[float], list[float]]:
+    """A fresh producer and consumer: (produce-to-delivery, produce-to-receipt) seconds per record (of
+    ``size`` bytes past its number), once both have connected (ApiVersions and Metadata answered within
+    10 s: on a loaded machine a client's own start-up takes up to half a second, which is not the
+    broker's latency)."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100})
@@ -225,14 +227,15 @@ def _round_trips(bootstrap: str, topic: str, count: int) -> tuple[list[float], l
         for i in range(count):
             t0 = time.monotonic()
             done = []
-            p.produce(topic, str(i).encode(), on_delivery=lambda err, msg: done.append((err, time.monotonic())))
+            value = str(i).encode() + b"x" * size
+            p.produce(topic, value, on_delivery=lambda err, msg: done.append((err, time.monotonic())))
             p.flush(10)
             assert done and done[0][0] is None, f"record {i} not delivered: {done}"
             delivered.append(done[0][1] - t0)
             m = None
             while m is None and time.monotonic() - t0 < 10:
                 m = c.poll(0.05)
-            assert m is not None and m.error() is None and m.value() == str(i).encode(), f"record {i} not consumed"
+            assert m is not None and m.error() is None and m.value() == value, f"record {i} not consumed"
             received.append(time.monotonic() - t0)
     finally:
         c.close()
@@ -348,12 +351,14 @@ def _api_versions_round_trip(port: int) -> float:
 
 
 def test_partial_frames_leave_room_for_new_clients_in_a_small_pool(broker_factory):
-    """Issue 29 item 5: with a 10 MB pool (queued.max.request.bytes), 50 connections that each announce
-    a 100 MB frame and send 1 MB of it (50 MB: five pools) stall no one: a new connection's
-    ApiVersions and a fresh producer's and consumer's round trips stay under a second."""
-    b = broker_factory({"queued.max.request.bytes": 10_000_000, "sharebroker.request.read.timeout.ms": 60000})
+    """Issue 29 item 5: with a 10 MB pool (queued.max.request.bytes, and socket.request.max.bytes no larger,
+    as Kafka requires), 50 connections that each announce a 9.9 MB frame and send 1 MB of it (50 MB: five
+    pools) stall no one: a new connection's ApiVersions and a fresh producer's and consumer's round trips
+    stay under a second."""
+    b = broker_factory({"queued.max.request.bytes": 10_000_000, "socket.request.max.bytes": 10_000_000,
+                        "sharebroker.request.read.timeout.ms": 60000})
     topic = create_topic(b.bootstrap)
-    attack = PartialFrameAttack(b.port, b.proc.pid, count=50, send=1024 * 1024)
+    attack = PartialFrameAttack(b.port, b.proc.pid, count=50, announce=9_900_000, send=1024 * 1024)
     try:
         until(lambda: not attack.left, 30, "the attackers to send their 1 MB each")
         last = [-1]
@@ -367,7 +372,7 @@ def test_partial_frames_leave_room_for_new_clients_in_a_small_pool(broker_factor
         until(settled, 20, "the broker to stop reading the attackers")
         started = time.monotonic()
         first = _api_versions_round_trip(b.port)
-        delivered, received = _round_trips(b.bootstrap, topic, 5)
+        delivered, received = _round_trips(b.bootstrap, topic, 5, size=100_000)  # 100 KB Produce requests
         assert time.monotonic() - started < 60, "the attack ended before the clients were measured"
         assert attack.closed() == 0, "an attacker was closed before the clients were measured"
         assert first < 1.0, f"a new connection's ApiVersions took {first:.2f} s"

@@ -138,6 +138,27 @@ def test_invalid_acls_are_refused(broker):
         assert r.results[1].error_message == "The only valid name for the CLUSTER resource is kafka-cluster"
 
 
+def test_cidr_acl_hosts(broker, pki):
+    """KIP-1276 (metadata.version 4.4-IV1, which this broker finalizes): an ACL's host may be a CIDR block
+    (AclControlManager.validateHostPattern); a malformed one is INVALID_REQUEST; the client's address in
+    the block is matched, one outside it is not."""
+    topic = new_topic(broker, pki)
+
+    def create(host):
+        with login(broker, "admin") as w:
+            r = w.request(CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+                resource_type=2, resource_name=topic, resource_pattern_type=3, principal="User:alice", host=host,
+                operation=4, permission_type=3)]), 3)  # ALLOW WRITE
+            return r.results[0].error_code, r.results[0].error_message
+
+    code, message = create("10.0.0.0/33")
+    assert code == Errors.INVALID_REQUEST and message.startswith("Invalid CIDR notation '10.0.0.0/33'")
+    assert create("10.0.0.0/8") == (Errors.NONE, None)
+    assert produce_error(broker, pki, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # 127.0.0.1 outside
+    assert create("127.0.0.0/8") == (Errors.NONE, None)
+    assert produce_error(broker, pki, topic) is None
+
+
 def test_acl_apis_need_cluster_alter_and_describe(broker):
     with login(broker) as w:
         r = w.request(DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,

@@ -36,6 +36,8 @@ def run_broker(tmp_path, *args, timeout=30):
      "Invalid value 9999999999 for configuration transaction.remove.expired.transaction.cleanup.interval.ms: "
      "Not a number of type INT"),
     (["--set", "listeners=garbage"], "for configuration listeners"),
+    (["--set", "queued.max.request.bytes=1048576"],  # below socket.request.max.bytes' 100 MiB (KafkaConfig)
+     "queued.max.request.bytes must be larger or equal to socket.request.max.bytes"),
     (["--set", "listeners=PLAINTEXT://127.0.0.1:70000"], "for configuration listeners"),
 ])
 def test_invalid_settings_refused_before_the_data_dir(tmp_path, args, message):

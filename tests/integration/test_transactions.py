@@ -7,6 +7,8 @@ fenced; abandoned transactions time out; misuse gets Kafka's error codes.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -236,15 +238,22 @@ def test_zombie_is_fenced(sharebroker):
     assert consume_all(bs, topic, "read_committed", 1) == [b"fresh"]
 
 
-@pytest.mark.sharebroker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
-def test_abandoned_transaction_times_out(sharebroker):
-    bs = sharebroker.bootstrap
+def abandoned_transaction(bs: str, timeout_ms: int) -> tuple[str, str, Producer]:
+    """A topic, a transactional id whose open transaction holds one record, and its producer, which the
+    test keeps (alive, never ending the transaction)."""
     topic = create_topic(bs)
     tid = unique("tx")
-    p = txn_producer(bs, tid, **{"transaction.timeout.ms": 1000})
+    p = txn_producer(bs, tid, **{"transaction.timeout.ms": timeout_ms})
     p.begin_transaction()
     p.produce(topic, b"abandoned", partition=0)
     p.flush(10)
+    return topic, tid, p
+
+
+@pytest.mark.sharebroker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
+def test_abandoned_transaction_times_out(sharebroker):
+    bs = sharebroker.bootstrap
+    topic, tid, _producer = abandoned_transaction(bs, 1000)
     assert list_offset(bs, topic, 1) == 0
     until(lambda: list_offset(bs, topic, 1) == 2, 10, "the coordinator to abort the transaction")
     with WireClient(bs) as w:
@@ -255,6 +264,23 @@ def test_abandoned_transaction_times_out(sharebroker):
         assert lt.unknown_state_filters == ["Bogus"]
     assert consume_all(bs, topic, "read_uncommitted", 1) == [b"abandoned"]
     assert consume_all(bs, topic, "read_committed", 0) == []
+
+
+@pytest.mark.sharebroker({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000})
+def test_timed_out_transaction_is_aborted_by_kafkas_rule(sharebroker):
+    """Issue 35 item 6: Kafka's TransactionCoordinator.abortTimedOutTransactions runs every
+    transaction.abort.timed.out.transaction.cleanup.interval.ms and aborts a transaction once its start
+    (the first partition added) plus transaction.timeout.ms is past: never before the timeout, and at the
+    latest one interval after it (here 2 s and 1 s; plus a loaded machine's slack)."""
+    bs = sharebroker.bootstrap
+    topic, tid, _producer = abandoned_transaction(bs, 2000)
+    with WireClient(bs) as w:
+        state = w.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0]
+    started_s = state.transaction_start_time_ms / 1000
+    assert state.transaction_state == "Ongoing" and state.transaction_timeout_ms == 2000
+    until(lambda: list_offset(bs, topic, 1) == 2, 10, "the coordinator to abort the transaction", 0.02)
+    aborted_after = time.time() - started_s
+    assert 2.0 <= aborted_after <= 2.0 + 1.0 + 1.0, f"aborted {aborted_after:.2f} s after the transaction started"
 
 
 def test_describe_producers_shows_open_transaction(sharebroker):
