@@ -24,7 +24,7 @@ from broker.internal_topics import PartitionRecordLog
 from broker.log.errors import LogError
 from broker.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from coordinator.transaction import TransactionCoordinator
-from coordinator.transaction.coordinator import DEFAULT_EXPIRATION_MS
+from coordinator.transaction.coordinator import DEFAULT_EXPIRATION_MS, MarkersNotWritten
 from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.transactions")
@@ -70,9 +70,16 @@ async def verify_partition(txns: TransactionCoordinator, tid: str, pid: int, epo
 
 
 def marker_writer(logs, topics, groups):
-    """``write_markers(producer_id, epoch, commit, partitions)`` for the coordinator."""
+    """``write_markers(producer_id, epoch, commit, partitions)`` for the coordinator: every partition is
+    tried; those whose append failed for a reason that may pass (a full or failing disk: Kafka's
+    retriable marker errors) are named in the :class:`MarkersNotWritten` raised at the end, and the
+    coordinator retries them. A marker refused because the partition saw a newer epoch of the producer
+    (INVALID_PRODUCER_EPOCH) is dropped, as Kafka's TransactionMarkerRequestCompletionHandler stops
+    sending a transaction's markers then."""
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, partitions) -> None:
+        failed: list[tuple[str, int]] = []
+        reason = ""
         for topic, partition in partitions:
             plog = logs.get_log(topic, partition)
             if plog is None:
@@ -89,12 +96,21 @@ def marker_writer(logs, topics, groups):
             try:
                 plog.append_control(producer_id, epoch, commit)
             except LogError as e:
-                log.warning("%s marker for producer %d on %s-%d refused: %s", "COMMIT" if commit else "ABORT",
-                            producer_id, topic, partition, e)
+                if e.code in (Errors.INVALID_PRODUCER_EPOCH, Errors.TRANSACTION_COORDINATOR_FENCED):
+                    log.warning("%s marker for producer %d on %s-%d dropped: %s", "COMMIT" if commit else "ABORT",
+                                producer_id, topic, partition, e)
+                    continue
+                if not failed:
+                    log.warning("%s marker for producer %d on %s-%d not written (retried): %s",
+                                "COMMIT" if commit else "ABORT", producer_id, topic, partition, e)
+                failed.append((topic, partition))
+                reason = reason or f"{topic}-{partition}: {e}"
                 continue
             if topic == CONSUMER_OFFSETS:
                 groups.complete_transaction(producer_id, commit)
             topics.appended(topic, partition)
+        if failed:
+            raise MarkersNotWritten(failed, f"{len(failed)} marker(s) not written, e.g. {reason}")
 
     return write_markers
 
