@@ -7,7 +7,9 @@ TransactionMarkerChannelManager + WriteTxnMarkers on a single node: for each
 partition of the transaction, a COMMIT/ABORT control batch is appended directly to
 the partition log (the broker is the leader of every partition), long polls are
 woken, and a marker on ``__consumer_offsets`` completes the producer's pending
-TxnOffsetCommits in the group coordinator.
+TxnOffsetCommits in the group coordinator. Markers whose append fails for a reason that may pass
+(a full disk) are reported to the coordinator, which retries them until written and completes
+the transaction only then (``coordinator/transaction/README.md``).
 
 Settings (Kafka's names and defaults): ``transaction.max.timeout.ms`` (900000),
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10000),
@@ -80,6 +82,7 @@ def marker_writer(logs, topics, groups):
     async def write_markers(producer_id: int, epoch: int, commit: bool, partitions) -> None:
         failed: list[tuple[str, int]] = []
         reason = ""
+        kind = "COMMIT" if commit else "ABORT"
         for topic, partition in partitions:
             plog = logs.get_log(topic, partition)
             if plog is None:
@@ -97,12 +100,12 @@ def marker_writer(logs, topics, groups):
                 plog.append_control(producer_id, epoch, commit)
             except LogError as e:
                 if e.code in (Errors.INVALID_PRODUCER_EPOCH, Errors.TRANSACTION_COORDINATOR_FENCED):
-                    log.warning("%s marker for producer %d on %s-%d dropped: %s", "COMMIT" if commit else "ABORT",
-                                producer_id, topic, partition, e)
+                    log.warning("%s marker for producer %d on %s-%d dropped: %s", kind, producer_id, topic,
+                                partition, e)
                     continue
                 if not failed:
-                    log.warning("%s marker for producer %d on %s-%d not written (retried): %s",
-                                "COMMIT" if commit else "ABORT", producer_id, topic, partition, e)
+                    log.warning("%s marker for producer %d on %s-%d not written (retried): %s", kind, producer_id,
+                                topic, partition, e)
                 failed.append((topic, partition))
                 reason = reason or f"{topic}-{partition}: {e}"
                 continue

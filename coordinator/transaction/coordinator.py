@@ -28,6 +28,10 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   Complete record switches to the next producer id at epoch 0.  At start-up, transactions
   found in Prepare* have their markers written and are completed
   (:meth:`complete_pending`).
+* Markers that cannot be written (a full disk): once Prepare* is logged the outcome is decided,
+  so EndTxn answers NONE and :meth:`_finish` retries the markers not written (then the Complete
+  record) in the background until they are, as Kafka's ``TransactionMarkerChannelManager``; the id
+  stays busy meanwhile (CONCURRENT_TRANSACTIONS), so a committed transaction can never be aborted.
 * Timeouts: :meth:`abort_timed_out` aborts Ongoing transactions older than their
   timeout with an epoch bump (the producer is fenced), as Kafka's
   ``abortTimedOutTransactions``: the fence bump and transaction.version 2's abort
