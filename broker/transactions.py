@@ -103,17 +103,14 @@ def marker_writer(logs, topics, groups):
                     log.warning("%s marker for producer %d on %s-%d dropped: %s", kind, producer_id, topic,
                                 partition, e)
                     continue
-                if not failed:
-                    log.warning("%s marker for producer %d on %s-%d not written (retried): %s", kind, producer_id,
-                                topic, partition, e)
-                failed.append((topic, partition))
+                failed.append((topic, partition))  # logged by the coordinator, which retries it
                 reason = reason or f"{topic}-{partition}: {e}"
                 continue
             if topic == CONSUMER_OFFSETS:
                 groups.complete_transaction(producer_id, commit)
             topics.appended(topic, partition)
         if failed:
-            raise MarkersNotWritten(failed, f"{len(failed)} marker(s) not written, e.g. {reason}")
+            raise MarkersNotWritten(failed, f"{len(failed)} {kind} marker(s) not written, e.g. {reason}")
 
     return write_markers
 

@@ -466,9 +466,8 @@ class TransactionCoordinator:
             pending = self._still_pending(exc, pending)
             logger.warning("completing %s of %r failed (%s); retrying until done", n.state_name, tid, exc)
             task = asyncio.get_running_loop().create_task(self._retry_complete(n, pending))
-            self._retries[tid] = task
-            task.add_done_callback(lambda t, tid=tid: self._retries.pop(tid, None) if self._retries.get(tid) is t
-                                   else None)
+            self._retries[tid] = task  # one at a time per id: it stays busy until the task ends
+            task.add_done_callback(lambda _t: self._retries.pop(tid, None))
             return
         self._busy.discard(tid)
 

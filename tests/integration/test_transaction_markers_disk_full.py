@@ -144,7 +144,7 @@ def test_commit_whose_marker_meets_a_full_disk_completes_once_space_returns(moun
         logged = len(b.log_lines)
         # the commit answers once its Prepare record is written: the commit is decided
         transaction(p, out, first, src, group_md, RECORDS, before_commit=lambda: fill(part_dir))
-        until(lambda: any("COMMIT marker" in line and "No space left" in line for line in b.log_lines[logged:]), 15,
+        until(lambda: any("COMMIT marker(s) not written" in line and "No space left" in line for line in b.log_lines[logged:]), 15,
               "the COMMIT marker refused for want of space")
         assert offsets(admin, tp, committed=True) == 0, "the open transaction holds the last stable offset"
 
@@ -154,7 +154,7 @@ def test_commit_whose_marker_meets_a_full_disk_completes_once_space_returns(moun
             # closed cleanly); a shutdown held by the retry would be killed after stop()'s timeout
             assert b.stop() in (0, 1), "\n".join(b.log_lines[-15:])
             b.start()
-            until(lambda: any("COMMIT marker" in line and "No space left" in line for line in b.log_lines[logged:]), 15,
+            until(lambda: any("COMMIT marker(s) not written" in line and "No space left" in line for line in b.log_lines[logged:]), 15,
                   "the start-up's COMMIT marker refused for want of space")
         os.unlink(part_dir / "filler")
 
