@@ -7,7 +7,9 @@ TransactionMarkerChannelManager + WriteTxnMarkers on a single node: for each
 partition of the transaction, a COMMIT/ABORT control batch is appended directly to
 the partition log (the broker is the leader of every partition), long polls are
 woken, and a marker on ``__consumer_offsets`` completes the producer's pending
-TxnOffsetCommits in the group coordinator.
+TxnOffsetCommits in the group coordinator. Markers whose append fails for a reason that may pass
+(a full disk) are reported to the coordinator, which retries them until written and completes
+the transaction only then (``coordinator/transaction/README.md``).
 
 Settings (Kafka's names and defaults): ``transaction.max.timeout.ms`` (900000),
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10000),
@@ -24,7 +26,7 @@ from broker.internal_topics import PartitionRecordLog
 from broker.log.errors import LogError
 from broker.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from coordinator.transaction import TransactionCoordinator
-from coordinator.transaction.coordinator import DEFAULT_EXPIRATION_MS
+from coordinator.transaction.coordinator import DEFAULT_EXPIRATION_MS, MarkersNotWritten
 from protocol.errors import Errors
 
 log = logging.getLogger("sharebroker.transactions")
@@ -70,9 +72,17 @@ async def verify_partition(txns: TransactionCoordinator, tid: str, pid: int, epo
 
 
 def marker_writer(logs, topics, groups):
-    """``write_markers(producer_id, epoch, commit, partitions)`` for the coordinator."""
+    """``write_markers(producer_id, epoch, commit, partitions)`` for the coordinator: every partition is
+    tried; those whose append failed for a reason that may pass (a full or failing disk: Kafka's
+    retriable marker errors) are named in the :class:`MarkersNotWritten` raised at the end, and the
+    coordinator retries them. A marker refused because the partition saw a newer epoch of the producer
+    (INVALID_PRODUCER_EPOCH) is dropped, as Kafka's TransactionMarkerRequestCompletionHandler stops
+    sending a transaction's markers then."""
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, partitions) -> None:
+        failed: list[tuple[str, int]] = []
+        reason = ""
+        kind = "COMMIT" if commit else "ABORT"
         for topic, partition in partitions:
             plog = logs.get_log(topic, partition)
             if plog is None:
@@ -89,12 +99,18 @@ def marker_writer(logs, topics, groups):
             try:
                 plog.append_control(producer_id, epoch, commit)
             except LogError as e:
-                log.warning("%s marker for producer %d on %s-%d refused: %s", "COMMIT" if commit else "ABORT",
-                            producer_id, topic, partition, e)
+                if e.code in (Errors.INVALID_PRODUCER_EPOCH, Errors.TRANSACTION_COORDINATOR_FENCED):
+                    log.warning("%s marker for producer %d on %s-%d dropped: %s", kind, producer_id, topic,
+                                partition, e)
+                    continue
+                failed.append((topic, partition))  # logged by the coordinator, which retries it
+                reason = reason or f"{topic}-{partition}: {e}"
                 continue
             if topic == CONSUMER_OFFSETS:
                 groups.complete_transaction(producer_id, commit)
             topics.appended(topic, partition)
+        if failed:
+            raise MarkersNotWritten(failed, f"{len(failed)} {kind} marker(s) not written, e.g. {reason}")
 
     return write_markers
 

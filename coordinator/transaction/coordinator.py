@@ -28,6 +28,10 @@ Follows Kafka 4.4's ``TransactionCoordinator`` / ``TransactionStateManager`` /
   Complete record switches to the next producer id at epoch 0.  At start-up, transactions
   found in Prepare* have their markers written and are completed
   (:meth:`complete_pending`).
+* Markers that cannot be written (a full disk): once Prepare* is logged the outcome is decided,
+  so EndTxn answers NONE and :meth:`_finish` retries the markers not written (then the Complete
+  record) in the background until they are, as Kafka's ``TransactionMarkerChannelManager``; the id
+  stays busy meanwhile (CONCURRENT_TRANSACTIONS), so a committed transaction can never be aborted.
 * Timeouts: :meth:`abort_timed_out` aborts Ongoing transactions older than their
   timeout with an epoch bump (the producer is fenced), as Kafka's
   ``abortTimedOutTransactions``: the fence bump and transaction.version 2's abort
@@ -80,6 +84,9 @@ EXPIRABLE_STATES = frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT})
 DEFAULT_EXPIRATION_MS = 604800000  # transactional.id.expiration.ms (7 days)
 EXPIRE_CHUNK = 1000  # ids looked at, and tombstones written in one batch, per turn of the event loop
 MAX_EPOCH = 32767
+# the marker retry delays (Kafka's retry.backoff.ms and retry.backoff.max.ms defaults)
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 
@@ -150,6 +157,14 @@ class TxnMetadata:
             client_transaction_version=self.client_version)
 
 
+class MarkersNotWritten(Exception):
+    """Raised by a marker writer: the markers of ``partitions`` could not be written yet (retriable)."""
+
+    def __init__(self, partitions: Iterable[TopicPartition], reason: str):
+        super().__init__(reason)
+        self.partitions = list(partitions)
+
+
 class TxnError(Exception):
     def __init__(self, code: int):
         super().__init__(Errors(code).name)
@@ -182,6 +197,9 @@ class TransactionCoordinator:
         # and listed as gone); not replayed; emptied when the append ends
         self._dying: set[str] = set()
         self._expiring = False  # written by remove_expired while a run goes on (runs never overlap)
+        # written by _finish: the background completion of each prepared transaction whose markers (or
+        # Complete record) failed; cancelled by close (a restart completes them from the log)
+        self._retries: dict[str, asyncio.Task] = {}
 
     # ------------------------------------------------------------------ state
     def _replay(self, _offset: int, rec: Record) -> None:
@@ -402,7 +420,9 @@ class TransactionCoordinator:
         return Errors.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_EPOCH
 
     async def _end(self, n: TxnMetadata, commit: bool, mode: int, now: int) -> TxnMetadata:
-        """Two-phase end: log Prepare*, write the markers, log Complete*; returns the completed state.
+        """Two-phase end: log Prepare*, write the markers, log Complete*; returns the completed state
+        (the one to answer with: once Prepare* is logged the outcome is decided, and markers that could
+        not be written are retried in the background, :meth:`_finish`).
 
         ``mode`` is how the epoch moves with the Prepare record (``TransactionMetadata``):
         ``_TV1`` keeps it; ``_TV2`` (EndTxn v5+) bumps it, and once it is exhausted allocates the next
@@ -412,7 +432,6 @@ class TransactionCoordinator:
         so that no EndTxn retry check matches the fenced producer's epoch."""
         tid = n.transactional_id
         self._busy.add(tid)
-        retrying = False
         try:
             if mode == _FENCE:
                 fenced = min(n.epoch + 1, MAX_EPOCH)
@@ -428,50 +447,87 @@ class TransactionCoordinator:
             n.state = PREPARE_COMMIT if commit else PREPARE_ABORT
             n.update_ms = now
             await self._commit(n)
-            try:
-                return await self._complete(n)
-            except Exception as exc:  # the markers or the Complete record failed: keep trying in the background
-                logger.warning("completing %s of %r failed (%r); retrying", n.state_name, tid, exc)
-                retrying = True  # the id stays busy until the retry is done
-                self.runtime.spawn(self._retry_complete(n), f"completing the transaction of {tid!r}")
-                raise TxnError(Errors.COORDINATOR_NOT_AVAILABLE) from None
-        finally:
-            if not retrying:
-                self._busy.discard(tid)
+        except BaseException:
+            self._busy.discard(tid)
+            raise
+        await self._finish(n)
+        return self._completed(n)
 
-    async def _complete(self, n: TxnMetadata) -> TxnMetadata:
-        commit = n.state == PREPARE_COMMIT
-        if n.partitions:
-            await self._write_markers(n.producer_id, n.epoch, commit, sorted(n.partitions))
+    async def _finish(self, n: TxnMetadata) -> None:
+        """Complete the prepared ``n`` (its id is busy): one try now; if a marker or the Complete record
+        could not be written, the id stays busy (CONCURRENT_TRANSACTIONS) and :meth:`_retry_complete`
+        goes on in the background until they are, as Kafka's marker channel re-enqueues markers that
+        failed with a retriable error (KAFKA_STORAGE_ERROR among them) and retries the Complete append."""
+        tid = n.transactional_id
+        pending = sorted(n.partitions)
+        try:
+            await self._complete(n, pending)
+        except Exception as exc:
+            pending = self._still_pending(exc, pending)
+            logger.warning("completing %s of %r failed (%s); retrying until done", n.state_name, tid, exc)
+            task = asyncio.get_running_loop().create_task(self._retry_complete(n, pending))
+            self._retries[tid] = task  # one at a time per id: it stays busy until the task ends
+            task.add_done_callback(lambda _t: self._retries.pop(tid, None))
+            return
+        self._busy.discard(tid)
+
+    @staticmethod
+    def _still_pending(exc: Exception, pending: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions whose markers are still to be written after ``exc`` (all of them unless the
+        writer said which)."""
+        return sorted(exc.partitions) if isinstance(exc, MarkersNotWritten) else pending
+
+    def _completed(self, n: TxnMetadata) -> TxnMetadata:
+        """The Complete* state that follows the prepared ``n`` (``prepareComplete``)."""
         done = n.transit()
         if n.next_producer_id != NO_PRODUCER_ID:  # prepareComplete after an epoch overflow (TV2)
             done.producer_id, done.epoch, done.next_producer_id = n.next_producer_id, 0, NO_PRODUCER_ID
-        done.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        done.state = COMPLETE_COMMIT if n.state == PREPARE_COMMIT else COMPLETE_ABORT
         done.partitions = set()
         done.update_ms = self.now_ms()
+        return done
+
+    async def _complete(self, n: TxnMetadata, pending: list[TopicPartition]) -> TxnMetadata:
+        """Write the markers of ``pending`` (raises :class:`MarkersNotWritten` naming the ones that failed),
+        then log the Complete* record."""
+        if pending:
+            await self._write_markers(n.producer_id, n.epoch, n.state == PREPARE_COMMIT, pending)
+            pending.clear()
+        done = self._completed(n)
         await self._commit(done)
         return done
 
-    async def _retry_complete(self, n: TxnMetadata, delay_s: float = 0.5) -> None:
-        """Markers are retried until they are written, as Kafka's marker channel does (the id stays busy)."""
+    async def _retry_complete(self, n: TxnMetadata, pending: list[TopicPartition]) -> None:
+        """Retry :meth:`_complete` with a growing delay (:data:`RETRY_BACKOFF_S` doubling up to
+        :data:`RETRY_BACKOFF_MAX_S`) until it succeeds or the coordinator closes; the id is busy meanwhile."""
         tid = n.transactional_id
+        delay, tries = RETRY_BACKOFF_S, 1
         try:
             while True:
-                await asyncio.sleep(delay_s)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_BACKOFF_MAX_S)
+                tries += 1
                 try:
-                    await self._complete(n)
-                    return
+                    await self._complete(n, pending)
                 except Exception as exc:
-                    logger.warning("completing %s of %r failed again: %r", n.state_name, tid, exc)
+                    pending = self._still_pending(exc, pending)
+                    logger.log(logging.WARNING if tries % 50 == 0 else logging.DEBUG,
+                               "completing %s of %r failed again (try %d): %s", n.state_name, tid, tries, exc)
+                    continue
+                logger.info("completed %s of %r after %d tries", n.state_name, tid, tries)
+                return
         finally:
             self._busy.discard(tid)
 
     async def complete_pending(self) -> int:
-        """Start-up: finish transactions logged as Prepare* (their markers may be missing)."""
-        pending = [m.copy() for m in self.txns.values() if m.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+        """Start-up: finish transactions logged as Prepare* (their markers may be missing), as Kafka's
+        loading hands them to the marker channel; those that cannot be finished yet are retried."""
+        pending = [m.copy() for m in self.txns.values() if m.state in (PREPARE_COMMIT, PREPARE_ABORT)
+                   and m.transactional_id not in self._busy]
         for m in pending:
             logger.info("completing %s of transactional id %r after restart", m.state_name, m.transactional_id)
-            await self._complete(m)
+            self._busy.add(m.transactional_id)
+            await self._finish(m)
         return len(pending)
 
     # ----------------------------------------------------------------- timeouts
@@ -561,7 +617,12 @@ class TransactionCoordinator:
         return out
 
     async def drain(self) -> None:
-        await self.runtime.drain()
+        """Wait for the background work, completions being retried included (tests)."""
+        while True:
+            await self.runtime.drain()
+            if not self._retries:
+                return
+            await asyncio.gather(*list(self._retries.values()), return_exceptions=True)
 
     async def wait_loaded(self) -> None:
         await self.runtime.wait_loaded()
@@ -569,7 +630,10 @@ class TransactionCoordinator:
     async def close(self) -> None:
         """Shutdown: stop a running load, then wait for the background work."""
         self.runtime.cancel_load()
+        for task in list(self._retries.values()):
+            task.cancel()
+        await asyncio.gather(*self._retries.values(), return_exceptions=True)
         await self.runtime.drain()
 
 
-__all__ = ["TransactionCoordinator", "TxnMetadata", "STATE_NAMES", "should_expire"]
+__all__ = ["MarkersNotWritten", "TransactionCoordinator", "TxnMetadata", "STATE_NAMES", "should_expire"]

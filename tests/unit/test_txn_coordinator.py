@@ -5,7 +5,8 @@ import asyncio
 
 from coordinator.runtime import MemoryRecordLog, decode_record
 from coordinator.transaction import TransactionCoordinator
-from coordinator.transaction.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, PREPARE_COMMIT
+from coordinator.transaction.coordinator import (COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, PREPARE_ABORT,
+                                                 PREPARE_COMMIT, MarkersNotWritten)
 from protocol.coordinator_records.registry import TRANSACTION_COORDINATOR_RECORDS
 from protocol.errors import Errors
 
@@ -17,8 +18,10 @@ class World:
         self.markers: list[tuple[int, int, bool, list]] = []
         self.pids = iter(range(next_pid, next_pid + 1000))
         self.fail_markers = False
+        self.marker_calls = 0
 
         async def write_markers(pid, epoch, commit, partitions):
+            self.marker_calls += 1
             if self.fail_markers:
                 raise OSError("disk gone")
             self.markers.append((pid, epoch, commit, list(partitions)))
@@ -62,9 +65,11 @@ def test_prepare_without_complete_is_finished_at_load():
         _, pid, _ = await w.txns.init_producer_id("app", 30_000)
         await w.txns.add_partitions("app", pid, 0, [("t", 0)])
         w.fail_markers = True  # the markers cannot be written; then the process "dies"
-        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.COORDINATOR_NOT_AVAILABLE
+        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.NONE  # decided once Prepare is logged
         assert w.states()[-1] == PREPARE_COMMIT
         assert (await w.txns.add_partitions("app", pid, 0, [("t", 1)])) == Errors.CONCURRENT_TRANSACTIONS
+        await w.txns.close()  # the retry stops with the coordinator
+        assert w.states()[-1] == PREPARE_COMMIT
         again = World(w.log)
         await again.txns.load()
         assert await again.txns.complete_pending() == 1
@@ -137,17 +142,78 @@ def test_list_filters():
 
 
 def test_failed_markers_are_retried_until_written():
+    """TransactionMarkerChannelManager: markers that fail are retried until written; the transaction stays
+    Prepare* meanwhile (the producer gets CONCURRENT_TRANSACTIONS) and completes only after them."""
     async def go():
         w = World()
         _, pid, _ = await w.txns.init_producer_id("app", 30_000)
         await w.txns.add_partitions("app", pid, 0, [("t", 0)])
         w.fail_markers = True
-        assert (await w.txns.end_txn("app", pid, 0, False))[0] == Errors.COORDINATOR_NOT_AVAILABLE
+        assert await w.txns.end_txn("app", pid, 0, True) == (0, pid, 0)  # answered once Prepare is logged
+        deadline = asyncio.get_running_loop().time() + 10
+        while w.marker_calls < 3:  # a few retries fail
+            assert asyncio.get_running_loop().time() < deadline, "the markers were not retried"
+            await asyncio.sleep(0.01)
+        assert w.states()[-1] == PREPARE_COMMIT and w.markers == []
+        assert w.txns.describe("app").state == PREPARE_COMMIT
+        assert (await w.txns.init_producer_id("app", 30_000))[0] == Errors.CONCURRENT_TRANSACTIONS
+        assert await w.txns.add_partitions("app", pid, 0, [("t", 0)]) == Errors.CONCURRENT_TRANSACTIONS
+        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.CONCURRENT_TRANSACTIONS
+        assert (await w.txns.end_txn("app", pid, 0, False))[0] == Errors.CONCURRENT_TRANSACTIONS
+        w.now += 60_000
+        assert await w.txns.abort_timed_out() == 0  # a decided commit is never aborted
         w.fail_markers = False
         await w.txns.drain()  # the background retry
-        assert w.markers == [(pid, 0, False, [("t", 0)])]
-        assert w.txns.describe("app").state == COMPLETE_ABORT
-        assert await w.txns.end_txn("app", pid, 0, False) == (0, pid, 0)  # the client's retry
+        assert w.markers == [(pid, 0, True, [("t", 0)])]
+        assert w.states()[-2:] == [PREPARE_COMMIT, COMPLETE_COMMIT]
+        assert await w.txns.end_txn("app", pid, 0, True) == (0, pid, 0)  # a client's retry
+        assert await w.txns.add_partitions("app", pid, 0, [("t", 0)]) == 0  # the next transaction
+    run(go())
+
+
+def test_only_the_markers_not_written_are_retried():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 30_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0), ("t", 1), ("u", 0)])
+        full = {("t", 1)}
+
+        async def write_markers(p, epoch, commit, partitions):
+            w.markers.append((p, epoch, commit, [tp for tp in partitions if tp not in full]))
+            if full & set(partitions):
+                raise MarkersNotWritten(full & set(partitions), "disk full")
+
+        w.txns._write_markers = write_markers
+        assert (await w.txns.end_txn("app", pid, 0, True))[0] == Errors.NONE
+        full.clear()
+        await w.txns.drain()
+        assert w.markers == [(pid, 0, True, [("t", 0), ("u", 0)]), (pid, 0, True, [("t", 1)])]
+        assert w.txns.describe("app").state == COMPLETE_COMMIT
+    run(go())
+
+
+def test_timed_out_abort_and_start_up_completion_retry_failed_markers():
+    async def go():
+        w = World()
+        _, pid, _ = await w.txns.init_producer_id("app", 5_000)
+        await w.txns.add_partitions("app", pid, 0, [("t", 0)])
+        w.now += 5_001
+        w.fail_markers = True
+        assert await w.txns.abort_timed_out() == 1
+        assert w.txns.describe("app").state == PREPARE_ABORT
+        assert (await w.txns.init_producer_id("app", 30_000))[0] == Errors.CONCURRENT_TRANSACTIONS
+        await w.txns.close()
+        again = World(w.log)  # a restart while the markers still cannot be written
+        again.fail_markers = True
+        await again.txns.load()
+        assert await again.txns.complete_pending() == 1
+        assert again.txns.describe("app").state == PREPARE_ABORT
+        assert (await again.txns.init_producer_id("app", 30_000))[0] == Errors.CONCURRENT_TRANSACTIONS
+        again.fail_markers = False
+        await again.txns.drain()
+        assert again.markers == [(pid, 2, False, [("t", 0)])]
+        assert again.txns.describe("app").state == COMPLETE_ABORT
+        assert await again.txns.init_producer_id("app", 30_000) == (0, pid, 3)
     run(go())
 
 
