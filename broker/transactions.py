@@ -81,6 +81,7 @@ def marker_writer(logs, topics, groups):
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, partitions) -> None:
         failed: list[tuple[str, int]] = []
+        synced: list = []  # (topic, partition, the fsync's future): every marker is appended, then all are awaited
         reason = ""
         kind = "COMMIT" if commit else "ABORT"
         for topic, partition in partitions:
@@ -97,7 +98,7 @@ def marker_writer(logs, topics, groups):
                 # its pending offsets are known only once __consumer_offsets is replayed
                 await groups.wait_loaded()
             try:
-                plog.append_control(producer_id, epoch, commit)
+                res = plog.append_control(producer_id, epoch, commit)
             except LogError as e:
                 if e.code in (Errors.INVALID_PRODUCER_EPOCH, Errors.TRANSACTION_COORDINATOR_FENCED):
                     log.warning("%s marker for producer %d on %s-%d dropped: %s", kind, producer_id, topic,
@@ -106,9 +107,19 @@ def marker_writer(logs, topics, groups):
                 failed.append((topic, partition))  # logged by the coordinator, which retries it
                 reason = reason or f"{topic}-{partition}: {e}"
                 continue
+            synced.append((topic, partition, plog, res.durable))
+        for topic, partition, plog, durable in synced:
+            if durable is not None:  # durable mode: the transaction completes only once its markers are on disk
+                try:
+                    await durable
+                except LogError as e:  # the partition went offline (its fsync failed): retried, done at restart
+                    failed.append((topic, partition))
+                    reason = reason or f"{topic}-{partition}: {e}"
+                    continue
             if topic == CONSUMER_OFFSETS:
                 groups.complete_transaction(producer_id, commit)
-            topics.appended(topic, partition)
+            if not plog.durable:  # durable mode wakes readers when the sync moves the high watermark
+                topics.appended(topic, partition)
         if failed:
             raise MarkersNotWritten(failed, f"{len(failed)} {kind} marker(s) not written, e.g. {reason}")
 
