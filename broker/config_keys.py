@@ -52,6 +52,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("connections.max.idle.ms", LONG),
     _k("queued.max.request.bytes", LONG),
     _k("sharebroker.request.read.timeout.ms", LONG, minimum=1),  # a started request must progress
+    _k("sharebroker.log.max.open.files", INT, minimum=1),  # broker/log/faults.py OpenFiles (default: half the limit)
     _k("log.retention.check.interval.ms", LONG, minimum=1),
     _k("log.retention.minutes", INT),
     _k("log.retention.hours", INT),

@@ -117,6 +117,52 @@ def load_handlers() -> list[Handler | None]:
     return HANDLERS
 
 
+# Modules the request path imports on first use (inside functions, or through lazy attributes); an
+# import opens files, which fails at the open-file limit.
+REQUEST_PATH_MODULES = ("hashlib", "hmac", "secrets", "uuid", "broker.client_metrics", "broker.share.partition",
+                        "broker.share.dlq", "broker.security.scram")
+
+
+def load_request_path() -> None:
+    """Import everything a request can need, before connections are accepted.
+
+    The codecs and other parts are otherwise imported on first use (``protocol.lazy_messages``), and an
+    import opens files: at the open-file limit (EMFILE) a new connection's first ApiVersions would fail
+    to load its codec and the connection would close unanswered, also after a restart under the same
+    limit. So the broker loads them all at start-up (a few MiB and ~0.1 s, the price of answering at
+    the limit): every generated codec module, every handler's classes (``Handler.request_cls`` puts the
+    real classes in place of the stand-ins), the lazy registries' entries (message classes, coordinator
+    record classes, assignors), CRC32C and the optional compression codecs, ``REQUEST_PATH_MODULES``,
+    and the stand-ins any loaded module still names. What no request needs stays deferred (the
+    cleaner's pass code, the status page, name lookups: broker/README.md, "Start-up and idle memory")."""
+    import sys
+
+    import protocol.coordinator_records
+    import protocol.messages
+    from protocol import compression, records
+    from protocol.lazy_messages import LazyMapping
+
+    for pkg in (protocol.messages, protocol.coordinator_records):
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    for name in REQUEST_PATH_MODULES:
+        importlib.import_module(name)
+    for h in HANDLERS:
+        if h is not None:
+            _ = h.request_cls, h.response_cls
+    records.crc32c(b"")
+    compression.available(compression.ZSTD)  # imports the optional extra when installed
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(("broker", "coordinator", "protocol")):
+            continue
+        namespace = vars(module)
+        resolve_names(namespace)
+        for value in list(namespace.values()):
+            if isinstance(value, LazyMapping):
+                for key in value:
+                    value.get(key)
+
+
 def api_version_ranges() -> list[tuple[int, int, int]]:
     """(api key, advertised min, max) for every registered handler: what ApiVersions advertises."""
     return [(h.api_key, h.advertised_min, h.max_version) for h in HANDLERS if h is not None]

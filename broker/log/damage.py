@@ -219,7 +219,7 @@ class DamageWatch:
         again when its file was cut or written under us (nothing of ours writes a sealed segment's log
         file: its mtime stays); the active one only needs a check when it held data at start-up that
         recovery did not check (``PartitionLog`` marks what it wrote and what recovery checked)."""
-        if seg.fd is None:
+        if seg.closed:
             return
         st = os.fstat(seg.fd)
         if not active:
@@ -250,7 +250,7 @@ class DamageWatch:
         running (their CRC32C is computed here: until the check is done no batch goes out unchecked).
         A damaged batch is recorded as the check would; when the good batch after it cannot be told
         at once (its length field is damaged too), the answer ends before it (the check finds it)."""
-        by_fd = {seg.fd: seg for seg in self.checking}
+        by_fd = {seg.held_fd: seg for seg in self.checking}  # the refs' segments hold theirs (same callback)
         out = []
         for r in refs:
             seg = by_fd.get(r.fd)
@@ -285,7 +285,7 @@ class DamageWatch:
                 os.close(fd)
 
         def done(finished, exc):
-            if seg.fd is None or seg.check is not CHECKING or exc is not None:  # deleted, closed, failed,
+            if seg.closed or seg.check is not CHECKING or exc is not None:  # deleted, closed, failed,
                 self.checking.discard(seg)  # or to be checked again (touch starts that)
                 if exc is not None:
                     log.warning("%s: checking segment %s failed: %r", self.name, seg.log_path, exc)

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Mapping
 from .config import LogConfig, validate_topic_configs
 from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirLockedError, LogError
 from .background import Background, Inline
-from .faults import FD_RESERVE, STORAGE
+from .faults import FD_RESERVE, OPEN_FILES, STORAGE
 from .files import atomic_write, fsync_dir, log_bg_error
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
@@ -187,10 +187,15 @@ class LogManager:
                 self._remove_dir(full)
 
     def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
-        return PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
+        """Open (load or create) one partition; then the segment files open are trimmed to the bound
+        (``faults.OpenFiles``: a load holds no read's descriptor), so loading or creating any number
+        of partitions keeps at most that many open."""
+        plog = PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
                             clock=self.clock, clean_shutdown=clean,
                             producer_id_expiration_ms=self.producer_id_expiration_ms,
                             background=self.background if self.background.threaded else None)
+        OPEN_FILES.trim()
+        return plog
 
     def _config_for(self, overrides: Mapping[str, object]) -> LogConfig:
         return LogConfig.from_mapping(self._defaults, overrides)
@@ -370,6 +375,7 @@ class LogManager:
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
             except (OSError, LogError) as e:  # the failed step was undone: the next pass tries again
                 STORAGE.report("log maintenance", plog.dir, e)
+        OPEN_FILES.sweep()  # segment files unused since the last pass close (opened again when used)
         FD_RESERVE.refill()  # descriptors may be back: take the reserve up again
         STORAGE.flush()
         return moved

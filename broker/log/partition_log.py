@@ -824,7 +824,7 @@ class PartitionLog(LogLoading):
                 self.storage_errors += 1
                 STORAGE.report("fsync", self.dir, exc)
                 if not self._closed:  # try these again with the next flush
-                    live = [s for s in segments if s.fd is not None and s is not self._segments[-1]]
+                    live = [s for s in segments if not s.closed and s is not self._segments[-1]]
                     self._pending_flush = live + self._pending_flush
             elif not self._closed and target > self._recovery_point:
                 self._recovery_point = target

@@ -45,7 +45,7 @@ from bisect import bisect_left, bisect_right
 from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, crc32c
 
 from . import fileio
-from .faults import STORAGE
+from .faults import FD_RESERVE, OPEN_FILES, OUT_OF_FDS, STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,9 @@ _I64 = struct.Struct(">q")
 
 
 class Segment:
-    __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
+    __slots__ = ("dir", "base_offset", "_fd", "_closed", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
-                 "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
+                 "created_ms", "_writes_indexes", "max_index_entries", "max_time_entries", "next_offset",
                  "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail",
                  "check", "damage", "check_mtime")
 
@@ -105,7 +105,10 @@ class Segment:
         self.suffix = suffix  # "" or the cleaner's ".cleaned" / ".swap" (written by change_suffix)
         self.dir = dir_path
         self.base_offset = base_offset
-        self.fd: int | None = None
+        # the log file's descriptor, None while released (faults.OPEN_FILES: ``fd`` opens it again)
+        # or once closed for good (``_closed``: close, delete, drop_descriptors)
+        self._fd: int | None = None
+        self._closed = False
         self.size = 0
         # The index entries: arrays while the segment is appended to or recovered ("loaded"), read-only
         # columns over the memory-mapped files once sealed ("mapped", made on first lookup), None
@@ -125,8 +128,10 @@ class Segment:
         self.bytes_since_index = 0
         self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
         self.created_ms = now_ms
-        self._index_fd: int | None = None
-        self._time_fd: int | None = None
+        # the active segment (and a new one) appends its pending entries to the index files, which it
+        # opens for each group of entries (no descriptor held between them); set by open_for_append
+        # and create, cleared by seal
+        self._writes_indexes = False
         self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
         self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
         self.next_offset = base_offset  # exact only for the active segment and after a scan
@@ -152,15 +157,17 @@ class Segment:
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         try:
-            seg.fd = fileio.open(seg.log_path, flags, 0o644)
-            seg._open_index_writers(truncate=True)
+            seg._fd = fileio.open(seg.log_path, flags, 0o644)
+            _create_empty([seg.path(".index"), seg.path(".timeindex")])
         except OSError:
-            for fd in (seg.fd, seg._index_fd, seg._time_fd):
-                if fd is not None:
-                    os.close(fd)
+            if seg._fd is not None:
+                os.close(seg._fd)
+                seg._fd = None
             unlink_all([seg.path(suffix) for suffix in SEGMENT_SUFFIXES])
             raise
         seg._new_arrays()
+        seg._writes_indexes = True
+        OPEN_FILES.used(seg)
         return seg
 
     @classmethod
@@ -179,21 +186,67 @@ class Segment:
             spare.discard()
             unlink_all(targets)
             raise
-        seg.fd, seg._index_fd, seg._time_fd = spare.fds
+        seg._fd, = spare.fds
         spare.fds = []
         seg._new_arrays()
+        seg._writes_indexes = True
+        OPEN_FILES.used(seg)
         return seg
 
     @classmethod
     def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
              suffix: str = "") -> "Segment":
-        """Open an existing segment; its indexes are read when needed (``open_for_append`` / ``recover``
-        load them, a lookup on a sealed segment maps them)."""
+        """An existing segment; its log file is opened on first use (``fd``), its indexes are read when
+        needed (``open_for_append`` / ``recover`` load them, a lookup on a sealed segment maps them).
+        May run on the worker thread (the cleaner's segments): it only asks the file's size."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
-        seg.fd = fileio.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
-        seg.size = os.fstat(seg.fd).st_size
+        seg.size = os.stat(seg.log_path).st_size
         seg._max_ts = seg._max_ts_offset = None
         return seg
+
+    # ---------------------------------------------------------- descriptor
+    @property
+    def fd(self) -> int | None:
+        """The log file's descriptor, opened again if it was released (``faults.OpenFiles``); None
+        once the segment is closed. Use it in the same loop callback only (see ``BatchRef``)."""
+        fd = self._fd
+        if fd is not None:
+            OPEN_FILES.used(self)
+            return fd
+        return None if self._closed else self._reopen()
+
+    @property
+    def held_fd(self) -> int | None:
+        """The descriptor if one is open now (never opens one)."""
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        """Closed for good (close, delete, drop_descriptors); a released descriptor is not closed."""
+        return self._closed
+
+    def _reopen(self) -> int:
+        """Open the log file again by name (the name follows ``change_suffix``). At the open-file limit,
+        idle descriptors are released and then the reserve makes room (faults.py)."""
+        path, flags = self.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC
+        try:
+            fd = fileio.open(path, flags)
+        except OSError as e:
+            if e.errno not in OUT_OF_FDS:
+                raise
+            OPEN_FILES.make_room()
+            fd = FD_RESERVE.run(lambda: fileio.open(path, flags))
+        self._fd = fd
+        OPEN_FILES.reopened += 1
+        OPEN_FILES.used(self)
+        return fd
+
+    def release_fd(self) -> None:
+        """Close the descriptor until the next use (``faults.OpenFiles`` decides when; never while a
+        read's ``BatchRef.fd`` may still be in use)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     # ---------------------------------------------------------- index entries
     @property
@@ -334,18 +387,12 @@ class Segment:
             prev_t, prev_r = t, r
         return True
 
-    def _open_index_writers(self, truncate: bool = False) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC | (os.O_TRUNC if truncate else 0)
-        self._index_fd = fileio.open(self.path(".index"), flags, 0o644)
-        self._time_fd = fileio.open(self.path(".timeindex"), flags, 0o644)
-
     def _rewrite_indexes(self) -> None:
         """Replace both index files with the in-memory entries (after recovery).
 
         tmp-then-rename without ``atomic_write``'s fsyncs, on purpose: the indexes are derived from
         the log, the segment's next ``sync_job`` fsyncs them, and an index that a power failure
         left old, empty or torn fails ``indexes_sane`` at the next open and is rebuilt."""
-        self._close_index_writers()
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
             tmp = self.path(suffix + ".tmp")
@@ -361,58 +408,72 @@ class Segment:
         """Make this the active segment: entries in memory, index files appended from now on."""
         if not self.loaded:
             self._load_arrays()
-        if self._index_fd is None:
-            self._open_index_writers()
+        self._writes_indexes = True
 
-    def _write_pending_indexes(self) -> None:
-        """Append the entries not yet in the index files (the active segment only). All or nothing:
-        if a write fails, both files are cut back to the entries written before and the OSError
-        is raised (the entries stay pending)."""
-        if self._index_fd is None:
+    def _write_pending_indexes(self, defer_without_fds: bool = False) -> None:
+        """Append the entries not yet in the index files (the active segment only), opening them for
+        this write. All or nothing: if a write fails, both files are cut back to the entries written
+        before and the OSError is raised (the entries stay pending). With ``defer_without_fds`` an
+        open that meets the open-file limit leaves them pending for the next group (the log is
+        written: an index is only a way into it, rebuilt by recovery when short)."""
+        if not self._writes_indexes:
             return
         i0, t0 = self._idx_written, self._time_written
+        n_idx, n_time = len(self.idx_rel), len(self.time_ts)
+        if n_idx == i0 and n_time == t0:
+            return
+        fds: list[int] = []
         try:
-            n = len(self.idx_rel)
-            if n > i0:
-                _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
-                                                    for k in range(i0, n)))
-                self._idx_written = n
-            n = len(self.time_ts)
-            if n > t0:
-                _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
-                                                   for k in range(t0, n)))
-                self._time_written = n
-        except OSError:
-            self._idx_written, self._time_written = i0, t0
-            self._cut_files()
-            raise
+            try:
+                for suffix in (".index", ".timeindex"):
+                    fds.append(fileio.open(self.path(suffix), os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC,
+                                           0o644))
+            except OSError as e:
+                if defer_without_fds and e.errno in OUT_OF_FDS:
+                    return
+                raise
+            try:
+                if n_idx > i0:
+                    _write_all(fds[0], b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
+                                                for k in range(i0, n_idx)))
+                    self._idx_written = n_idx
+                if n_time > t0:
+                    _write_all(fds[1], b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
+                                                for k in range(t0, n_time)))
+                    self._time_written = n_time
+            except OSError:
+                self._idx_written, self._time_written = i0, t0
+                self._cut_files(fds)
+                raise
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def _cut_files(self) -> None:
+    def _cut_files(self, index_fds: list[int] | None = None) -> None:
         """Cut the log and index files back to what this object holds (``size``, the entries
-        written), undoing a write step that failed. If that fails too, ``_torn_tail`` makes the
+        written), undoing a write step that failed (the index files through ``index_fds``, or
+        opened here when a cut failed before). If that fails too, ``_torn_tail`` makes the
         next append try again first (the files are opened O_APPEND: data after the size this
         object knows would put the next batch at the wrong position)."""
+        opened: list[int] = []
         try:
-            if self.fd is not None:
-                fileio.ftruncate(self.fd, self.size)
-            if self._index_fd is not None:
-                fileio.ftruncate(self._index_fd, self._idx_written * OFFSET_ENTRY.size)
-                fileio.ftruncate(self._time_fd, self._time_written * TIME_ENTRY.size)
+            if self._fd is not None:
+                fileio.ftruncate(self._fd, self.size)
+            if index_fds is None and self._torn_tail and self._writes_indexes:
+                for suffix in (".index", ".timeindex"):
+                    opened.append(fileio.open(self.path(suffix), os.O_WRONLY | _O_CLOEXEC))
+                index_fds = opened
+            if index_fds:
+                fileio.ftruncate(index_fds[0], self._idx_written * OFFSET_ENTRY.size)
+                fileio.ftruncate(index_fds[1], self._time_written * TIME_ENTRY.size)
             self._torn_tail = False
         except OSError as e:
             self._torn_tail = True
             log.error("segment %s: cannot cut back a failed write (%s); the next append tries again",
                       self.log_path, e)
-
-    def _close_index_writers(self) -> None:
-        """Write the pending entries and close the index files (closed even if the write fails)."""
-        try:
-            self._write_pending_indexes()
         finally:
-            for fd in (self._index_fd, self._time_fd):
-                if fd is not None:
-                    os.close(fd)
-            self._index_fd = self._time_fd = None
+            for fd in opened:
+                os.close(fd)
 
     # --------------------------------------------------------------- recovery
     def recover(self, verify_crc: bool, from_last_index_entry: bool, on_batch=None) -> int:
@@ -529,11 +590,12 @@ class Segment:
             self._cut_files()
             if self._torn_tail:
                 raise OSError(errno.EIO, f"{self.log_path} holds the tail of a failed write that cannot be cut")
+        fd = self.fd  # opened again if released: a failure here changes nothing
         pos0 = self.size
         before = (len(self.idx_rel), len(self.time_ts), self._max_ts, self._max_ts_offset, self.bytes_since_index,
                   self.rolling_timestamp)
         try:
-            _write_all(self.fd, data)
+            _write_all(fd, data)
             self.size = pos0 + len(data)
             if pos0 == 0 and batches:
                 self.rolling_timestamp = batches[0][2]
@@ -541,7 +603,7 @@ class Segment:
                 self._track(base, max_ts, pos0 + rel_pos, size)
             if (len(self.idx_rel) - self._idx_written >= INDEX_WRITE_BATCH
                     or len(self.time_ts) - self._time_written >= INDEX_WRITE_BATCH):
-                self._write_pending_indexes()
+                self._write_pending_indexes(defer_without_fds=True)
         except OSError:
             n_idx, n_time, self._max_ts, self._max_ts_offset, self.bytes_since_index, self.rolling_timestamp = before
             del self.idx_rel[n_idx:], self.idx_pos[n_idx:], self.time_ts[n_time:], self.time_rel[n_time:]
@@ -562,14 +624,14 @@ class Segment:
             if self.loaded and self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
                 self.time_ts.append(self._max_ts)
                 self.time_rel.append(self._max_ts_offset - self.base_offset)
-                if self._time_fd is None:
+                if not self._writes_indexes:
                     self._rewrite_indexes()
             self._write_pending_indexes()  # the maximum last; all or nothing
         except OSError:  # still active and usable: as before the call
             if self.loaded:
                 del self.time_ts[n_time:], self.time_rel[n_time:]
             raise
-        self._close_index_writers()
+        self._writes_indexes = False
         self._drop_entries()
 
     # ------------------------------------------------------------------ reads
@@ -612,7 +674,8 @@ class Segment:
         """Max batch timestamp, or the file's mtime when no batch has one (as Kafka)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        st = os.fstat(self._fd) if self._fd is not None else os.stat(self.log_path)
+        return int(st.st_mtime * 1000)
 
     # -------------------------------------------------------------- lifecycle
     def flush(self) -> None:
@@ -621,17 +684,20 @@ class Segment:
     def sync_job(self):
         """A job that fsyncs this segment's log and index files as they are now.
 
-        The descriptors are duplicated here (on the caller's thread), so the job
-        stays valid if the segment is closed or deleted before it runs: it then
-        syncs the unlinked inodes, which is harmless, and never a reused fd number.
+        The descriptors are the job's own, made here (on the caller's thread): the log's
+        duplicated, or the file opened by name while its descriptor is released, the index
+        files opened by name. So the job stays valid if the segment is closed or deleted
+        before it runs: it then syncs the unlinked inodes, which is harmless, and never a
+        reused fd number. (An fsync through a descriptor opened after the data was written
+        still covers it: it syncs the file, and Linux reports a writeback error not yet
+        seen to the next fsync whatever descriptor it comes through.)
         """
+        if self._closed:
+            return lambda: None
         self._write_pending_indexes()
-        fds = [fileio.dup(self.fd)]
+        fds = [fileio.dup(self._fd) if self._fd is not None else fileio.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)]
         try:
-            for suffix, writer in ((".index", self._index_fd), (".timeindex", self._time_fd)):
-                if writer is not None:
-                    fds.append(fileio.dup(writer))
-                    continue
+            for suffix in (".index", ".timeindex"):
                 try:
                     fds.append(fileio.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
                 except FileNotFoundError:
@@ -645,21 +711,25 @@ class Segment:
     def drop_descriptors(self) -> None:
         """Close the files without writing the pending index entries (the disk is failing; recovery
         rebuilds what an index misses)."""
-        for fd in (self._index_fd, self._time_fd, self.fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._index_fd = self._time_fd = self.fd = None
-        self._drop_entries()
+        self._writes_indexes = False
+        self._shut()
 
     def close(self) -> None:
-        self._close_index_writers()
+        self._write_pending_indexes()
+        self._writes_indexes = False
+        self._shut()
+
+    def _shut(self) -> None:
+        """Closed for good: the entries dropped, the descriptor closed and never opened again."""
         self._drop_entries()
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self._closed = True
+        OPEN_FILES.forget(self)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def change_suffix(self, new_suffix: str) -> None:
         """Kafka's ``changeFileSuffixes``: rename the three files from this suffix to ``new_suffix``
@@ -685,7 +755,7 @@ class Segment:
 
 
 class SpareFiles:
-    """Empty log + index files under temporary names, opened as ``Segment.create`` opens them.
+    """Empty log + index files under temporary names, the log file opened as ``Segment.create`` opens it.
 
     Made on the background worker so that a roll only renames. Leftovers are
     ``*.tmp`` files, which start-up removes (they never hold data before the rename).
@@ -699,9 +769,7 @@ class SpareFiles:
         try:
             self.fds.append(fileio.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
                                     0o644))
-            for path in self.paths[1:]:
-                self.fds.append(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
-                                        0o644))
+            _create_empty(self.paths[1:])
         except OSError:
             self.discard()
             raise
@@ -731,6 +799,12 @@ def _read_file(path: str) -> bytes:
             chunks.append(chunk)
     finally:
         os.close(fd)
+
+
+def _create_empty(paths: list[str]) -> None:
+    """Create (or empty) the files, holding no descriptor afterwards."""
+    for path in paths:
+        os.close(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644))
 
 
 def _fsync_close(fds: list[int]) -> None:
