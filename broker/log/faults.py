@@ -170,10 +170,11 @@ class FdReserve:
 
 
 class OpenFiles:
-    """The segments holding an open log descriptor, least recently used first, kept under ``limit``."""
+    """The segments holding descriptors, least recently used first; what they hold is kept under ``limit``."""
 
     def __init__(self):
-        self.limit: int | None = None  # None: nothing tracked (tests, tools); set by enable()
+        self.limit: int | None = None  # None: nothing released (tests, tools); set by enable()
+        self.held = 0  # descriptors segments hold: their log files and, before Python 3.13, index mappings
         # segment -> the epoch of its last use, least recently used first (so epochs never decrease
         # along it); written by used(), entries leave through the releases below or forget()
         self._lru: collections.OrderedDict = collections.OrderedDict()
@@ -187,13 +188,13 @@ class OpenFiles:
         self.limit = max(1, limit)
 
     def disable(self) -> None:
-        """Stop tracking (the descriptors stay open with their segments)."""
+        """Stop releasing (the descriptors stay open with their segments)."""
         self.limit = None
         self._lru.clear()
 
-    @property
-    def open(self) -> int:
-        return len(self._lru)
+    def add(self, n: int) -> None:
+        """A segment opened (``n`` > 0) or closed (< 0) ``n`` descriptors."""
+        self.held += n
 
     def used(self, seg) -> None:
         """``seg``'s descriptor is used by the running loop callback (or was just opened)."""
@@ -221,17 +222,17 @@ class OpenFiles:
         self.trim()
 
     def _release_front(self, keep: Callable[[int, int], bool]) -> int:
-        """Release least recently used descriptors until ``keep(open count, epoch of the front)``."""
-        lru, n = self._lru, 0
+        """Release the least recently used segments' descriptors until ``keep(held, epoch of the front)``;
+        returns how many descriptors were released."""
+        lru, before = self._lru, self.held
         while lru:
             seg, stamp = next(iter(lru.items()))
-            if keep(len(lru), stamp):
+            if keep(self.held, stamp):
                 break
             del lru[seg]
             seg.release_fd()
-            n += 1
-        self.released += n
-        return n
+        self.released += before - self.held
+        return before - self.held
 
     def trim(self) -> int:
         """Release descriptors down to the bound; only where no read's descriptor is in use (a callback
@@ -252,7 +253,7 @@ class OpenFiles:
     def make_room(self, want: int = DEFAULT_RESERVE) -> int:
         """An open met the open-file limit: release up to ``want`` descriptors that the running
         callback cannot hold (unused since the last tick). Returns how many."""
-        epoch, stop = self.epoch, len(self._lru) - want
+        epoch, stop = self.epoch, self.held - want
         return self._release_front(lambda n, stamp: stamp >= epoch or n <= stop)
 
 

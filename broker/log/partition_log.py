@@ -793,7 +793,7 @@ class PartitionLog(LogLoading):
         else:
             self._pending_flush = [s for s in self._pending_flush if s not in segments]
         try:
-            jobs = [seg.sync_job() for seg in segments]  # dup'd fds: immune to a later delete/close
+            jobs = [seg.sync_job() for seg in segments]  # open by name when run: immune to a later delete/close
         except OSError as e:
             self.storage_errors += 1
             STORAGE.report("starting an fsync", self.dir, e)
@@ -898,12 +898,9 @@ class PartitionLog(LogLoading):
     def abandon(self) -> None:
         """Close every descriptor without writing anything more (after a failed ``close``, or a failed
         load): what the files hold is what the next start recovers."""
-        self._spare, spare = None, self._spare
+        self._spare = None  # holds no descriptor; its tmp files go at the next start
         for seg in self._segments:
             seg.drop_descriptors()
-        if spare is not None:
-            for fd in spare.fds:
-                os.close(fd)
         self._closed = True
         self._finish_flush_future(self._next_flush, None)
 

@@ -38,6 +38,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 
@@ -56,6 +57,10 @@ TIME_ENTRY = struct.Struct(">qI")
 SCAN_CHUNK = 256 * 1024
 INDEX_WRITE_BATCH = 64  # pending index entries written at once by the active segment
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# Before Python 3.13 an mmap object keeps a duplicate of the file's descriptor (3.13's trackfd=False
+# drops it): a sealed segment's two mappings then hold two descriptors, counted in OPEN_FILES.
+_MAP_HOLDS_FD = sys.version_info < (3, 13)
+_MAP_OPTIONS = {} if _MAP_HOLDS_FD else {"trackfd": False}
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -167,6 +172,7 @@ class Segment:
             raise
         seg._new_arrays()
         seg._writes_indexes = True
+        OPEN_FILES.add(1)
         OPEN_FILES.used(seg)
         return seg
 
@@ -174,9 +180,9 @@ class Segment:
     def adopt(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
               spare: "SpareFiles") -> "Segment":
         """Make ``spare`` (empty files made ahead of time) the segment at ``base_offset``: three
-        renames, no file creation (creating files can wait for the journal while fsyncs run).
-        All or nothing: if a rename fails, the spare files are closed and removed (under either
-        name) and the OSError is raised."""
+        renames, no file creation (creating files can wait for the journal while fsyncs run) and
+        no descriptor (the log file opens on first use). All or nothing: if a rename fails, the
+        spare files are removed (under either name) and the OSError is raised."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
         targets = [seg.path(suffix) for suffix in SEGMENT_SUFFIXES]
         try:
@@ -186,11 +192,8 @@ class Segment:
             spare.discard()
             unlink_all(targets)
             raise
-        seg._fd, = spare.fds
-        spare.fds = []
         seg._new_arrays()
         seg._writes_indexes = True
-        OPEN_FILES.used(seg)
         return seg
 
     @classmethod
@@ -238,15 +241,19 @@ class Segment:
             fd = FD_RESERVE.run(lambda: fileio.open(path, flags))
         self._fd = fd
         OPEN_FILES.reopened += 1
+        OPEN_FILES.add(1)
         OPEN_FILES.used(self)
         return fd
 
     def release_fd(self) -> None:
-        """Close the descriptor until the next use (``faults.OpenFiles`` decides when; never while a
-        read's ``BatchRef.fd`` may still be in use)."""
+        """Close the descriptor (and a sealed segment's mappings) until the next use (``faults.OpenFiles``
+        decides when: never while a read's ``BatchRef.fd`` may still be in use)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+            OPEN_FILES.add(-1)
+        if not self.loaded:  # a sealed segment's mappings (the active one's entries stay in memory)
+            self._drop_entries()
 
     # ---------------------------------------------------------- index entries
     @property
@@ -295,7 +302,7 @@ class Segment:
                     n = os.fstat(fd).st_size // entry.size
                     if n:
                         try:
-                            mm = mmap.mmap(fd, n * entry.size, access=mmap.ACCESS_READ)
+                            mm = mmap.mmap(fd, n * entry.size, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
                             self._maps.append(mm)
                         except OSError:  # e.g. vm.max_map_count reached: read the entries instead
                             mm = os.pread(fd, n * entry.size, 0)
@@ -303,6 +310,9 @@ class Segment:
                     os.close(fd)
             cols += [_Column(mm, fmt, entry.size, off, n) for fmt, off in fields]
         self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = cols
+        if _MAP_HOLDS_FD:
+            OPEN_FILES.add(len(self._maps))
+        OPEN_FILES.used(self)  # the mappings are released with the log file's descriptor
 
     def _try_map(self) -> bool:
         """``_map``, False (nothing kept) when the files cannot be opened or mapped now."""
@@ -320,6 +330,8 @@ class Segment:
         maps, self._maps = self._maps, []
         for mm in maps:
             mm.close()
+        if _MAP_HOLDS_FD and maps:
+            OPEN_FILES.add(-len(maps))
 
     def _read_max_timestamp(self) -> None:
         """A sealed segment's maximum: the last time-index entry (``seal`` wrote it there)."""
@@ -684,29 +696,19 @@ class Segment:
     def sync_job(self):
         """A job that fsyncs this segment's log and index files as they are now.
 
-        The descriptors are the job's own, made here (on the caller's thread): the log's
-        duplicated, or the file opened by name while its descriptor is released, the index
-        files opened by name. So the job stays valid if the segment is closed or deleted
-        before it runs: it then syncs the unlinked inodes, which is harmless, and never a
-        reused fd number. (An fsync through a descriptor opened after the data was written
-        still covers it: it syncs the file, and Linux reports a writeback error not yet
-        seen to the next fsync whatever descriptor it comes through.)
+        The job opens the files by the names they have now, when it runs (on the worker),
+        and closes them after the fsync: it never uses one of the segment's descriptor
+        numbers, which may be closed and reused meanwhile, and a queue of fsync jobs holds no
+        descriptors. A file gone by then (the segment deleted, its topic removed, replaced
+        by the cleaner's fsynced segment) needs no sync. An fsync through a descriptor opened
+        after the data was written covers it: it syncs the file, and Linux reports a
+        writeback error not yet seen to the next fsync whatever descriptor it comes through.
         """
         if self._closed:
             return lambda: None
         self._write_pending_indexes()
-        fds = [fileio.dup(self._fd) if self._fd is not None else fileio.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)]
-        try:
-            for suffix in (".index", ".timeindex"):
-                try:
-                    fds.append(fileio.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
-                except FileNotFoundError:
-                    pass
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return lambda: _fsync_close(fds)
+        paths = [self.path(suffix) for suffix in SEGMENT_SUFFIXES]
+        return lambda: _fsync_paths(paths)
 
     def drop_descriptors(self) -> None:
         """Close the files without writing the pending index entries (the disk is failing; recovery
@@ -726,6 +728,7 @@ class Segment:
         OPEN_FILES.forget(self)
         fd, self._fd = self._fd, None
         if fd is not None:
+            OPEN_FILES.add(-1)
             try:
                 os.close(fd)
             except OSError:
@@ -755,29 +758,24 @@ class Segment:
 
 
 class SpareFiles:
-    """Empty log + index files under temporary names, the log file opened as ``Segment.create`` opens it.
+    """Empty log + index files under temporary names (no descriptor held: the segment opens its log
+    file on first use, and opening an existing file does not wait for the journal as creating one can).
 
     Made on the background worker so that a roll only renames. Leftovers are
     ``*.tmp`` files, which start-up removes (they never hold data before the rename).
     """
 
-    __slots__ = ("paths", "fds")
+    __slots__ = ("paths",)
 
     def __init__(self, dir_path: str):
-        self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in (".log", ".index", ".timeindex")]
-        self.fds: list[int] = []
+        self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in SEGMENT_SUFFIXES]
         try:
-            self.fds.append(fileio.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
-                                    0o644))
-            _create_empty(self.paths[1:])
+            _create_empty(self.paths)
         except OSError:
             self.discard()
             raise
 
     def discard(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
         unlink_all(self.paths)
 
 
@@ -807,12 +805,16 @@ def _create_empty(paths: list[str]) -> None:
         os.close(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644))
 
 
-def _fsync_close(fds: list[int]) -> None:
-    try:
-        for fd in fds:
+def _fsync_paths(paths: list[str]) -> None:
+    """fsync each file that exists (one descriptor at a time)."""
+    for path in paths:
+        try:
+            fd = fileio.open(path, os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
             fileio.fsync(fd)
-    finally:
-        for fd in fds:
+        finally:
             os.close(fd)
 
 
