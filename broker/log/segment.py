@@ -231,15 +231,7 @@ class Segment:
     def _reopen(self) -> int:
         """Open the log file again by name (the name follows ``change_suffix``). At the open-file limit,
         idle descriptors are released and then the reserve makes room (faults.py)."""
-        path, flags = self.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC
-        try:
-            fd = fileio.open(path, flags)
-        except OSError as e:
-            if e.errno not in OUT_OF_FDS:
-                raise
-            OPEN_FILES.make_room()
-            fd = FD_RESERVE.run(lambda: fileio.open(path, flags))
-        self._fd = fd
+        fd = self._fd = _open_at_limit(self.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         OPEN_FILES.reopened += 1
         OPEN_FILES.add(1)
         OPEN_FILES.used(self)
@@ -438,8 +430,9 @@ class Segment:
         try:
             try:
                 for suffix in (".index", ".timeindex"):
-                    fds.append(fileio.open(self.path(suffix), os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC,
-                                           0o644))
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC
+                    fds.append(fileio.open(self.path(suffix), flags, 0o644) if defer_without_fds
+                               else _open_at_limit(self.path(suffix), flags, 0o644))
             except OSError as e:
                 if defer_without_fds and e.errno in OUT_OF_FDS:
                     return
@@ -797,6 +790,18 @@ def _read_file(path: str) -> bytes:
             chunks.append(chunk)
     finally:
         os.close(fd)
+
+
+def _open_at_limit(path: str, flags: int, mode: int = 0o644) -> int:
+    """``fileio.open``; at the open-file limit, again after idle segment files were released, and
+    then in the room the descriptor reserve makes (faults.py)."""
+    try:
+        return fileio.open(path, flags, mode)
+    except OSError as e:
+        if e.errno not in OUT_OF_FDS:
+            raise
+    OPEN_FILES.make_room()
+    return FD_RESERVE.run(lambda: fileio.open(path, flags, mode))
 
 
 def _create_empty(paths: list[str]) -> None:
