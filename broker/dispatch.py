@@ -53,10 +53,10 @@ class Acl(NamedTuple):
 
 
 class Handler:
-    """One registered API.  Its message classes are looked up on first use (``request_cls``), so an
-    API's codec module is imported when the API is first served, not at start-up; then the message
-    classes the handler's module names through ``protocol.lazy_messages`` are put in place of their
-    stand-ins (``resolve_names``), so the handler calls the real classes from its first request on."""
+    """One registered API.  Its message classes are looked up on first use (``request_cls``: the broker
+    does it for every API at start-up, ``load_request_path``); then the message classes the handler's
+    module names through ``protocol.lazy_messages`` are put in place of their stand-ins
+    (``resolve_names``), so the handler calls the real classes."""
 
     __slots__ = ("api_key", "min_version", "max_version", "fn", "_request_cls", "advertised_min", "acl", "fast")
 

@@ -10,17 +10,18 @@ The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
 Where the entries live (RSS does not grow with retained data):
   * the active segment (and a segment being recovered) keeps them in compact
     ``array``s (4 bytes per offset, 12 per time entry) searched with bisect;
-    it appends them to its files (``fileio.write``) once INDEX_WRITE_BATCH of them
-    are pending (one write per ~64 batches instead of two per batch), and always
-    before a seal, an fsync or a close. A crash can leave the files short of the
-    log: recovery re-scans from the last entry on disk and adds the missing ones
-    (as after any torn index);
+    it appends them to its files (``fileio.write``, the files opened for that write
+    only) once INDEX_WRITE_BATCH of them are pending (one write per ~64 batches
+    instead of two per batch), and always before a seal, an fsync or a close. A
+    crash can leave the files short of the log: recovery re-scans from the last
+    entry on disk and adds the missing ones (as after any torn index);
   * a sealed segment drops its arrays: on its first lookup the files are
     memory-mapped read-only (stdlib ``mmap``) and searched in place (the
     pages are page cache, not heap); its largest timestamp is the time
     index's last entry, read with one pread when first asked for.
-Opening a segment reads no index: ``open_for_append`` / ``recover`` load the
-entries of the segments that need them. Indexes are rebuilt by a header scan
+Opening a segment reads no index and opens no file: the log file is opened on first
+use (``fd``) and closed again when idle or past the bound (``faults.OpenFiles``; README.md,
+"Descriptors"); ``open_for_append`` / ``recover`` load the entries of the segments that need them. Indexes are rebuilt by a header scan
 when missing or inconsistent. Segments are not preallocated.
 
 A segment written by the log cleaner carries a file-name suffix (``suffix``:
