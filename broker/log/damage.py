@@ -26,6 +26,7 @@ matching CRC32C); none: the rest of the segment is damaged.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -269,17 +270,25 @@ class DamageWatch:
         return out
 
     def _next_piece(self, seg, walk: Walk, end: int) -> None:
+        """Check the next piece on the worker. The job opens the file by name when it runs and checks
+        it is the same file (device, inode), so a queue of checks holds no descriptor and never reads
+        a reused descriptor number."""
         try:
-            fd = os.dup(seg.fd)
+            st = os.fstat(seg.fd)
         except OSError as e:
             log.warning("%s: cannot check segment %s: %r", self.name, seg.log_path, e)
             seg.check = UNCHECKED
             self.checking.discard(seg)
             return
+        path, ident = seg.log_path, (st.st_dev, st.st_ino)
         found = len(walk.damage)
 
         def job():
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    raise FileNotFoundError(errno.ENOENT, "replaced since its check started", path)
                 return check_piece(fd, end, walk, CHECK_PIECE)
             finally:
                 os.close(fd)

@@ -174,7 +174,7 @@ class OpenFiles:
 
     def __init__(self):
         self.limit: int | None = None  # None: nothing released (tests, tools); set by enable()
-        self.held = 0  # descriptors segments hold: their log files and, before Python 3.13, index mappings
+        self.held = 0  # descriptors the listed segments hold: log files and, before Python 3.13, index mappings
         # segment -> the epoch of its last use, least recently used first (so epochs never decrease
         # along it); written by used(), entries leave through the releases below or forget()
         self._lru: collections.OrderedDict = collections.OrderedDict()
@@ -191,18 +191,23 @@ class OpenFiles:
         """Stop releasing (the descriptors stay open with their segments)."""
         self.limit = None
         self._lru.clear()
+        self.held = 0
 
-    def add(self, n: int) -> None:
-        """A segment opened (``n`` > 0) or closed (< 0) ``n`` descriptors."""
-        self.held += n
+    def add(self, seg, n: int) -> None:
+        """``seg`` opened (``n`` > 0) or closed (< 0) ``n`` descriptors."""
+        if seg in self._lru:
+            self.held += n
 
     def used(self, seg) -> None:
         """``seg``'s descriptor is used by the running loop callback (or was just opened)."""
         if self.limit is None:
             return
         lru = self._lru
+        if seg in lru:
+            lru.move_to_end(seg)
+        else:
+            self.held += seg.descriptors
         lru[seg] = self.epoch
-        lru.move_to_end(seg)
         if not self._tick_pending:
             try:
                 loop = asyncio.get_running_loop()
@@ -212,8 +217,9 @@ class OpenFiles:
             loop.call_soon(self._tick)
 
     def forget(self, seg) -> None:
-        """``seg`` closed its descriptor itself (closed or deleted)."""
-        self._lru.pop(seg, None)
+        """``seg`` is closed for good (close, delete): no longer listed."""
+        if self._lru.pop(seg, None) is not None:
+            self.held -= seg.descriptors
 
     def _tick(self) -> None:
         """After the callbacks that used segments: a new epoch, and the bound enforced."""
@@ -230,6 +236,7 @@ class OpenFiles:
             if keep(self.held, stamp):
                 break
             del lru[seg]
+            self.held -= seg.descriptors
             seg.release_fd()
         self.released += before - self.held
         return before - self.held

@@ -173,7 +173,6 @@ class Segment:
             raise
         seg._new_arrays()
         seg._writes_indexes = True
-        OPEN_FILES.add(1)
         OPEN_FILES.used(seg)
         return seg
 
@@ -225,6 +224,11 @@ class Segment:
         return self._fd
 
     @property
+    def descriptors(self) -> int:
+        """How many descriptors this segment holds: its log file's, and its index mappings' before 3.13."""
+        return (self._fd is not None) + (len(self._maps) if _MAP_HOLDS_FD else 0)
+
+    @property
     def closed(self) -> bool:
         """Closed for good (close, delete, drop_descriptors); a released descriptor is not closed."""
         return self._closed
@@ -234,7 +238,7 @@ class Segment:
         idle descriptors are released and then the reserve makes room (faults.py)."""
         fd = self._fd = _open_at_limit(self.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
         OPEN_FILES.reopened += 1
-        OPEN_FILES.add(1)
+        OPEN_FILES.add(self, 1)
         OPEN_FILES.used(self)
         return fd
 
@@ -244,7 +248,7 @@ class Segment:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-            OPEN_FILES.add(-1)
+            OPEN_FILES.add(self, -1)
         if not self.loaded:  # a sealed segment's mappings (the active one's entries stay in memory)
             self._drop_entries()
 
@@ -304,7 +308,7 @@ class Segment:
             cols += [_Column(mm, fmt, entry.size, off, n) for fmt, off in fields]
         self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = cols
         if _MAP_HOLDS_FD:
-            OPEN_FILES.add(len(self._maps))
+            OPEN_FILES.add(self, len(self._maps))
         OPEN_FILES.used(self)  # the mappings are released with the log file's descriptor
 
     def _try_map(self) -> bool:
@@ -324,7 +328,7 @@ class Segment:
         for mm in maps:
             mm.close()
         if _MAP_HOLDS_FD and maps:
-            OPEN_FILES.add(-len(maps))
+            OPEN_FILES.add(self, -len(maps))
 
     def _read_max_timestamp(self) -> None:
         """A sealed segment's maximum: the last time-index entry (``seal`` wrote it there)."""
@@ -722,7 +726,7 @@ class Segment:
         OPEN_FILES.forget(self)
         fd, self._fd = self._fd, None
         if fd is not None:
-            OPEN_FILES.add(-1)
+            OPEN_FILES.add(self, -1)
             try:
                 os.close(fd)
             except OSError:
