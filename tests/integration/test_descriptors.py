@@ -5,6 +5,8 @@ idle, it holds about as many descriptors as a broker without data."""
 from __future__ import annotations
 
 import os
+import re
+import urllib.request
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -84,7 +86,8 @@ def test_many_partitions_with_rolled_segments_under_a_low_open_file_limit(tmp_pa
     limit: created, produced to and rolled, every record readable from the start, new connections
     answered; idle, the descriptors return to what the broker held before it had data; then a
     restart under a 160-descriptor limit answers a new connection's first ApiVersions and serves."""
-    broker = BrokerProcess(tmp_path / "data", config={"log.retention.check.interval.ms": "200"}, open_files=256)
+    broker = BrokerProcess(tmp_path / "data", config={"log.retention.check.interval.ms": "200",
+                                                      "sharebroker.metrics.listener": "127.0.0.1:0"}, open_files=256)
     with broker:
         pid = broker.proc.pid
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -105,6 +108,11 @@ def test_many_partitions_with_rolled_segments_under_a_low_open_file_limit(tmp_pa
         # producing again reopens only what it uses, and rolls go on
         _produce(broker.bootstrap, "many", SEGMENT_BYTES // len(VALUE) + 2)
         assert _fds(pid) < baseline + PARTITIONS + 20
+        metrics = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+        for name in ("sharebroker_log_segment_reopens_total", "sharebroker_log_segment_releases_total"):
+            assert re.search(rf"^{name} [1-9]", metrics, re.M), name
+        held = re.search(r"^sharebroker_log_open_segment_descriptors (\d+)", metrics, re.M)
+        assert held and int(held.group(1)) <= 128  # half the limit
         admin = None
 
     broker.open_files = 160
