@@ -45,7 +45,7 @@ from protocol.records import (CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coor
                               crc32c)
 
 from . import fileio
-from .faults import STORAGE
+from .faults import OPEN_FILES, STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +314,7 @@ def load_producer_state(snapshots: "SnapshotFiles", segments, bases: list[int],
     start, ps = found if found is not None else (segments[0].base_offset, ProducerStateManager())
     scanned = 0
     for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+        OPEN_FILES.trim()  # start-up holds no read's descriptor: a long scan keeps to the bound
         fd = seg.fd
         for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
             if hdr[0] + hdr[6] < start:

@@ -115,3 +115,19 @@ def test_a_segment_closed_for_good_never_opens_again(tmp_path, bounded):
     plog.delete_records(plog.segments[2].base_offset)
     assert first.closed and first.fd is None
     plog.close()
+
+
+def test_recovery_and_a_full_producer_state_scan_keep_to_the_bound(tmp_path, bounded):
+    """An unclean start re-scans every segment (and with no producer snapshot reads every batch
+    header): the files are released as it goes, not all held until the partition is loaded."""
+    plog = _log(tmp_path / "t-0")
+    for seg in plog.segments:
+        seg.drop_descriptors()  # kill -9
+    for name in os.listdir(plog.dir):
+        if name.endswith((".snapshot", "checkpoint")):
+            os.unlink(os.path.join(plog.dir, name))
+    again = PartitionLog(str(tmp_path / "t-0"), "t", 0, SEGMENT)
+    assert again.producer_state_load.snapshot_offset is None and again.producer_state_load.batches_scanned == 60
+    assert len(_segment_files(again)) <= 3
+    assert len(_values(again)) == 60
+    again.close()
