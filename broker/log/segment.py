@@ -467,8 +467,8 @@ class Segment:
         object knows would put the next batch at the wrong position)."""
         opened: list[int] = []
         try:
-            if self._fd is not None:
-                fileio.ftruncate(self._fd, self.size)
+            if not self._closed:
+                fileio.ftruncate(self.fd, self.size)  # opened again if released since the failed write
             if index_fds is None and self._torn_tail and self._writes_indexes:
                 for suffix in (".index", ".timeindex"):
                     opened.append(fileio.open(self.path(suffix), os.O_WRONLY | _O_CLOEXEC))

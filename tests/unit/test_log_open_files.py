@@ -4,12 +4,14 @@ the index mappings go with it, and the descriptors a log holds do not grow with 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 
 import pytest
 
-from broker.log import PartitionLog
+from broker.log import LogError, PartitionLog
 from broker.log.faults import OPEN_FILES
+from broker.log.fileio import FaultInjector
 from protocol.records import build_batch, iter_records, validate_records
 
 SEGMENT = {"internal.segment.bytes": 1024, "index.interval.bytes": 256}
@@ -131,3 +133,23 @@ def test_recovery_and_a_full_producer_state_scan_keep_to_the_bound(tmp_path, bou
     assert len(_segment_files(again)) <= 3
     assert len(_values(again)) == 60
     again.close()
+
+
+def test_a_failed_write_left_uncut_is_cut_after_its_file_was_released(tmp_path, bounded):
+    """The next append cuts what a failed write left (the cut failed too) even when the segment's
+    descriptor was released in between: it opens the file again first."""
+    plog = _log(tmp_path / "t-0")
+    plog.roll()
+    seg = plog.segments[-1]  # empty: the append below writes first, no roll
+    data = build_batch([(b"k", b"x" * 500, [])])
+    with FaultInjector(fail_at=1, error=errno.EIO, sticky=True):  # the write (half of it), then the cut
+        with pytest.raises(LogError):
+            plog.append(data, validate_records(data))
+    assert os.path.getsize(seg.log_path) > seg.size
+    bounded.sweep()
+    bounded.sweep()  # unused since the previous sweep: released
+    assert seg.held_fd is None
+    plog.append(data, validate_records(data))
+    assert os.path.getsize(seg.log_path) == seg.size
+    assert _values(plog)[-1] == b"x" * 500 and len(_values(plog)) == 61
+    plog.close()
