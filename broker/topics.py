@@ -96,6 +96,17 @@ class Topics:
             _warn_storage(e)
             raise
 
+    async def create_staged(self, name: str, partitions: int, configs: dict):
+        """``create`` for CreateTopics: the files are made off the event loop (``LogManager.create_topic_staged``)."""
+        other = self.collision(name)
+        if other is not None:
+            raise LogError(Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
+        try:
+            return await self.logs.create_topic_staged(name, partitions, configs)
+        except LogError as e:
+            _warn_storage(e)
+            raise
+
     def add_partitions(self, name: str, count: int) -> None:
         try:
             self.logs.add_partitions(name, count)
