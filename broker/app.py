@@ -20,15 +20,15 @@ from broker.security import tokens as tokens_mod
 from broker.components import Components, Node, build
 from broker.config import BrokerConfig
 from broker.configs import BrokerSettings
-from broker.dispatch import load_handlers
+from broker.dispatch import load_handlers, load_request_path
 from broker.group_configs import validate_broker_share_configs
 from broker.log.config import ConfigError
 from broker.log.errors import DataDirFormatError, DataDirLockedError
-from broker.log.faults import FD_RESERVE, SYNC_FDS
+from broker.log.faults import FD_RESERVE, OPEN_FILES, SYNC_FDS
 from broker.log.manager import LogManager
 from broker.metrics import MetricsServer
 from broker.server import Server
-from broker.topics import FILES_PER_PARTITION, open_file_limit
+from broker.topics import open_file_limit
 
 log = logging.getLogger("sharebroker")
 
@@ -64,7 +64,7 @@ class Broker:
             raise StartupError(f"invalid configuration: {e}") from None
         primary = listeners[0]
         self.host, self.port = primary.host, primary.port
-        _raise_open_file_limit()
+        _raise_open_file_limit(config)
         load_handlers()
         self._loop_watch = loop_watch.start(config)
         node_id = config.get_int("node.id", 1)
@@ -94,6 +94,7 @@ class Broker:
             else:
                 logs.close()
             raise StartupError(f"bad configuration: {e}") from None
+        load_request_path()  # nothing imported on first use: at the open-file limit an import fails
         self.server = Server(c, listeners)
         try:
             await self.server.start()
@@ -183,8 +184,10 @@ def check_config(config: BrokerConfig) -> None:
         log.warning("The configuration '%s' was supplied but isn't a known config.", key)
 
 
-def _raise_open_file_limit() -> None:
-    """Each partition keeps a few files open: use the hard limit, as Kafka's docs advise, and say what it is."""
+def _raise_open_file_limit(config: BrokerConfig) -> None:
+    """Use the hard open-file limit, as Kafka's docs advise; bound the segment files open at once
+    (``sharebroker.log.max.open.files``, default half the limit: the rest is for connections and
+    the other files) and say both."""
     try:
         import resource
 
@@ -194,8 +197,10 @@ def _raise_open_file_limit() -> None:
     except (ImportError, ValueError, OSError):
         pass
     limit = open_file_limit()
+    bound = config.get_int("sharebroker.log.max.open.files", max(16, (limit or 2048) // 2))
+    OPEN_FILES.enable(bound)
     if limit is not None:
-        log.info("open-file limit %d: room for about %d partitions (%d files each)", limit,
-                 limit // FILES_PER_PARTITION, FILES_PER_PARTITION)
+        log.info("open-file limit %d: at most %d segment files open at once (sharebroker.log.max.open.files); "
+                 "a partition keeps its files closed while unused", limit, bound)
     FD_RESERVE.enable()  # held for segment rolls and undos at the limit (broker/log/faults.py)
     SYNC_FDS.enable()  # lent to fsyncs at the limit

@@ -54,6 +54,7 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("sharebroker.request.read.timeout.ms", LONG, minimum=1),  # a started request must progress
     # when an acknowledgement means "on disk" (README "Durability"): fsync (the default) or page-cache (Kafka's)
     _k("sharebroker.durability", STRING, choices=("fsync", "page-cache")),
+    _k("sharebroker.log.max.open.files", INT, minimum=1),  # broker/log/faults.py OpenFiles (default: half the limit)
     _k("log.retention.check.interval.ms", LONG, minimum=1),
     _k("log.retention.minutes", INT),
     _k("log.retention.hours", INT),

@@ -70,10 +70,10 @@ class Acl(NamedTuple):
 
 
 class Handler:
-    """One registered API.  Its message classes are looked up on first use (``request_cls``), so an
-    API's codec module is imported when the API is first served, not at start-up; then the message
-    classes the handler's module names through ``protocol.lazy_messages`` are put in place of their
-    stand-ins (``resolve_names``), so the handler calls the real classes from its first request on."""
+    """One registered API.  Its message classes are looked up on first use (``request_cls``: the broker
+    does it for every API at start-up, ``load_request_path``); then the message classes the handler's
+    module names through ``protocol.lazy_messages`` are put in place of their stand-ins
+    (``resolve_names``), so the handler calls the real classes."""
 
     __slots__ = ("api_key", "min_version", "max_version", "fn", "_request_cls", "advertised_min", "acl", "fast")
 
@@ -132,6 +132,52 @@ def load_handlers() -> list[Handler | None]:
     for info in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(f"broker.handlers.{info.name}")
     return HANDLERS
+
+
+# Modules the request path imports on first use (inside functions, or through lazy attributes); an
+# import opens files, which fails at the open-file limit.
+REQUEST_PATH_MODULES = ("hashlib", "hmac", "secrets", "uuid", "broker.client_metrics", "broker.share.partition",
+                        "broker.share.dlq", "broker.security.scram")
+
+
+def load_request_path() -> None:
+    """Import everything a request can need, before connections are accepted.
+
+    The codecs and other parts are otherwise imported on first use (``protocol.lazy_messages``), and an
+    import opens files: at the open-file limit (EMFILE) a new connection's first ApiVersions would fail
+    to load its codec and the connection would close unanswered, also after a restart under the same
+    limit. So the broker loads them all at start-up (~12 MiB and ~0.25 s, the price of answering at
+    the limit): every generated codec module, every handler's classes (``Handler.request_cls`` puts the
+    real classes in place of the stand-ins), the lazy registries' entries (message classes, coordinator
+    record classes, assignors), CRC32C and the optional compression codecs, ``REQUEST_PATH_MODULES``,
+    and the stand-ins any loaded module still names. What no request needs stays deferred (the
+    cleaner's pass code, the status page, name lookups: broker/README.md, "Start-up and idle memory")."""
+    import sys
+
+    import protocol.coordinator_records
+    import protocol.messages
+    from protocol import compression, records
+    from protocol.lazy_messages import LazyMapping
+
+    for pkg in (protocol.messages, protocol.coordinator_records):
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    for name in REQUEST_PATH_MODULES:
+        importlib.import_module(name)
+    for h in HANDLERS:
+        if h is not None:
+            _ = h.request_cls, h.response_cls
+    records.crc32c(b"")
+    compression.available(compression.ZSTD)  # imports the optional extra when installed
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(("broker", "coordinator", "protocol")):
+            continue
+        namespace = vars(module)
+        resolve_names(namespace)
+        for value in list(namespace.values()):
+            if isinstance(value, LazyMapping):
+                for key in value:
+                    value.get(key)
 
 
 def api_version_ranges() -> list[tuple[int, int, int]]:

@@ -51,6 +51,9 @@ Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed fil
 ``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
 ``sharebroker_accept_errors_total{error}`` (failed accepts, EMFILE at the open-file limit) and the gauge
 ``sharebroker_fd_reserve_descriptors`` (descriptors held for segment rolls; below 8 after it was used).
+Segment files (``broker/log/faults.OPEN_FILES``): the gauge ``sharebroker_log_open_segment_descriptors`` (held now,
+at most ``sharebroker.log.max.open.files``), the counters ``sharebroker_log_segment_reopens_total`` (log files
+opened again after being released) and ``sharebroker_log_segment_releases_total`` (descriptors released).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
 from __future__ import annotations
@@ -61,7 +64,7 @@ import time
 
 from broker import observe
 from broker.acceptor import ACCEPT_FAULTS, Acceptor, listening_sockets
-from broker.log.faults import FD_RESERVE, STORAGE
+from broker.log.faults import FD_RESERVE, OPEN_FILES, STORAGE
 from broker.pipeline import LATENCY_BUCKETS
 from protocol.messages.registry import ApiKey
 
@@ -301,6 +304,15 @@ def _faults(w: _Writer) -> None:
     name = "sharebroker_fd_reserve_descriptors"
     w.family(name, "gauge", "Descriptors held for segment rolls at the open-file limit (fewer than usual: it was used).")
     w.sample(name, FD_RESERVE.held)
+    for name, kind, help_, value in (
+            ("sharebroker_log_open_segment_descriptors", "gauge",
+             "Descriptors segment files hold now (bound: sharebroker.log.max.open.files).", OPEN_FILES.held),
+            ("sharebroker_log_segment_reopens_total", "counter",
+             "Segment log files opened again after their descriptor was released.", OPEN_FILES.reopened),
+            ("sharebroker_log_segment_releases_total", "counter",
+             "Segment descriptors released (idle, past the bound, or to make room at the limit).", OPEN_FILES.released)):
+        w.family(name, kind, help_)
+        w.sample(name, value)
 
 
 def _logs(w: _Writer, c) -> None:

@@ -46,13 +46,14 @@ class BrokerProcess:
     default_config: dict[str, str] = {}
 
     def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
-                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0):
+                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0, open_files: int | None = None):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="sharebroker-"))
         self.config = {**BrokerProcess.default_config, **(config or {})}
         self.host = host
         self.port = port
         self.start_timeout = start_timeout
+        self.open_files = open_files  # the broker's RLIMIT_NOFILE (soft and hard), e.g. to test at a low limit
         self.proc: subprocess.Popen | None = None
         self.log_lines: list[str] = []
         self.checked_lines = 0
@@ -92,7 +93,7 @@ class BrokerProcess:
         # One event per process: the drain thread of a killed predecessor must not signal this one.
         self._ready = ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=self._limits())
         drainer = threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True)
         drainer.start()
         self._drainers.append(drainer)
@@ -101,6 +102,18 @@ class BrokerProcess:
             self.stop()
             raise RuntimeError("sharebroker did not start:\n" + "\n".join(self.log_lines[-30:]))
         return self
+
+    def _limits(self):
+        """What the child runs before the broker starts: the open-file limit, if one is given."""
+        if self.open_files is None:
+            return None
+        n = self.open_files
+
+        def limit() -> None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+        return limit
 
     def _drain(self, proc: subprocess.Popen, ready: threading.Event) -> None:
         for line in proc.stderr:

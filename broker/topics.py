@@ -98,6 +98,17 @@ class Topics:
             _warn_storage(e)
             raise
 
+    async def create_staged(self, name: str, partitions: int, configs: dict):
+        """``create`` for CreateTopics: the files are made off the event loop (``LogManager.create_topic_staged``)."""
+        other = self.collision(name)
+        if other is not None:
+            raise LogError(Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
+        try:
+            return await self.logs.create_topic_staged(name, partitions, configs)
+        except LogError as e:
+            _warn_storage(e)
+            raise
+
     def add_partitions(self, name: str, count: int) -> None:
         try:
             self.logs.add_partitions(name, count)
@@ -141,16 +152,13 @@ def _warn_storage(e: LogError) -> None:
     _refusals[0], _refusals[1] = now, 0
     hint = ""
     if "Too many open files" in str(e):
-        hint = (f" (the open-file limit, {open_file_limit()}, is reached: each partition keeps about "
-                f"{FILES_PER_PARTITION} files open; raise it with `ulimit -n`)")
+        hint = (f" (the open-file limit, {open_file_limit()}, is reached: raise it with `ulimit -n`, or lower "
+                f"sharebroker.log.max.open.files)")
     log.warning("%s%s%s", e, hint, more)
 
 
 WARN_EVERY_S = 10.0
 _refusals = [-WARN_EVERY_S, 0]  # [time.monotonic() of the last warning, refusals not logged since]
-
-
-FILES_PER_PARTITION = 3
 
 
 def open_file_limit() -> int | None:

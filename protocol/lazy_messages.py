@@ -5,9 +5,10 @@ for ``protocol.messages.join_group.JoinGroupResponse``: calling it, or reading a
 other than a nested class (``MAX_VERSION``, ``decode``), imports the module (once) and forwards
 to the real class.  A nested class (a CamelCase name: ``JoinGroupResponse.JoinGroupResponseMember``)
 read before that is a ``LazyClass`` too, so module-level aliases stay lazy.  The generated codecs
-are about half of the code a broker would otherwise import at start-up (30,000 lines, compiled at
-every start when there is no bytecode, and ~4 MiB resident); an API that is never used never loads
-its module.
+are about half of the code a process would otherwise import (30,000 lines, compiled at every start
+when there is no bytecode, and ~4 MiB resident); a tool or test that never uses an API never loads its
+module.  The broker itself loads them all before it accepts connections
+(``broker.dispatch.load_request_path``): an import opens files, which fails at the open-file limit.
 
 The module is named by the class (``CamelCase`` to ``snake_case``, ``Request``/``Response``
 dropped), and a name whose module does not exist fails at the import, as a plain import would.
@@ -15,10 +16,9 @@ A ``LazyClass`` is a factory, not a type: ``isinstance`` and ``type(x) is`` need
 (``LazyClass.resolve()``).  Each call costs ~0.3 µs more than calling the class, so a handler module
 does not keep them: the first time its API is served, ``broker.dispatch.Handler`` passes the module's
 globals to :func:`resolve_names`, which puts the real classes in place of the stand-ins (module-level
-aliases of nested classes included), and from then on the handler calls the classes themselves.  The
-per-request hot paths (Produce, Fetch, ShareFetch, ShareAcknowledge, Metadata) name their classes here
-too, so a started broker that has served none of them has not compiled their codecs (the biggest); the
-request header, which every request decodes, is imported directly.
+aliases of nested classes included), and from then on the handler calls the classes themselves (the
+broker does this for every handler at start-up).  The request header, which every request decodes, is
+imported directly.
 """
 from __future__ import annotations
 

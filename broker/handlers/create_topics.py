@@ -74,7 +74,7 @@ async def create_topics(ctx, req):
         if not cluster_create and not allowed(ctx, "CREATE", "TOPIC", t.name):
             out.append(_fail(t.name, Errors.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
             continue
-        r = _create(c, t, req.validate_only, mutations)
+        r = await _create(c, t, req.validate_only, mutations)
         if r.error_code == Errors.NONE and not allowed(ctx, "DESCRIBE_CONFIGS", "TOPIC", t.name):
             r.configs, r.topic_config_error_code = [], Errors.TOPIC_AUTHORIZATION_FAILED
             r.num_partitions = r.replication_factor = -1
@@ -82,7 +82,7 @@ async def create_topics(ctx, req):
     return CreateTopicsResponse(topics=out)
 
 
-def _create(c, t, validate_only: bool, mutations) -> _R:
+async def _create(c, t, validate_only: bool, mutations) -> _R:
     try:
         validate_topic_name(t.name)
     except (LogError, ValueError) as e:
@@ -135,7 +135,7 @@ def _create(c, t, validate_only: bool, mutations) -> _R:
         return _fail(t.name, Errors.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
     if not validate_only:
         try:
-            info = c.topics.create(t.name, partitions, configs)
+            info = await c.topics.create_staged(t.name, partitions, configs)
         except LogError as e:
             return _fail(t.name, e.code, str(e))
         except ConfigError as e:

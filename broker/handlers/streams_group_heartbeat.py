@@ -70,7 +70,7 @@ async def streams_group_heartbeat(ctx, req):
                 continue
             if c.logs.topic(name) is not None:
                 continue  # created meanwhile (another member's heartbeat)
-            r = _create(c, SimpleNamespace(
+            r = await _create(c, SimpleNamespace(
                 name=name, num_partitions=t.partitions, replication_factor=t.replication_factor, assignments=[],
                 configs=[SimpleNamespace(name=k, value=v) for k, v in sorted(t.configs.items())]), False, None)
             if r.error_code and r.error_code != Errors.TOPIC_ALREADY_EXISTS:

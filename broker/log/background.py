@@ -11,7 +11,7 @@ tests, start-up, tools): every job runs at once in the caller's thread and its
 callback is called before ``submit`` returns.
 
 Jobs receive nothing and return a value; they must only use what they were given
-at submission (duplicated file descriptors, paths), never live log objects,
+at submission (paths, with the identity of the file they must find there), never live log objects,
 which belong to the loop thread.
 """
 

@@ -26,6 +26,7 @@ matching CRC32C); none: the rest of the segment is damaged.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -219,7 +220,7 @@ class DamageWatch:
         again when its file was cut or written under us (nothing of ours writes a sealed segment's log
         file: its mtime stays); the active one only needs a check when it held data at start-up that
         recovery did not check (``PartitionLog`` marks what it wrote and what recovery checked)."""
-        if seg.fd is None:
+        if seg.closed:
             return
         st = os.fstat(seg.fd)
         if not active:
@@ -250,7 +251,7 @@ class DamageWatch:
         running (their CRC32C is computed here: until the check is done no batch goes out unchecked).
         A damaged batch is recorded as the check would; when the good batch after it cannot be told
         at once (its length field is damaged too), the answer ends before it (the check finds it)."""
-        by_fd = {seg.fd: seg for seg in self.checking}
+        by_fd = {seg.held_fd: seg for seg in self.checking}  # the refs' segments hold theirs (same callback)
         out = []
         for r in refs:
             seg = by_fd.get(r.fd)
@@ -269,23 +270,31 @@ class DamageWatch:
         return out
 
     def _next_piece(self, seg, walk: Walk, end: int) -> None:
+        """Check the next piece on the worker. The job opens the file by name when it runs and checks
+        it is the same file (device, inode), so a queue of checks holds no descriptor and never reads
+        a reused descriptor number."""
         try:
-            fd = os.dup(seg.fd)
+            st = os.fstat(seg.fd)
         except OSError as e:
             log.warning("%s: cannot check segment %s: %r", self.name, seg.log_path, e)
             seg.check = UNCHECKED
             self.checking.discard(seg)
             return
+        path, ident = seg.log_path, (st.st_dev, st.st_ino)
         found = len(walk.damage)
 
         def job():
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    raise FileNotFoundError(errno.ENOENT, "replaced since its check started", path)
                 return check_piece(fd, end, walk, CHECK_PIECE)
             finally:
                 os.close(fd)
 
         def done(finished, exc):
-            if seg.fd is None or seg.check is not CHECKING or exc is not None:  # deleted, closed, failed,
+            if seg.closed or seg.check is not CHECKING or exc is not None:  # deleted, closed, failed,
                 self.checking.discard(seg)  # or to be checked again (touch starts that)
                 if exc is not None:
                     log.warning("%s: checking segment %s failed: %r", self.name, seg.log_path, exc)

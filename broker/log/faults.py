@@ -1,4 +1,5 @@
-"""Storage faults said once, counted, and summarised; the descriptor reserve that keeps a roll possible.
+"""Storage faults said once, counted, and summarised; the descriptor reserve that keeps a roll possible;
+the bound on open segment files.
 
 :class:`FaultLog` is where every failed file operation is reported (``report(operation, path,
 exc)``): the first failure of an (operation, error) pair is logged as a warning naming the path,
@@ -14,9 +15,24 @@ reserve is closed, the open is tried again in the room it made, and the reserve 
 afterwards as far as descriptors allow (``refill()``, also called by the log maintenance and the
 server's accept retries, so it fills up again once descriptors come back). :data:`FD_RESERVE`, enabled
 by the broker at start-up (it holds nothing in tests and tools that do not enable it).
+
+:class:`OpenFiles` keeps the descriptors of segment log files under a bound, so descriptors follow
+the partitions in use, not the data retained: a segment opens its log file when first used
+(``Segment.fd``) and is listed here, least recently used first; past the bound, and when unused
+for a whole maintenance interval (``sweep``), its descriptor is closed, and the next use opens the
+file again by name. Index files hold no descriptor at all (read through mappings; the active
+segment opens them only to write a group of entries). A descriptor is closed only where no
+``BatchRef.fd`` can still be in use: reads hand their descriptors to the sender in the same loop
+callback, so closing happens in a callback of its own (``_tick``, scheduled after a callback that
+used a segment, and the maintenance pass), and ``make_room`` (an open that met the open-file
+limit) closes only descriptors not used since the last ``_tick``, never one the running callback
+may hold. A number closed here and reused by another open is therefore never read as the old
+file. :data:`OPEN_FILES` is enabled by the broker at start-up with a bound from the open-file
+limit; until then (tests, tools) nothing is tracked and descriptors stay open until ``close``.
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import errno
 import logging
@@ -196,6 +212,102 @@ class SyncFds:
                 pass
 
 
+class OpenFiles:
+    """The segments holding descriptors, least recently used first; what they hold is kept under ``limit``."""
+
+    def __init__(self):
+        self.limit: int | None = None  # None: nothing released (tests, tools); set by enable()
+        self.held = 0  # descriptors the listed segments hold: log files and, before Python 3.13, index mappings
+        # segment -> the epoch of its last use, least recently used first (so epochs never decrease
+        # along it); written by used(), entries leave through the releases below or forget()
+        self._lru: collections.OrderedDict = collections.OrderedDict()
+        self.epoch = 0  # advanced by each _tick and sweep: uses in the running callback carry the latest
+        self._swept = 0  # the epoch at the previous sweep: entries used before it are idle
+        self._tick_pending = False
+        self.reopened = 0  # log files opened again after their descriptor was released (a metric)
+        self.released = 0  # descriptors released: past the bound, idle, or to make room (a metric)
+
+    def enable(self, limit: int) -> None:
+        self.limit = max(1, limit)
+
+    def disable(self) -> None:
+        """Stop releasing (the descriptors stay open with their segments)."""
+        self.limit = None
+        self._lru.clear()
+        self.held = 0
+
+    def add(self, seg, n: int) -> None:
+        """``seg`` opened (``n`` > 0) or closed (< 0) ``n`` descriptors."""
+        if seg in self._lru:
+            self.held += n
+
+    def used(self, seg) -> None:
+        """``seg``'s descriptor is used by the running loop callback (or was just opened)."""
+        if self.limit is None:
+            return
+        lru = self._lru
+        if seg in lru:
+            lru.move_to_end(seg)
+        else:
+            self.held += seg.descriptors
+        lru[seg] = self.epoch
+        if not self._tick_pending:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (start-up, tools): only the explicit trim() and sweep() release
+                return
+            self._tick_pending = True
+            loop.call_soon(self._tick)
+
+    def forget(self, seg) -> None:
+        """``seg`` is closed for good (close, delete): no longer listed."""
+        if self._lru.pop(seg, None) is not None:
+            self.held -= seg.descriptors
+
+    def _tick(self) -> None:
+        """After the callbacks that used segments: a new epoch, and the bound enforced."""
+        self._tick_pending = False
+        self.epoch += 1
+        self.trim()
+
+    def _release_front(self, keep: Callable[[int, int], bool]) -> int:
+        """Release the least recently used segments' descriptors until ``keep(held, epoch of the front)``;
+        returns how many descriptors were released."""
+        lru, before = self._lru, self.held
+        while lru:
+            seg, stamp = next(iter(lru.items()))
+            if keep(self.held, stamp):
+                break
+            del lru[seg]
+            self.held -= seg.descriptors
+            seg.release_fd()
+        self.released += before - self.held
+        return before - self.held
+
+    def trim(self) -> int:
+        """Release descriptors down to the bound; only where no read's descriptor is in use (a callback
+        of its own, the loading of a partition). Returns how many were released."""
+        if self.limit is None:
+            return 0
+        limit = self.limit
+        return self._release_front(lambda n, _stamp: n <= limit)
+
+    def sweep(self) -> int:
+        """Release the descriptors unused since the previous sweep (the maintenance pass calls it)."""
+        if self.limit is None:
+            return 0
+        idle_before, self._swept = self._swept, self.epoch + 1
+        self.epoch += 1
+        return self._release_front(lambda _n, stamp: stamp >= idle_before)
+
+    def make_room(self, want: int = DEFAULT_RESERVE) -> int:
+        """An open met the open-file limit: release up to ``want`` descriptors that the running
+        callback cannot hold (unused since the last tick). Returns how many."""
+        epoch, stop = self.epoch, self.held - want
+        return self._release_front(lambda n, stamp: stamp >= epoch or n <= stop)
+
+
 STORAGE = FaultLog(logging.getLogger("sharebroker.storage"))
 FD_RESERVE = FdReserve()
 SYNC_FDS = SyncFds()
+OPEN_FILES = OpenFiles()

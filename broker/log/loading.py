@@ -9,6 +9,7 @@ import os
 
 from .damage import CHECKED, UNCHECKED
 from .errors import DataDirFormatError
+from .faults import OPEN_FILES
 from .producer_state import SnapshotFiles, load_producer_state
 from .segment import CLEANED_SUFFIX, DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, Segment, rename_segment_files, scan
 
@@ -96,6 +97,7 @@ class LogLoading:
         segs = self._segments
         i = 0
         while i < len(segs):
+            OPEN_FILES.trim()  # start-up holds no read's descriptor: a long recovery keeps to the bound
             seg = segs[i]
             last = i == len(segs) - 1
             trusted = seg.base_offset not in rescan and (

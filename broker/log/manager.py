@@ -12,7 +12,8 @@ Layout::
                                    the file system's 255-byte limit)
     data_dir/<topic>-<partition>/   one PartitionLog each
 
-Metadata files are replaced atomically (tmp, fsync, rename, fsync dir). A
+Metadata files are replaced atomically (tmp, fsync, rename, fsync dir). CreateTopics
+makes a topic's partition files on the worker (``create_topic_staged``). A
 topic is deleted by removing its metadata first, then its directories
 (renamed ``*-delete`` before removal, finished at next start if interrupted).
 Directories that belong to no topic are removed at start-up with a warning.
@@ -22,7 +23,7 @@ No tasks are created here: the server calls ``maintenance()`` from a loop timer.
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import fcntl
 import json
 import logging
@@ -35,11 +36,15 @@ from typing import Callable, Iterable, Mapping
 
 from .config import LogConfig, validate_topic_configs
 from . import meta_properties
+from .meta_properties import new_topic_id, uuid_to_base64  # noqa: F401 - re-exported (topic ids)
 from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirFormatError, DataDirLockedError, LogError
 from .background import Background, Inline
-from .faults import FD_RESERVE, STORAGE
+from .faults import FD_RESERVE, OPEN_FILES, STORAGE
+from . import fileio
 from .files import atomic_write, fsync_dir, log_bg_error
+from .loading import CHECKPOINT_FILE
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
+from .segment import SEGMENT_SUFFIXES, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +56,8 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
 TOPIC_FORMAT_VERSION = 1  # ``version`` in meta/topics/<id>.json
-
-
-def new_topic_id() -> uuid.UUID:
-    """A random id as Kafka's Uuid.randomUuid: never 0, never 1, base64 form not starting with '-'."""
-    while True:
-        u = uuid.uuid4()
-        if u.int > 1 and not base64.urlsafe_b64encode(u.bytes).startswith(b"-"):
-            return u
-
-
-def uuid_to_base64(u: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+STAGING_SUFFIX = "-staging"  # data_dir/<hex>-staging/<p>/: a topic's partitions made on the worker
+OPEN_PER_CALLBACK = 64  # staged partitions moved into place and opened per event-loop callback
 
 
 def validate_topic_name(name: str) -> None:
@@ -114,6 +109,7 @@ class LogManager:
         LogConfig.from_mapping(self._defaults)  # fail early on bad broker defaults
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._creating: set[str] = set()  # names of topics create_topic_staged is making (reserved)
         os.makedirs(self.data_dir, exist_ok=True)
         self._lock_fd = self._lock()
         earlier = stored is None and meta_properties.has_data(self.data_dir)
@@ -215,7 +211,7 @@ class LogManager:
             full = os.path.join(self.data_dir, entry)
             if not os.path.isdir(full) or entry == "meta":
                 continue
-            if entry.endswith("-delete"):
+            if entry.endswith(("-delete", STAGING_SUFFIX)):
                 shutil.rmtree(full, ignore_errors=True)
                 continue
             m = _PARTITION_DIR_RE.match(entry)
@@ -224,14 +220,19 @@ class LogManager:
                 self._remove_dir(full)
 
     def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
+        """Open (load or create) one partition; then the segment files open are trimmed to the bound
+        (``faults.OpenFiles``: a load holds no read's descriptor), so loading or creating any number
+        of partitions keeps at most that many open."""
         def durable() -> None:
             if self.on_durable is not None:
                 self.on_durable(topic, partition)
-        return PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
+        plog = PartitionLog(os.path.join(self.data_dir, f"{topic}-{partition}"), topic, partition, cfg,
                             clock=self.clock, clean_shutdown=clean,
                             producer_id_expiration_ms=self.producer_id_expiration_ms,
                             background=self.background if self.background.threaded else None,
                             durable=self.durable, on_durable=durable)
+        OPEN_FILES.trim()
+        return plog
 
     def _config_for(self, overrides: Mapping[str, object]) -> LogConfig:
         return LogConfig.from_mapping(self._defaults, overrides)
@@ -275,18 +276,73 @@ class LogManager:
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, object] | None = None,
                      topic_id: uuid.UUID | None = None) -> TopicInfo:
         """Create a topic; raises LogError (17/36/37/56) or ConfigError (40): all or nothing."""
+        overrides = self._check_new_topic(name, partitions, configs)
+        info = TopicInfo(name, topic_id or new_topic_id(), overrides)
+        cfg = self._config_for(overrides)
+        self._add_logs(info, partitions, cfg)
+        self._persist_or_undo(info, 0)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        return info
+
+    def _check_new_topic(self, name: str, partitions: int, configs: Mapping[str, object] | None) -> dict[str, str]:
+        """What a new topic must pass (LogError 17/36/37, ConfigError 40); returns its config overrides."""
         FD_RESERVE.refill()  # descriptors may be back since the reserve last made room
         validate_topic_name(name)
-        if name in self._topics:
+        if name in self._topics or name in self._creating:
             raise LogError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if partitions < 1:
             raise LogError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         overrides = {k: str(v) for k, v in (configs or {}).items()}
         validate_topic_configs(overrides)
-        info = TopicInfo(name, topic_id or new_topic_id(), overrides)
-        cfg = self._config_for(overrides)
-        self._add_logs(info, partitions, cfg)
-        self._persist_or_undo(info, 0)
+        return overrides
+
+    async def create_topic_staged(self, name: str, partitions: int,
+                                  configs: Mapping[str, object] | None = None) -> TopicInfo:
+        """``create_topic`` for a request served on the event loop, which it does not stall: the
+        partitions' files are made on the worker (creating a file can wait for the file system's
+        journal while fsyncs run), under ``<hex>-staging`` (removed at start-up if a crash leaves it),
+        then each partition directory is renamed into place and opened here, ``OPEN_PER_CALLBACK`` of
+        them per loop callback. The name is reserved meanwhile (another create of it: TOPIC_ALREADY_EXISTS)
+        and the topic appears whole when its metadata is written. All or nothing, as ``create_topic``."""
+        if not self.background.threaded:
+            return self.create_topic(name, partitions, configs)
+        overrides = self._check_new_topic(name, partitions, configs)
+        self._creating.add(name)
+        staging = os.path.join(self.data_dir, f"{uuid.uuid4().hex}{STAGING_SUFFIX}")
+        try:
+            made = asyncio.get_running_loop().create_future()
+
+            def staged(_result, exc) -> None:
+                if not made.done():
+                    made.set_exception(exc) if exc is not None else made.set_result(None)
+            self.background.submit(lambda: _stage_partitions(staging, partitions), staged)
+            try:
+                await made
+            except OSError as e:
+                STORAGE.report("creating a partition", staging, e)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions 0..{partitions - 1} of {name}: "
+                                                    f"{e.strerror or e}") from None
+            info = TopicInfo(name, new_topic_id(), overrides)
+            cfg = self._config_for(overrides)
+            try:
+                for p in range(partitions):
+                    if p and p % OPEN_PER_CALLBACK == 0:
+                        await asyncio.sleep(0)
+                    path = os.path.join(self.data_dir, f"{name}-{p}")
+                    if os.path.exists(path):
+                        self._remove_dir(path)  # stale leftovers must not resurface as data
+                    fileio.rename(os.path.join(staging, str(p)), path)
+                    info.logs.append(self._open_log(name, p, cfg, clean=True))
+            except OSError as e:
+                STORAGE.report("creating a partition", os.path.join(self.data_dir, f"{name}-{len(info.logs)}"), e)
+                self._undo_logs(info, 0)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions 0..{partitions - 1} of "
+                                                    f"{name}: {e.strerror or e}") from None
+            self._persist_or_undo(info, 0)
+        finally:
+            self._creating.discard(name)
+            self.background.submit(lambda: shutil.rmtree(staging, ignore_errors=True))
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         return info
@@ -411,6 +467,7 @@ class LogManager:
                     moved.append((plog.topic, plog.partition, plog.log_start_offset))
             except (OSError, LogError) as e:  # the failed step was undone: the next pass tries again
                 STORAGE.report("log maintenance", plog.dir, e)
+        OPEN_FILES.sweep()  # segment files unused since the last pass close (opened again when used)
         FD_RESERVE.refill()  # descriptors may be back: take the reserve up again
         STORAGE.flush()
         return moved
@@ -458,6 +515,26 @@ class LogManager:
         os.close(self._lock_fd)
         self._lock_fd = None
         return why
+
+
+def _stage_partitions(staging: str, n: int) -> None:
+    """On the worker: ``staging/<p>`` for p < ``n``, each an empty partition as ``PartitionLog`` makes
+    one (the first segment's three files, a checkpoint), so opening it creates no file. On failure
+    what was made is removed and the OSError raised."""
+    try:
+        for p in range(n):
+            d = os.path.join(staging, str(p))
+            os.makedirs(d)
+            for suffix in SEGMENT_SUFFIXES:
+                os.close(fileio.open(os.path.join(d, segment_name(0, suffix)), os.O_WRONLY | os.O_CREAT, 0o644))
+            fd = fileio.open(os.path.join(d, CHECKPOINT_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                fileio.write(fd, b"v1 0 0\n")
+            finally:
+                os.close(fd)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _remove_quietly(path: str) -> None:

@@ -21,7 +21,9 @@ A refusal raises :class:`DataDirFormatError` with one line naming the file, the 
 """
 from __future__ import annotations
 
+import base64
 import os
+import uuid
 
 from .errors import DataDirFormatError
 from .files import atomic_write
@@ -114,9 +116,19 @@ def write(data_dir: str, props: MetaProperties, background=None) -> None:
     atomic_write(os.path.join(data_dir, FILE), props.to_bytes(), background)
 
 
-def new_directory_id() -> str:
-    from .manager import new_topic_id, uuid_to_base64  # Kafka's Uuid rules: never 0 or 1, no leading '-'
+def new_topic_id() -> uuid.UUID:
+    """A random id as Kafka's Uuid.randomUuid: never 0, never 1, base64 form not starting with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not base64.urlsafe_b64encode(u.bytes).startswith(b"-"):
+            return u
 
+
+def uuid_to_base64(u: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+
+
+def new_directory_id() -> str:
     return uuid_to_base64(new_topic_id())
 
 

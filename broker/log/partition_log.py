@@ -56,7 +56,6 @@ from protocol.records import (CONTROL_COMMIT, COMPRESSION_NONE, COMPRESSION_MASK
                               control_coordinator_epoch, control_record_type, iter_records, keyless_records,
                               set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_records)
 
-from . import fileio
 from .background import Inline
 from .config import LogConfig, as_log_config
 from .damage import CHECKED, UNCHECKED, DamageWatch, skip as skip_damage
@@ -67,7 +66,7 @@ from .loading import CHECKPOINT_FILE, LogLoading
 from .syncing import _NO_FLUSH, LogSyncing
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
 from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
-from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles, _open_at_limit
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +439,7 @@ class PartitionLog(LogLoading, LogSyncing):
         if self.durable and self._bg.threaded and self._dir_fd is None:
             try:
                 flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-                self._dir_fd = FD_RESERVE.run(lambda: fileio.open(self.dir, flags))
+                self._dir_fd = _open_at_limit(self.dir, flags)
             except OSError as e:
                 new.delete()
                 raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
@@ -861,12 +860,9 @@ class PartitionLog(LogLoading, LogSyncing):
         """Close every descriptor without writing anything more (after a failed ``close``, or a failed
         load): what the files hold is what the next start recovers."""
         self._close_dir_fd()
-        self._spare, spare = None, self._spare
+        self._spare = None  # holds no descriptor; its tmp files go at the next start
         for seg in self._segments:
             seg.drop_descriptors()
-        if spare is not None:
-            for fd in spare.fds:
-                os.close(fd)
         self._closed = True
         self._finish_flush_future(self._next_flush, None)
 

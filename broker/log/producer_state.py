@@ -45,7 +45,7 @@ from protocol.records import (CONTROL_COMMIT, INT32_MAX, BatchInfo, control_coor
                               crc32c)
 
 from . import fileio
-from .faults import STORAGE
+from .faults import OPEN_FILES, STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +314,7 @@ def load_producer_state(snapshots: "SnapshotFiles", segments, bases: list[int],
     start, ps = found if found is not None else (segments[0].base_offset, ProducerStateManager())
     scanned = 0
     for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+        OPEN_FILES.trim()  # start-up holds no read's descriptor: a long scan keeps to the bound
         fd = seg.fd
         for pos, hdr in seg.headers_from(seg.lookup_position(start) if seg.base_offset < start else 0):
             if hdr[0] + hdr[6] < start:
@@ -385,8 +386,8 @@ class SnapshotFiles:
         if background is None or not background.threaded:
             _write_file(self.dir, name, data, sync=sync)
         else:
-            dir_fd = fileio.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            background.submit(lambda: _write_file(dir_fd, name, data, sync=sync, close_dir=True),
+            here = _DirRef(self.dir)
+            background.submit(lambda: here.run(lambda dir_fd: _write_file(dir_fd, name, data, sync=sync)),
                               lambda _r, exc: _report("writing a producer snapshot", self.dir, exc))
         if offset not in self.offsets:
             self.offsets.append(offset)
@@ -401,12 +402,38 @@ class SnapshotFiles:
         if background is None or not background.threaded:
             _unlink(self.dir, names)
             return
-        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        background.submit(lambda: _unlink(dir_fd, names, close_dir=True),
+        here = _DirRef(self.dir)
+        background.submit(lambda: here.run(lambda dir_fd: _unlink(dir_fd, names)),
                           lambda _r, exc: _report("removing producer snapshots", self.dir, exc))
 
 
-def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir: bool = False) -> None:
+class _DirRef:
+    """A partition directory as it is now, for a background job: the job must work in this directory
+    even if it has been renamed away meanwhile (a deleted topic), never in one that replaced it. Kept
+    as its identity (device, inode), not a descriptor, so queued jobs hold none (at the open-file
+    limit a burst of rolls would queue one each); a job whose directory has gone or been replaced
+    does nothing (the partition is being deleted)."""
+
+    __slots__ = ("path", "ident")
+
+    def __init__(self, path: str):
+        st = os.stat(path)
+        self.path, self.ident = path, (st.st_dev, st.st_ino)
+
+    def run(self, job) -> None:
+        try:
+            dir_fd = fileio.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return
+        try:
+            st = os.fstat(dir_fd)
+            if (st.st_dev, st.st_ino) == self.ident:
+                job(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _write_file(directory, name: str, data: bytes, sync: bool = True) -> None:
     """tmp, fsync (``sync``), rename, in ``directory`` (a path or a directory descriptor). Not
     ``files.atomic_write``: a background job must write into the directory it was given even if that
     one has been renamed away meanwhile (a deleted topic), never into one that replaced it."""
@@ -430,11 +457,11 @@ def _write_file(directory, name: str, data: bytes, sync: bool = True, close_dir:
             pass  # a leftover *.tmp file is removed at start-up
         raise
     finally:
-        if close_dir or not isinstance(directory, int):
+        if not isinstance(directory, int):
             os.close(dir_fd)
 
 
-def _unlink(directory, names: list[str], close_dir: bool = False) -> None:
+def _unlink(directory, names: list[str]) -> None:
     dir_fd = directory if isinstance(directory, int) else os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for name in names:
@@ -443,7 +470,7 @@ def _unlink(directory, names: list[str], close_dir: bool = False) -> None:
             except FileNotFoundError:
                 pass
     finally:
-        if close_dir or not isinstance(directory, int):
+        if not isinstance(directory, int):
             os.close(dir_fd)
 
 

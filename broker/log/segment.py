@@ -10,17 +10,18 @@ The log file holds v2 batches byte-for-byte. Index formats (ours, big-endian):
 Where the entries live (RSS does not grow with retained data):
   * the active segment (and a segment being recovered) keeps them in compact
     ``array``s (4 bytes per offset, 12 per time entry) searched with bisect;
-    it appends them to its files (``fileio.write``) once INDEX_WRITE_BATCH of them
-    are pending (one write per ~64 batches instead of two per batch), and always
-    before a seal, an fsync or a close. A crash can leave the files short of the
-    log: recovery re-scans from the last entry on disk and adds the missing ones
-    (as after any torn index);
+    it appends them to its files (``fileio.write``, the files opened for that write
+    only) once INDEX_WRITE_BATCH of them are pending (one write per ~64 batches
+    instead of two per batch), and always before a seal, an fsync or a close. A
+    crash can leave the files short of the log: recovery re-scans from the last
+    entry on disk and adds the missing ones (as after any torn index);
   * a sealed segment drops its arrays: on its first lookup the files are
     memory-mapped read-only (stdlib ``mmap``) and searched in place (the
     pages are page cache, not heap); its largest timestamp is the time
     index's last entry, read with one pread when first asked for.
-Opening a segment reads no index: ``open_for_append`` / ``recover`` load the
-entries of the segments that need them. Indexes are rebuilt by a header scan
+Opening a segment reads no index and opens no file: the log file is opened on first
+use (``fd``) and closed again when idle or past the bound (``faults.OpenFiles``; README.md,
+"Descriptors"); ``open_for_append`` / ``recover`` load the entries of the segments that need them. Indexes are rebuilt by a header scan
 when missing or inconsistent. Segments are not preallocated.
 
 A segment written by the log cleaner carries a file-name suffix (``suffix``:
@@ -38,6 +39,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 
@@ -45,7 +47,7 @@ from bisect import bisect_left, bisect_right
 from protocol.records import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, crc32c
 
 from . import fileio
-from .faults import STORAGE
+from .faults import FD_RESERVE, OPEN_FILES, OUT_OF_FDS, STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,10 @@ TIME_ENTRY = struct.Struct(">qI")
 SCAN_CHUNK = 256 * 1024
 INDEX_WRITE_BATCH = 64  # pending index entries written at once by the active segment
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# Before Python 3.13 an mmap object keeps a duplicate of the file's descriptor (3.13's trackfd=False
+# drops it): a sealed segment's two mappings then hold two descriptors, counted in OPEN_FILES.
+_MAP_HOLDS_FD = sys.version_info < (3, 13)
+_MAP_OPTIONS = {} if _MAP_HOLDS_FD else {"trackfd": False}
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -93,9 +99,9 @@ _I64 = struct.Struct(">q")
 
 
 class Segment:
-    __slots__ = ("dir", "base_offset", "fd", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
+    __slots__ = ("dir", "base_offset", "_fd", "_closed", "size", "idx_rel", "idx_pos", "time_ts", "time_rel",
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
-                 "created_ms", "_index_fd", "_time_fd", "max_index_entries", "max_time_entries", "next_offset",
+                 "created_ms", "_writes_indexes", "max_index_entries", "max_time_entries", "next_offset",
                  "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail",
                  "check", "damage", "check_mtime")
 
@@ -105,7 +111,10 @@ class Segment:
         self.suffix = suffix  # "" or the cleaner's ".cleaned" / ".swap" (written by change_suffix)
         self.dir = dir_path
         self.base_offset = base_offset
-        self.fd: int | None = None
+        # the log file's descriptor, None while released (faults.OPEN_FILES: ``fd`` opens it again)
+        # or once closed for good (``_closed``: close, delete, drop_descriptors)
+        self._fd: int | None = None
+        self._closed = False
         self.size = 0
         # The index entries: arrays while the segment is appended to or recovered ("loaded"), read-only
         # columns over the memory-mapped files once sealed ("mapped", made on first lookup), None
@@ -125,8 +134,10 @@ class Segment:
         self.bytes_since_index = 0
         self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
         self.created_ms = now_ms
-        self._index_fd: int | None = None
-        self._time_fd: int | None = None
+        # the active segment (and a new one) appends its pending entries to the index files, which it
+        # opens for each group of entries (no descriptor held between them); set by open_for_append
+        # and create, cleared by seal
+        self._writes_indexes = False
         self.max_index_entries = max(1, index_bytes // OFFSET_ENTRY.size)
         self.max_time_entries = max(1, index_bytes // TIME_ENTRY.size)
         self.next_offset = base_offset  # exact only for the active segment and after a scan
@@ -152,24 +163,26 @@ class Segment:
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC
         try:
-            seg.fd = fileio.open(seg.log_path, flags, 0o644)
-            seg._open_index_writers(truncate=True)
+            seg._fd = fileio.open(seg.log_path, flags, 0o644)
+            _create_empty([seg.path(".index"), seg.path(".timeindex")])
         except OSError:
-            for fd in (seg.fd, seg._index_fd, seg._time_fd):
-                if fd is not None:
-                    os.close(fd)
+            if seg._fd is not None:
+                os.close(seg._fd)
+                seg._fd = None
             unlink_all([seg.path(suffix) for suffix in SEGMENT_SUFFIXES])
             raise
         seg._new_arrays()
+        seg._writes_indexes = True
+        OPEN_FILES.used(seg)
         return seg
 
     @classmethod
     def adopt(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
               spare: "SpareFiles") -> "Segment":
         """Make ``spare`` (empty files made ahead of time) the segment at ``base_offset``: three
-        renames, no file creation (creating files can wait for the journal while fsyncs run).
-        All or nothing: if a rename fails, the spare files are closed and removed (under either
-        name) and the OSError is raised."""
+        renames, no file creation (creating files can wait for the journal while fsyncs run) and
+        no descriptor (the log file opens on first use). All or nothing: if a rename fails, the
+        spare files are removed (under either name) and the OSError is raised."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms)
         targets = [seg.path(suffix) for suffix in SEGMENT_SUFFIXES]
         try:
@@ -179,21 +192,65 @@ class Segment:
             spare.discard()
             unlink_all(targets)
             raise
-        seg.fd, seg._index_fd, seg._time_fd = spare.fds
-        spare.fds = []
         seg._new_arrays()
+        seg._writes_indexes = True
         return seg
 
     @classmethod
     def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
              suffix: str = "") -> "Segment":
-        """Open an existing segment; its indexes are read when needed (``open_for_append`` / ``recover``
-        load them, a lookup on a sealed segment maps them)."""
+        """An existing segment; its log file is opened on first use (``fd``), its indexes are read when
+        needed (``open_for_append`` / ``recover`` load them, a lookup on a sealed segment maps them).
+        May run on the worker thread (the cleaner's segments): it only asks the file's size."""
         seg = cls(dir_path, base_offset, index_bytes, interval, now_ms, suffix)
-        seg.fd = fileio.open(seg.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
-        seg.size = os.fstat(seg.fd).st_size
+        seg.size = os.stat(seg.log_path).st_size
         seg._max_ts = seg._max_ts_offset = None
         return seg
+
+    # ---------------------------------------------------------- descriptor
+    @property
+    def fd(self) -> int | None:
+        """The log file's descriptor, opened again if it was released (``faults.OpenFiles``); None
+        once the segment is closed. Use it in the same loop callback only (see ``BatchRef``)."""
+        fd = self._fd
+        if fd is not None:
+            OPEN_FILES.used(self)
+            return fd
+        return None if self._closed else self._reopen()
+
+    @property
+    def held_fd(self) -> int | None:
+        """The descriptor if one is open now (never opens one)."""
+        return self._fd
+
+    @property
+    def descriptors(self) -> int:
+        """How many descriptors this segment holds: its log file's, and its index mappings' before 3.13."""
+        return (self._fd is not None) + (len(self._maps) if _MAP_HOLDS_FD else 0)
+
+    @property
+    def closed(self) -> bool:
+        """Closed for good (close, delete, drop_descriptors); a released descriptor is not closed."""
+        return self._closed
+
+    def _reopen(self) -> int:
+        """Open the log file again by name (the name follows ``change_suffix``). At the open-file limit,
+        idle descriptors are released and then the reserve makes room (faults.py)."""
+        fd = self._fd = _open_at_limit(self.log_path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC)
+        OPEN_FILES.reopened += 1
+        OPEN_FILES.add(self, 1)
+        OPEN_FILES.used(self)
+        return fd
+
+    def release_fd(self) -> None:
+        """Close the descriptor (and a sealed segment's mappings) until the next use (``faults.OpenFiles``
+        decides when: never while a read's ``BatchRef.fd`` may still be in use)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+            OPEN_FILES.add(self, -1)
+        if not self.loaded:  # a sealed segment's mappings (the active one's entries stay in memory)
+            self._drop_entries()
 
     # ---------------------------------------------------------- index entries
     @property
@@ -242,7 +299,7 @@ class Segment:
                     n = os.fstat(fd).st_size // entry.size
                     if n:
                         try:
-                            mm = mmap.mmap(fd, n * entry.size, access=mmap.ACCESS_READ)
+                            mm = mmap.mmap(fd, n * entry.size, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
                             self._maps.append(mm)
                         except OSError:  # e.g. vm.max_map_count reached: read the entries instead
                             mm = os.pread(fd, n * entry.size, 0)
@@ -250,6 +307,9 @@ class Segment:
                     os.close(fd)
             cols += [_Column(mm, fmt, entry.size, off, n) for fmt, off in fields]
         self.idx_rel, self.idx_pos, self.time_ts, self.time_rel = cols
+        if _MAP_HOLDS_FD:
+            OPEN_FILES.add(self, len(self._maps))
+        OPEN_FILES.used(self)  # the mappings are released with the log file's descriptor
 
     def _try_map(self) -> bool:
         """``_map``, False (nothing kept) when the files cannot be opened or mapped now."""
@@ -267,6 +327,8 @@ class Segment:
         maps, self._maps = self._maps, []
         for mm in maps:
             mm.close()
+        if _MAP_HOLDS_FD and maps:
+            OPEN_FILES.add(self, -len(maps))
 
     def _read_max_timestamp(self) -> None:
         """A sealed segment's maximum: the last time-index entry (``seal`` wrote it there)."""
@@ -334,18 +396,12 @@ class Segment:
             prev_t, prev_r = t, r
         return True
 
-    def _open_index_writers(self, truncate: bool = False) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC | (os.O_TRUNC if truncate else 0)
-        self._index_fd = fileio.open(self.path(".index"), flags, 0o644)
-        self._time_fd = fileio.open(self.path(".timeindex"), flags, 0o644)
-
     def _rewrite_indexes(self) -> None:
         """Replace both index files with the in-memory entries (after recovery).
 
         tmp-then-rename without ``atomic_write``'s fsyncs, on purpose: the indexes are derived from
         the log, the segment's next ``sync_job`` fsyncs them, and an index that a power failure
         left old, empty or torn fails ``indexes_sane`` at the next open and is rebuilt."""
-        self._close_index_writers()
         for suffix, entry, a, b in ((".index", OFFSET_ENTRY, self.idx_rel, self.idx_pos),
                                     (".timeindex", TIME_ENTRY, self.time_ts, self.time_rel)):
             tmp = self.path(suffix + ".tmp")
@@ -361,57 +417,72 @@ class Segment:
         """Make this the active segment: entries in memory, index files appended from now on."""
         if not self.loaded:
             self._load_arrays()
-        if self._index_fd is None:
-            self._open_index_writers()
+        self._writes_indexes = True
 
-    def _write_pending_indexes(self) -> None:
-        """Append the entries not yet in the index files (the active segment only). All or nothing:
-        if a write fails, both files are cut back to the entries written before and the OSError
-        is raised (the entries stay pending)."""
-        if self._index_fd is None:
+    def _write_pending_indexes(self, defer_without_fds: bool = False) -> None:
+        """Append the entries not yet in the index files (the active segment only), opening them for
+        this write. All or nothing: if a write fails, both files are cut back to the entries written
+        before and the OSError is raised (the entries stay pending). With ``defer_without_fds`` an
+        open that meets the open-file limit leaves them pending for the next group (the log is
+        written: an index is only a way into it, rebuilt by recovery when short)."""
+        if not self._writes_indexes:
             return
         i0, t0 = self._idx_written, self._time_written
+        n_idx, n_time = len(self.idx_rel), len(self.time_ts)
+        if n_idx == i0 and n_time == t0:
+            return
+        fds: list[int] = []
         try:
-            n = len(self.idx_rel)
-            if n > i0:
-                _write_all(self._index_fd, b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
-                                                    for k in range(i0, n)))
-                self._idx_written = n
-            n = len(self.time_ts)
-            if n > t0:
-                _write_all(self._time_fd, b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
-                                                   for k in range(t0, n)))
-                self._time_written = n
-        except OSError:
-            self._idx_written, self._time_written = i0, t0
-            self._cut_files()
-            raise
+            try:
+                for suffix in (".index", ".timeindex"):
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _O_CLOEXEC
+                    fds.append(fileio.open(self.path(suffix), flags, 0o644) if defer_without_fds
+                               else _open_at_limit(self.path(suffix), flags, 0o644))
+            except OSError as e:
+                if defer_without_fds and e.errno in OUT_OF_FDS:
+                    return
+                raise
+            try:
+                if n_idx > i0:
+                    _write_all(fds[0], b"".join(OFFSET_ENTRY.pack(self.idx_rel[k], self.idx_pos[k])
+                                                for k in range(i0, n_idx)))
+                    self._idx_written = n_idx
+                if n_time > t0:
+                    _write_all(fds[1], b"".join(TIME_ENTRY.pack(self.time_ts[k], self.time_rel[k])
+                                                for k in range(t0, n_time)))
+                    self._time_written = n_time
+            except OSError:
+                self._idx_written, self._time_written = i0, t0
+                self._cut_files(fds)
+                raise
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def _cut_files(self) -> None:
+    def _cut_files(self, index_fds: list[int] | None = None) -> None:
         """Cut the log and index files back to what this object holds (``size``, the entries
-        written), undoing a write step that failed. If that fails too, ``_torn_tail`` makes the
+        written), undoing a write step that failed (the index files through ``index_fds``, or
+        opened here when a cut failed before). If that fails too, ``_torn_tail`` makes the
         next append try again first (the files are opened O_APPEND: data after the size this
         object knows would put the next batch at the wrong position)."""
+        opened: list[int] = []
         try:
-            if self.fd is not None:
-                fileio.ftruncate(self.fd, self.size)
-            if self._index_fd is not None:
-                fileio.ftruncate(self._index_fd, self._idx_written * OFFSET_ENTRY.size)
-                fileio.ftruncate(self._time_fd, self._time_written * TIME_ENTRY.size)
+            if not self._closed:
+                fileio.ftruncate(self.fd, self.size)  # opened again if released since the failed write
+            if index_fds is None and self._torn_tail and self._writes_indexes:
+                for suffix in (".index", ".timeindex"):
+                    opened.append(fileio.open(self.path(suffix), os.O_WRONLY | _O_CLOEXEC))
+                index_fds = opened
+            if index_fds:
+                fileio.ftruncate(index_fds[0], self._idx_written * OFFSET_ENTRY.size)
+                fileio.ftruncate(index_fds[1], self._time_written * TIME_ENTRY.size)
             self._torn_tail = False
         except OSError as e:  # said once per run of failures (a read-only disk fails every append)
             self._torn_tail = True
             STORAGE.report("cutting back a failed write (the next append tries again)", self.log_path, e)
-
-    def _close_index_writers(self) -> None:
-        """Write the pending entries and close the index files (closed even if the write fails)."""
-        try:
-            self._write_pending_indexes()
         finally:
-            for fd in (self._index_fd, self._time_fd):
-                if fd is not None:
-                    os.close(fd)
-            self._index_fd = self._time_fd = None
+            for fd in opened:
+                os.close(fd)
 
     # --------------------------------------------------------------- recovery
     def recover(self, verify_crc: bool, from_last_index_entry: bool, on_batch=None) -> int:
@@ -528,11 +599,12 @@ class Segment:
             self._cut_files()
             if self._torn_tail:
                 raise OSError(errno.EIO, f"{self.log_path} holds the tail of a failed write that cannot be cut")
+        fd = self.fd  # opened again if released: a failure here changes nothing
         pos0 = self.size
         before = (len(self.idx_rel), len(self.time_ts), self._max_ts, self._max_ts_offset, self.bytes_since_index,
                   self.rolling_timestamp)
         try:
-            _write_all(self.fd, data)
+            _write_all(fd, data)
             self.size = pos0 + len(data)
             if pos0 == 0 and batches:
                 self.rolling_timestamp = batches[0][2]
@@ -540,7 +612,7 @@ class Segment:
                 self._track(base, max_ts, pos0 + rel_pos, size)
             if (len(self.idx_rel) - self._idx_written >= INDEX_WRITE_BATCH
                     or len(self.time_ts) - self._time_written >= INDEX_WRITE_BATCH):
-                self._write_pending_indexes()
+                self._write_pending_indexes(defer_without_fds=True)
         except OSError:
             n_idx, n_time, self._max_ts, self._max_ts_offset, self.bytes_since_index, self.rolling_timestamp = before
             del self.idx_rel[n_idx:], self.idx_pos[n_idx:], self.time_ts[n_time:], self.time_rel[n_time:]
@@ -561,14 +633,14 @@ class Segment:
             if self.loaded and self._max_ts >= 0 and (not self.time_ts or self._max_ts > self.time_ts[-1]):
                 self.time_ts.append(self._max_ts)
                 self.time_rel.append(self._max_ts_offset - self.base_offset)
-                if self._time_fd is None:
+                if not self._writes_indexes:
                     self._rewrite_indexes()
             self._write_pending_indexes()  # the maximum last; all or nothing
         except OSError:  # still active and usable: as before the call
             if self.loaded:
                 del self.time_ts[n_time:], self.time_rel[n_time:]
             raise
-        self._close_index_writers()
+        self._writes_indexes = False
         self._drop_entries()
 
     # ------------------------------------------------------------------ reads
@@ -611,7 +683,8 @@ class Segment:
         """Max batch timestamp, or the file's mtime when no batch has one (as Kafka)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        st = os.fstat(self._fd) if self._fd is not None else os.stat(self.log_path)
+        return int(st.st_mtime * 1000)
 
     # -------------------------------------------------------------- lifecycle
     def flush(self) -> None:
@@ -620,56 +693,48 @@ class Segment:
     def sync_job(self):
         """A job that fsyncs this segment's log and index files as they are now.
 
-        The descriptors are duplicated here (on the caller's thread), so the job
-        stays valid if the segment is closed or deleted before it runs: it then
-        syncs the unlinked inodes, which is harmless, and never a reused fd number.
+        The job opens the files by the names they have now, when it runs (on the worker),
+        and closes them after the fsync: it never uses one of the segment's descriptor
+        numbers, which may be closed and reused meanwhile, and a queue of fsync jobs holds no
+        descriptors. A file gone by then (the segment deleted, its topic removed, replaced
+        by the cleaner's fsynced segment) needs no sync. An fsync through a descriptor opened
+        after the data was written covers it: it syncs the file, and Linux reports a
+        writeback error not yet seen to the next fsync whatever descriptor it comes through.
         """
-        fds = self.sync_fds()
-        return lambda: fsync_close(fds)
+        if self._closed:
+            return lambda: None
+        self._write_pending_indexes()
+        paths = [self.path(suffix) for suffix in SEGMENT_SUFFIXES]
+        return lambda: _fsync_paths(paths)
 
     def open_fds(self) -> list[int]:
-        """The descriptors this segment holds open now (its log, and its index writers while active),
-        pending index entries written first."""
-        self._write_pending_indexes()
-        return [fd for fd in (self.fd, self._index_fd, self._time_fd) if fd is not None]
-
-    def sync_fds(self) -> list[int]:
-        """New descriptors of this segment's log and index files (the caller closes them)."""
-        self._write_pending_indexes()
-        fds = [fileio.dup(self.fd)]
-        try:
-            for suffix, writer in ((".index", self._index_fd), (".timeindex", self._time_fd)):
-                if writer is not None:
-                    fds.append(fileio.dup(writer))
-                    continue
-                try:
-                    fds.append(fileio.open(self.path(suffix), os.O_RDONLY | _O_CLOEXEC))
-                except FileNotFoundError:
-                    pass
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return fds
+        """The log file's descriptor (opened again if it was released), for an fsync that borrows
+        descriptor numbers at the open-file limit (``faults.SyncFds``); none once closed."""
+        return [] if self._closed else [self.fd]
 
     def drop_descriptors(self) -> None:
         """Close the files without writing the pending index entries (the disk is failing; recovery
         rebuilds what an index misses)."""
-        for fd in (self._index_fd, self._time_fd, self.fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._index_fd = self._time_fd = self.fd = None
-        self._drop_entries()
+        self._writes_indexes = False
+        self._shut()
 
     def close(self) -> None:
-        self._close_index_writers()
+        self._write_pending_indexes()
+        self._writes_indexes = False
+        self._shut()
+
+    def _shut(self) -> None:
+        """Closed for good: the entries dropped, the descriptor closed and never opened again."""
         self._drop_entries()
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self._closed = True
+        OPEN_FILES.forget(self)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            OPEN_FILES.add(self, -1)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def change_suffix(self, new_suffix: str) -> None:
         """Kafka's ``changeFileSuffixes``: rename the three files from this suffix to ``new_suffix``
@@ -695,31 +760,24 @@ class Segment:
 
 
 class SpareFiles:
-    """Empty log + index files under temporary names, opened as ``Segment.create`` opens them.
+    """Empty log + index files under temporary names (no descriptor held: the segment opens its log
+    file on first use, and opening an existing file does not wait for the journal as creating one can).
 
     Made on the background worker so that a roll only renames. Leftovers are
     ``*.tmp`` files, which start-up removes (they never hold data before the rename).
     """
 
-    __slots__ = ("paths", "fds")
+    __slots__ = ("paths",)
 
     def __init__(self, dir_path: str):
-        self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in (".log", ".index", ".timeindex")]
-        self.fds: list[int] = []
+        self.paths = [os.path.join(dir_path, f"spare{suffix}.tmp") for suffix in SEGMENT_SUFFIXES]
         try:
-            self.fds.append(fileio.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
-                                    0o644))
-            for path in self.paths[1:]:
-                self.fds.append(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC,
-                                        0o644))
+            _create_empty(self.paths)
         except OSError:
             self.discard()
             raise
 
     def discard(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
         unlink_all(self.paths)
 
 
@@ -750,10 +808,40 @@ def fsync_all(fds: list[int]) -> None:
 
 def fsync_close(fds: list[int]) -> None:
     try:
-        for fd in fds:
-            fileio.fsync(fd)
+        fsync_all(fds)
     finally:
         for fd in fds:
+            os.close(fd)
+
+
+def _open_at_limit(path: str, flags: int, mode: int = 0o644) -> int:
+    """``fileio.open``; at the open-file limit, again after idle segment files were released, and
+    then in the room the descriptor reserve makes (faults.py)."""
+    try:
+        return fileio.open(path, flags, mode)
+    except OSError as e:
+        if e.errno not in OUT_OF_FDS:
+            raise
+    OPEN_FILES.make_room()
+    return FD_RESERVE.run(lambda: fileio.open(path, flags, mode))
+
+
+def _create_empty(paths: list[str]) -> None:
+    """Create (or empty) the files, holding no descriptor afterwards."""
+    for path in paths:
+        os.close(fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644))
+
+
+def _fsync_paths(paths: list[str]) -> None:
+    """fsync each file that exists (one descriptor at a time)."""
+    for path in paths:
+        try:
+            fd = fileio.open(path, os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fileio.fsync(fd)
+        finally:
             os.close(fd)
 
 

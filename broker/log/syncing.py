@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 
 from . import fileio
 from .errors import KAFKA_STORAGE_ERROR, LogError
-from .faults import FD_RESERVE, OUT_OF_FDS, STORAGE, SYNC_FDS
+from .faults import OUT_OF_FDS, STORAGE, SYNC_FDS
 from .files import fsync_dir
 from .segment import Segment, fsync_close, fsync_all
 
@@ -30,18 +29,6 @@ FLUSH_RETRY_S = 0.1  # after an fsync that could not start (no descriptor to dup
 
 def _new_future() -> asyncio.Future:
     return asyncio.get_running_loop().create_future()
-
-
-def _dup_for_sync(segments: list[Segment]) -> list[int]:
-    fds: list[int] = []
-    try:
-        for seg in segments:
-            fds += seg.sync_fds()
-    except OSError:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return fds
 
 
 class LogSyncing:
@@ -115,7 +102,7 @@ class LogSyncing:
                 keep = 0
             else:
                 continue
-            if seg.fd is not None and seg.size > keep:
+            if not seg.closed and seg.size > keep:
                 try:
                     fileio.ftruncate(seg.fd, keep)
                 except OSError as e:
@@ -145,7 +132,7 @@ class LogSyncing:
                 self._start_flush(self._leo)
         return fut
 
-    def _start_flush(self, target: int, segments: list[Segment] | None = None) -> None:
+    def _start_flush(self, target: int, segments: list[Segment] | None = None, lend: bool = False) -> None:
         """Submit one background fsync of ``segments`` (default: rolled + active) for offsets < ``target``."""
         fut = None  # a flush of rolled segments only answers nobody: appends wait for one covering the log end
         if segments is None:
@@ -160,23 +147,21 @@ class LogSyncing:
             mark = (next((s for s in self._segments if s.base_offset == target), None), 0)
             self._pending_flush = [s for s in self._pending_flush if s not in segments]
         lent = None
-        try:  # dup'd fds: immune to a later delete/close; at the open-file limit the reserve makes room
-            fds = FD_RESERVE.run(lambda: _dup_for_sync(segments))
-        except OSError as e:
-            if e.errno in OUT_OF_FDS:  # numbers held for this: no descriptor is allocated (faults.SyncFds)
-                try:
-                    lent = SYNC_FDS.lend([fd for seg in segments for fd in seg.open_fds()])
-                except OSError:
-                    lent = None
-            if lent is None:  # nothing was synced, nothing is lost; try again shortly
-                self.storage_errors += 1
-                STORAGE.report("starting an fsync", self.dir, e)
-                self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
-                if fut is not None:
-                    self._next_flush = fut  # its waiters are answered when a later try completes
-                asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
-                return
-            fds = lent
+        if lend:  # the last try met the open-file limit: borrow numbers held for this (faults.SyncFds)
+            try:
+                lent = SYNC_FDS.lend([fd for seg in segments for fd in seg.open_fds()])
+            except OSError:
+                lent = None
+        try:  # the jobs open the files by name when they run (Segment.sync_job): they hold no descriptor
+            jobs = [] if lent else [seg.sync_job() for seg in segments]
+        except OSError as e:  # writing the pending index entries failed: nothing is lost; try again shortly
+            self.storage_errors += 1
+            STORAGE.report("starting an fsync", self.dir, e)
+            self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
+            if fut is not None:
+                self._next_flush = fut  # its waiters are answered when a later try completes
+            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
+            return
         # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
         directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
         dir_fd = None
@@ -185,7 +170,10 @@ class LogSyncing:
         self._flushing = True
 
         def run():
-            (fsync_all if lent else fsync_close)(fds)
+            if lent:
+                fsync_all(lent)
+            for job in jobs:
+                job()
             if dir_fd is not None:
                 fsync_close([dir_fd])
             elif directory is not None:
@@ -200,13 +188,13 @@ class LogSyncing:
             self._flush_done(target, segments, fut, exc, mark)
         self._bg.submit(run, done)
 
-    def _retry_flush(self) -> None:
+    def _retry_flush(self, lend: bool = False) -> None:
         if not self._closed and self.offline is None and not self._flushing and (
                 self._next_flush is not None or self._pending_flush):
             if self._next_flush is not None:
-                self._start_flush(self._leo)
+                self._start_flush(self._leo, lend=lend)
             else:
-                self._start_flush(self._segments[-1].base_offset, list(self._pending_flush))
+                self._start_flush(self._segments[-1].base_offset, list(self._pending_flush), lend=lend)
 
     def _flush_done(self, target: int, segments: list[Segment], fut, exc, mark=(None, 0)) -> None:
         """On the loop after a background fsync: move the recovery point (checkpoint failures are
@@ -214,16 +202,17 @@ class LogSyncing:
         whatever else fails. A failed fsync takes the partition offline (``_go_offline``)."""
         self._flushing = False
         if exc is not None and getattr(exc, "errno", None) in OUT_OF_FDS and not self._closed:
-            # the directory could not be opened for its fsync: nothing failed to reach the disk, but the sync
-            # is not complete; it runs again whole shortly (its waiters wait on)
-            STORAGE.report("opening the directory for an fsync", self.dir, exc)
+            # a file or the directory could not be opened for its fsync (the open-file limit): nothing failed to
+            # reach the disk, but the sync is not complete; it runs again whole shortly, on borrowed descriptor
+            # numbers (faults.SyncFds), and its waiters wait on
+            STORAGE.report("opening files for an fsync", self.dir, exc)
             self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
             if fut is not None and not fut.done():
                 if self._next_flush is not None:  # one future for all waiters
                     self._next_flush.add_done_callback(lambda f, fut=fut: self._finish_flush_future(fut, f.exception()))
                 else:
                     self._next_flush = fut
-            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush)
+            asyncio.get_running_loop().call_later(FLUSH_RETRY_S, self._retry_flush, True)
             return
         try:
             if exc is not None:

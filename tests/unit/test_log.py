@@ -313,9 +313,7 @@ def test_index_entries_written_in_batches_and_rebuilt_after_a_crash(tmp_path):
     seg = plog._segments[-1]
     on_disk = (path / "00000000000000000000.index").stat().st_size // OFFSET_ENTRY.size
     assert on_disk == INDEX_WRITE_BATCH < len(seg.idx_rel)  # the last ones are pending
-    for fd in (seg.fd, seg._index_fd, seg._time_fd):  # kill -9: nothing more is written
-        os.close(fd)
-    seg.fd = seg._index_fd = seg._time_fd = None
+    seg.drop_descriptors()  # kill -9: nothing more is written
     again = open_log(path, cfg)
     for off in range(0, 2 * n, 5):
         assert again.read(off, 1)[0].base_offset == off - off % 2
