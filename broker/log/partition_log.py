@@ -66,7 +66,7 @@ from .loading import CHECKPOINT_FILE, LogLoading
 from .syncing import _NO_FLUSH, LogSyncing
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
 from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
-from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles, _open_at_limit
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,6 @@ class PartitionLog(LogLoading, LogSyncing):
         # durable mode: (marker offset, first offset) of transactions whose marker is not yet synced: they stay
         # unstable (below the LSO) until it is, so a read_committed reader sees a transaction end once on disk
         self._unsynced_markers: list[tuple[int, int]] = []
-        # durable mode: the directory, opened at a roll for the fsync that makes the new segment's entry durable
-        # (so that fsync needs no descriptor at the open-file limit); taken by that fsync, which closes it
-        self._dir_fd: int | None = None
         # fsync / unlink / checkpoint-sync jobs: Inline (synchronous) unless a Background worker is given
         self._bg = background or Inline()
         self._flushing = False           # a background fsync of this log is running
@@ -436,13 +433,6 @@ class PartitionLog(LogLoading, LogSyncing):
                                                             cfg.index_interval_bytes, now))
         except OSError as e:
             raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
-        if self.durable and self._bg.threaded and self._dir_fd is None:
-            try:
-                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-                self._dir_fd = _open_at_limit(self.dir, flags)
-            except OSError as e:
-                new.delete()
-                raise self._storage_error("roll (creating the next segment)", self.dir, e) from e
         try:
             old.seal()
         except OSError as e:
@@ -841,7 +831,6 @@ class PartitionLog(LogLoading, LogSyncing):
             self.abandon()
             raise OSError(errno.EIO, str(self.offline))
         self._segments[-1].seal()
-        self._close_dir_fd()
         self._bg = Inline()
         self._discard_spare()
         self.flush()
@@ -851,15 +840,9 @@ class PartitionLog(LogLoading, LogSyncing):
             seg.close()
         self._closed = True
 
-    def _close_dir_fd(self) -> None:
-        fd, self._dir_fd = self._dir_fd, None
-        if fd is not None:
-            os.close(fd)
-
     def abandon(self) -> None:
         """Close every descriptor without writing anything more (after a failed ``close``, or a failed
         load): what the files hold is what the next start recovers."""
-        self._close_dir_fd()
         self._spare = None  # holds no descriptor; its tmp files go at the next start
         for seg in self._segments:
             seg.drop_descriptors()
@@ -868,7 +851,6 @@ class PartitionLog(LogLoading, LogSyncing):
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory itself too)."""
-        self._close_dir_fd()
         self._discard_spare()
         for seg in self._segments:
             seg.delete()

@@ -806,14 +806,6 @@ def fsync_all(fds: list[int]) -> None:
         fileio.fsync(fd)
 
 
-def fsync_close(fds: list[int]) -> None:
-    try:
-        fsync_all(fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
 def _open_at_limit(path: str, flags: int, mode: int = 0o644) -> int:
     """``fileio.open``; at the open-file limit, again after idle segment files were released, and
     then in the room the descriptor reserve makes (faults.py)."""

@@ -17,9 +17,9 @@ import logging
 
 from . import fileio
 from .errors import KAFKA_STORAGE_ERROR, LogError
-from .faults import OUT_OF_FDS, STORAGE, SYNC_FDS
+from .faults import OPEN_FILES, OUT_OF_FDS, STORAGE, SYNC_FDS
 from .files import fsync_dir
-from .segment import Segment, fsync_close, fsync_all
+from .segment import Segment, fsync_all
 
 log = logging.getLogger("broker.log.partition_log")
 
@@ -164,9 +164,6 @@ class LogSyncing:
             return
         # Kafka's LocalLog.flush: a segment new since the recovery point needs its directory entry synced
         directory = self.dir if any(seg.base_offset >= self._recovery_point for seg in segments) else None
-        dir_fd = None
-        if directory is not None and self._segments[-1] in segments:  # the fd opened by the roll that made it
-            dir_fd, self._dir_fd = self._dir_fd, None  # (durable mode); else the job opens the directory
         self._flushing = True
 
         def run():
@@ -174,9 +171,7 @@ class LogSyncing:
                 fsync_all(lent)
             for job in jobs:
                 job()
-            if dir_fd is not None:
-                fsync_close([dir_fd])
-            elif directory is not None:
+            if directory is not None:
                 try:
                     fsync_dir(directory)
                 except FileNotFoundError:  # renamed away: the topic is being deleted
@@ -206,6 +201,7 @@ class LogSyncing:
             # reach the disk, but the sync is not complete; it runs again whole shortly, on borrowed descriptor
             # numbers (faults.SyncFds), and its waiters wait on
             STORAGE.report("opening files for an fsync", self.dir, exc)
+            OPEN_FILES.make_room()  # idle segment files closed: room for the next try's opens
             self._pending_flush = [s for s in segments if s is not self._segments[-1]] + self._pending_flush
             if fut is not None and not fut.done():
                 if self._next_flush is not None:  # one future for all waiters
