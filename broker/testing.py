@@ -46,13 +46,15 @@ class BrokerProcess:
     default_config: dict[str, str] = {}
 
     def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
-                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0):
+                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0,
+                 env: dict[str, str] | None = None):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="sharebroker-"))
         self.config = {**BrokerProcess.default_config, **(config or {})}
         self.host = host
         self.port = port
         self.start_timeout = start_timeout
+        self.env = dict(env or {})  # added to this process's environment for the broker's
         self.proc: subprocess.Popen | None = None
         self.log_lines: list[str] = []
         self.checked_lines = 0
@@ -92,7 +94,7 @@ class BrokerProcess:
         # One event per process: the drain thread of a killed predecessor must not signal this one.
         self._ready = ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         drainer = threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True)
         drainer.start()
         self._drainers.append(drainer)

@@ -72,6 +72,7 @@ from broker.testing import BrokerProcess
 INVARIANTS = ("acked", "offsets", "share", "committed")
 LIVE_KINDS = ("enospc", "emfile")
 REPAIR_KINDS = ("readonly", "eio")
+POWERCUT = "powercut"
 
 DATA, TXN = "data", "txn"
 DATA_PARTITIONS = 2
@@ -239,6 +240,115 @@ class Disk:
             if _run("umount", str(self.tmpfs)).returncode:
                 _run("umount", "-l", str(self.tmpfs))
             self._tmpfs_mounted = False
+
+
+class PowerCut:
+    """A power cut modelled from the broker's sync journal (``broker/log/fileio.py``, ``SHAREBROKER_SYNC_JOURNAL``).
+
+    The broker (and its cleaner worker) run with the journal on: every create, fsync (succeeded, with the
+    size it covers, or failed) and ftruncate through the file layer is a line keyed by inode. ``cut``, after
+    kill -9, makes the data directory what a power cut would leave:
+
+    - every regular file is cut to the size its inode had when its last successful fsync started (0 when it
+      was never fsynced since it was created): what no fsync covered is gone;
+    - the bytes between the last successful fsync and the size at a *failed* fsync read as zeros even when
+      a later fsync succeeded (after a failed fsync the kernel may have marked the pages clean without
+      writing them, PostgreSQL's "fsyncgate"), unless an ftruncate cut them off meanwhile.
+
+    Limits (not modelled): directories (a file created, renamed or unlinked counts as durable at once:
+    ``atomic_write``'s tmp file is fsynced under its inode before the rename, which is what is checked);
+    an unsynced ftruncate counts as durable; bytes rewritten in place after a failed fsync still read as
+    zeros; writes not made through the file layer (the broker's lock file) count as never synced. Two
+    fsyncs of one file finishing out of order count as the larger size (it only ever keeps more).
+    ``faults`` arms random EIO/ENOSPC on the broker's writes and fsyncs (``PATH.faults``) until ``lift``.
+    """
+
+    def __init__(self, journal: Path):
+        self.journal = Path(journal)
+        self.journal.touch()
+        self.pos = 0
+        self.state: dict[tuple[int, int], list] = {}  # (dev, ino) -> [synced size, [(start, end) lost]]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SHAREBROKER_SYNC_JOURNAL": str(self.journal)}
+
+    def faults(self, error: str, rate: float, ops: str) -> str:
+        Path(f"{self.journal}.faults").write_text(f"{error} {rate} {ops}\n")
+        return f"random {error} on {rate:.1%} of {ops}"
+
+    def lift(self) -> None:
+        Path(f"{self.journal}.faults").unlink(missing_ok=True)
+
+    def _read(self) -> None:
+        with open(self.journal, "rb") as f:
+            f.seek(self.pos)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a line being written as the broker was killed: read at the next cut
+        self.pos += end
+        for line in data[:end].decode().splitlines():
+            what, dev, ino, *size = line.split()
+            key = (int(dev), int(ino))
+            if what == "new":
+                self.state[key] = [0, []]
+                continue
+            st = self.state.setdefault(key, [0, []])
+            n = int(size[0])
+            if what == "ok":
+                st[0] = max(st[0], n)
+            elif what == "fail":
+                if n > st[0]:
+                    st[1].append((st[0], n))
+            else:  # trunc
+                st[0] = min(st[0], n)
+                st[1] = [(a, min(b, n)) for a, b in st[1] if a < n]
+
+    def cut(self, data_dir: Path) -> str:
+        """After kill -9: the data directory as a power cut leaves it (the class docstring)."""
+        self._read()
+        files = dropped = zeroed = 0
+        for path in sorted(Path(data_dir).rglob("*")):
+            if not path.is_file() or path.is_symlink():
+                continue
+            st = path.stat()
+            key = (st.st_dev, st.st_ino)
+            synced, lost = self.state.get(key, (0, []))
+            keep = min(st.st_size, synced)
+            with open(path, "r+b") as f:
+                if keep < st.st_size:
+                    f.truncate(keep)
+                    dropped += st.st_size - keep
+                    files += 1
+                for a, b in lost:
+                    b = min(b, keep)
+                    if a < b:
+                        f.seek(a)
+                        f.write(bytes(b - a))
+                        zeroed += b - a
+            self.state[key] = [keep, []]  # what is left is on disk
+        return f"power cut: {files} files cut, {dropped} unsynced bytes dropped, {zeroed} bytes zeroed"
+
+
+def child_pids(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def wait_gone(pids: list[int], deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    for pid in pids:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
+            try:  # a zombie until its parent (init, the broker being dead) reaps it: gone for our purpose
+                if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                    break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.01)
 
 
 def limit_open_files(pid: int, rng: random.Random) -> tuple[str, tuple[int, int]]:
@@ -690,8 +800,12 @@ def log_digest(lines: list[str]) -> str:
 class Torture:
     def __init__(self, root: Path, seed: int, cycles: int, budget: int = 1_000_000,
                  hold_s: tuple[float, float] = (1.0, 4.0), run_s: tuple[float, float] = (0.5, 3.0),
-                 recovery_s: float = 30.0, kinds: tuple[str, ...] | None = None, out=print):
+                 recovery_s: float = 30.0, kinds: tuple[str, ...] | None = None, out=print,
+                 config: dict[str, str] | None = None):
         self.root, self.seed, self.cycles = Path(root), seed, cycles
+        self.config = {**BROKER_CONFIG, **(config or {})}
+        self.powercut: PowerCut | None = None
+        self.kinds_run: Counter = Counter()  # fault kinds, and the I/O errors armed in power-cut cycles
         self.rng = random.Random(seed)
         self.budget, self.hold_s, self.run_s, self.recovery_s = budget, hold_s, run_s, recovery_s
         self.out, self.only_kinds = out, kinds
@@ -710,7 +824,8 @@ class Torture:
 
     def plan(self) -> list[str]:
         """The fault kinds of the cycles: every kind the disk allows in each round of len(kinds) cycles."""
-        kinds, out = [k for k in self.disk.kinds if not self.only_kinds or k in self.only_kinds], []
+        kinds = [k for k in self.disk.kinds + (POWERCUT,) if not self.only_kinds or k in self.only_kinds]
+        out = []
         while len(out) < self.cycles:
             self.rng.shuffle(kinds)
             out += kinds
@@ -720,7 +835,8 @@ class Torture:
         self.disk.mount()
         if self.disk.note:
             self.log(self.disk.note)
-        self.broker = BrokerProcess(self.disk.data_dir, config=BROKER_CONFIG).start()
+        self.powercut = PowerCut(self.root / "sync.journal")  # beside the tmpfs: it outlives a repair
+        self.broker = BrokerProcess(self.disk.data_dir, config=self.config, env=self.powercut.env).start()
         bs = self.broker.bootstrap
         from confluent_kafka.admin import NewTopic
         from tests.support import set_group_configs
@@ -781,9 +897,18 @@ class Torture:
             detail, restore = limit_open_files(b.proc.pid, rng)
         elif kind == "readonly":
             detail = self.disk.make_readonly()
+        elif kind == POWERCUT:  # random I/O errors on writes and fsyncs (or none) until the cut
+            error = rng.choice((None, "EIO", "ENOSPC"))
+            self.kinds_run[f"{POWERCUT} with {error or 'no'} I/O errors"] += 1
+            detail = (self.powercut.faults(error, rng.choice((0.002, 0.01, 0.05)),
+                                           rng.choice(("write", "fsync", "write,fsync")))
+                      if error else "no I/O errors")
         else:
             detail = self.disk.shut_down()
         self.faults.append(f"{ctx}: {detail}")
+        self.kinds_run[kind] += 1
+        if kind == POWERCUT:
+            mode = "power cut"
         self.log(f"cycle {n}: {kind} after {run:.2f} s for {hold:.2f} s ({detail}), then {mode}")
         log_mark = len(b.log_lines)
         time.sleep(hold)  # the fault lasts a random time while the workload goes on
@@ -801,6 +926,12 @@ class Torture:
                 self.wait_progress(f"{ctx} after lifting")
                 self.log(f"cycle {n}: check after lifting: {check(b.bootstrap, self.ledger)}")
             self.restart(mode)
+        elif kind == POWERCUT:
+            children = child_pids(b.proc.pid) if b.proc is not None else []
+            self.restart("kill9")
+            wait_gone(children)  # the cleaner worker dies with the broker: no write after the cut
+            self.powercut.lift()
+            self.log(f"cycle {n}: {self.powercut.cut(self.disk.data_dir)}")
         else:
             self.restart(mode)
             self.log(f"cycle {n}: repair: {self.disk.repair()}")
@@ -849,11 +980,13 @@ class Torture:
         rep = {"seed": self.seed, "cycles": self.cycles_run, "violations": {k: len(v[k]) for k in INVARIANTS},
                "stalls": len(self.stalls), "unclean_stops": len(self.unclean_stops), "counts": dict(self.ledger.counts),
                "acked": len(self.ledger.acked), "errors": list(self.ledger.errors),
-               "tracebacks": sum("Traceback" in line for line in (self.broker.log_lines if self.broker else []))}
+               "tracebacks": sum("Traceback" in line for line in (self.broker.log_lines if self.broker else [])),
+               "faults": dict(self.kinds_run)}
         kinds = Counter(tb.splitlines()[-1][:160] for tb in whole_tracebacks(self.broker.log_lines if self.broker else []))
         rep["traceback_kinds"] = dict(kinds)
         for line, k in kinds.most_common(8):
             self.log(f"broker traceback x{k}: {line}")
+        self.log(f"faults: {dict(self.kinds_run)}")
         self.log(f"cycles run {rep['cycles']}; violations: "
                  + ", ".join(f"{k} {len(v[k])}" for k in INVARIANTS)
                  + f"; stalls {rep['stalls']}; unclean stops {rep['unclean_stops']}; broker tracebacks {rep['tracebacks']}; "
@@ -876,12 +1009,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.integration.storage_torture", description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
-    ap.add_argument("--kinds", default=None, help="comma-separated subset of " + ",".join(LIVE_KINDS + REPAIR_KINDS))
+    ap.add_argument("--kinds", default=None,
+                    help="comma-separated subset of " + ",".join(LIVE_KINDS + REPAIR_KINDS + (POWERCUT,)))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting, e.g. sharebroker.durability=page-cache (power cuts then lose "
+                         "acknowledged records: the acked invariant fails)")
     ap.add_argument("--dir", default=None, help="where to mount the tmpfs (default: a new temporary directory)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     root = Path(args.dir or tempfile.mkdtemp(prefix="sharebroker-torture-"))
-    t = Torture(root, seed, args.cycles, kinds=tuple(args.kinds.split(",")) if args.kinds else None)
+    t = Torture(root, seed, args.cycles, kinds=tuple(args.kinds.split(",")) if args.kinds else None,
+                config=dict(kv.split("=", 1) for kv in args.set))
     try:
         rep = t.run()
     except MountRefused as e:
