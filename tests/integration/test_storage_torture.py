@@ -1,6 +1,6 @@
 """Storage fault torture, bounded: one cycle of each real fault (disk full, open-file limit, read-only
 filesystem, I/O errors), and power cuts after random I/O errors, under a running broker with idempotent,
-transactional, share-group, consumer-group and exactly-once pipeline clients; the invariants of
+transactional, share-group and consumer-group clients; the invariants of
 ``storage_torture`` after each fault is lifted and after each restart (SIGTERM and kill -9 alternately,
 or the power cut).
 
