@@ -46,7 +46,8 @@ class BrokerProcess:
     default_config: dict[str, str] = {}
 
     def __init__(self, data_dir: str | Path | None = None, config: dict[str, str] | None = None,
-                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0, open_files: int | None = None):
+                 port: int = 0, host: str = "127.0.0.1", start_timeout: float = 30.0, open_files: int | None = None,
+                 env: dict[str, str] | None = None):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="sharebroker-"))
         self.config = {**BrokerProcess.default_config, **(config or {})}
@@ -54,6 +55,7 @@ class BrokerProcess:
         self.port = port
         self.start_timeout = start_timeout
         self.open_files = open_files  # the broker's RLIMIT_NOFILE (soft and hard), e.g. to test at a low limit
+        self.env = dict(env or {})  # added to this process's environment for the broker's
         self.proc: subprocess.Popen | None = None
         self.log_lines: list[str] = []
         self.checked_lines = 0
@@ -93,7 +95,7 @@ class BrokerProcess:
         # One event per process: the drain thread of a killed predecessor must not signal this one.
         self._ready = ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=self._limits())
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, preexec_fn=self._limits())
         drainer = threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True)
         drainer.start()
         self._drainers.append(drainer)

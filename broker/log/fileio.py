@@ -24,11 +24,29 @@ not how a write step fails, and undoing a step uses ``unlink``).
 
 Code that writes files of its own (coordinators through the log, the cleaner, other components)
 adopts the layer by calling these names instead of ``os.*``.
+
+Sync journal (test-only, for power-cut tests): with ``SHAREBROKER_SYNC_JOURNAL=PATH`` in the environment
+of the process that imports this module (the broker and its cleaner worker), ``open``, ``fsync`` and
+``ftruncate`` are bound to wrappers that append one line per call to PATH (``O_APPEND``, never fsynced:
+it only has to survive kill -9, which the page cache does), keyed by inode:
+
+- ``new DEV INO``: a file opened with ``O_CREAT`` that is empty (or ``O_TRUNC``): its inode is a new file;
+- ``ok DEV INO SIZE``: an fsync succeeded; SIZE, taken before it started, is covered by it;
+- ``fail DEV INO SIZE``: an fsync failed with the file SIZE long; ``trunc DEV INO SIZE``: a ftruncate.
+
+A harness then models a power cut from the journal alone (``tests/integration/storage_torture.py``,
+``PowerCut``). With it, ``PATH.faults`` holding ``ERRNO RATE OPS`` (e.g. ``EIO 0.02 write,fsync``) makes
+each of those calls fail with that probability while the file exists (read at most every 50 ms); a write
+chosen to fail writes half of its bytes first, as with :class:`FaultInjector`. Unset, nothing of this is
+bound: the names are the ``os`` functions.
 """
 from __future__ import annotations
 
+import builtins as _builtins
 import errno as _errno
 import os as _os
+import random as _random
+import time as _time
 
 open = _os.open  # noqa: A001 - the os function under its own name
 write = _os.write
@@ -37,6 +55,82 @@ ftruncate = _os.ftruncate
 rename = _os.rename
 replace = _os.replace
 dup = _os.dup
+
+SYNC_JOURNAL_ENV = "SHAREBROKER_SYNC_JOURNAL"
+
+
+class _SyncJournal:
+    """The test-only sync journal and random faults (module docstring); ``install`` rebinds the names."""
+
+    def __init__(self, path: str):
+        self.fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND, 0o644)
+        self.faults_path = path + ".faults"
+        self.rule: tuple[int, float, frozenset] | None = None
+        self.next_check = 0.0
+        self.monotonic, self.random = _time.monotonic, _random.Random().random
+
+    def note(self, what: str, fd: int, size: int | None = None) -> None:
+        st = _os.fstat(fd)
+        line = f"{what} {st.st_dev} {st.st_ino}" + ("" if size is None else f" {size}") + "\n"
+        _os.write(self.fd, line.encode())
+
+    def fault(self, op: str) -> int | None:
+        """The errno this call fails with, when ``PATH.faults`` says so and the dice agree."""
+        now = self.monotonic()
+        if now >= self.next_check:
+            self.next_check = now + 0.05
+            try:
+                with _builtins.open(self.faults_path) as f:  # this module's ``open`` is os.open
+                    name, rate, ops = f.read().split()
+                self.rule = (getattr(_errno, name), float(rate), frozenset(ops.split(",")))
+            except (OSError, ValueError, AttributeError):
+                self.rule = None
+        rule = self.rule
+        if rule is not None and op in rule[2] and self.random() < rule[1]:
+            return rule[0]
+        return None
+
+    def install(self, names: dict) -> None:
+        real_open, real_write, real_fsync, real_ftruncate = _os.open, _os.write, _os.fsync, _os.ftruncate
+
+        def j_open(path, flags, *args, **kwargs):
+            fd = real_open(path, flags, *args, **kwargs)
+            if flags & _os.O_CREAT and (flags & _os.O_TRUNC or _os.fstat(fd).st_size == 0):
+                self.note("new", fd)
+            return fd
+
+        def j_write(fd, data):
+            err = self.fault("write")
+            if err is None:
+                return real_write(fd, data)
+            if len(data) > 1:
+                real_write(fd, memoryview(data)[:len(data) // 2])
+            raise OSError(err, f"{_os.strerror(err)} (injected: {SYNC_JOURNAL_ENV} faults)")
+
+        def j_fsync(fd):
+            size = _os.fstat(fd).st_size
+            err = self.fault("fsync")
+            try:
+                if err is not None:
+                    raise OSError(err, f"{_os.strerror(err)} (injected: {SYNC_JOURNAL_ENV} faults)")
+                real_fsync(fd)
+            except OSError:
+                try:
+                    self.note("fail", fd, _os.fstat(fd).st_size)
+                except OSError:  # a closed descriptor: nothing was written through it
+                    pass
+                raise
+            self.note("ok", fd, size)
+
+        def j_ftruncate(fd, length):
+            real_ftruncate(fd, length)
+            self.note("trunc", fd, length)
+
+        names.update(open=j_open, write=j_write, fsync=j_fsync, ftruncate=j_ftruncate)
+
+
+if _os.environ.get(SYNC_JOURNAL_ENV):
+    _SyncJournal(_os.environ[SYNC_JOURNAL_ENV]).install(globals())
 
 OPERATIONS = ("open", "write", "fsync", "ftruncate", "rename", "replace", "dup")
 _ORIGINAL = {name: globals()[name] for name in OPERATIONS}
