@@ -36,6 +36,7 @@ SETTING = "sharebroker.loop.stall.log.ms"
 TICK_S = 0.005
 MAX_SAMPLES = 50
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+_SITE = os.sep + "site-packages" + os.sep  # installed packages (a virtual environment inside the repository)
 _CLI = os.path.join("broker", "cli.py")  # its main() runs the loop: the innermost frame while uvloop's C code runs
 
 
@@ -52,7 +53,7 @@ def _where(frame, depth: int = 3) -> str:
     f = frame
     while f is not None and len(out) < depth:
         path = f.f_code.co_filename
-        if path.startswith(_HERE) and "loop_watch" not in path:
+        if path.startswith(_HERE) and "loop_watch" not in path and _SITE not in path:
             out.append(f"{os.path.relpath(path, _HERE)}:{f.f_lineno} {f.f_code.co_name}")
         f = f.f_back
     if not out and frame is not None:
