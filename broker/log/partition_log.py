@@ -119,6 +119,7 @@ class PartitionLog(LogLoading, LogSyncing):
         self._flushing = False           # a background fsync of this log is running
         self._next_flush = None          # future of the fsync requested while one was running
         self._ckpt_written: tuple[int, int] | None = None  # (log start, recovery point) in the file
+        self._ckpt_ms = 0  # when it was last written (self.clock())
         self._spare: SpareFiles | None = None  # next segment's files, made on the worker
         self._spare_pending = False
         self._spare_retry_at = 0.0  # time.monotonic() before which _prepare_spare does not try again
@@ -209,6 +210,7 @@ class PartitionLog(LogLoading, LogSyncing):
         atomic_write(os.path.join(self.dir, CHECKPOINT_FILE), f"v1 {state[0]} {state[1]}\n".encode(), self._bg,
                      on_error=self._on_bg_error)
         self._ckpt_written = state
+        self._ckpt_ms = self.clock()
 
     def _try_checkpoint(self) -> bool:
         """``_write_checkpoint`` where a failure must not fail the caller: the failure is logged and

@@ -24,6 +24,7 @@ from .segment import Segment, fsync_all
 log = logging.getLogger("broker.log.partition_log")
 
 _NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
+CHECKPOINT_EVERY_MS = 1000  # durable mode: the recovery point is written at most this often after fsyncs
 FLUSH_RETRY_S = 0.1  # after an fsync that could not start (no descriptor to duplicate): its waiters wait on
 
 
@@ -219,7 +220,10 @@ class LogSyncing:
                     self._synced(target, mark)
                 if target > self._recovery_point:
                     self._recovery_point = target
-                    self._try_checkpoint()
+                    # durable mode syncs all the time: the checkpoint (only a shorter recovery) follows at most
+                    # every CHECKPOINT_EVERY_MS, and at every maintenance pass and close
+                    if not self.durable or self.clock() - self._ckpt_ms >= CHECKPOINT_EVERY_MS:
+                        self._try_checkpoint()
         finally:
             self._finish_flush_future(fut, exc)
         if self._closed or self.offline is not None:

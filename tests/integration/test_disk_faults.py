@@ -215,7 +215,7 @@ def test_reads_failing_with_eio_answer_kafka_storage_error(tmp_path):
     the partition, on a connection that stays open, with no traceback. Before, the share fetch's log
     read raised the OSError out of the handler: the connection was closed after an internal error."""
     from protocol.messages.fetch import FetchRequest
-    from tests.integration.storage_torture import EXT4_IOC_SHUTDOWN
+    from tests.integration.torture_faults import EXT4_IOC_SHUTDOWN
     from tests.integration.test_share_protocol import Setup, part
 
     with ext4_on_loop(tmp_path / "disk") as disk:

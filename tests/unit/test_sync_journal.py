@@ -1,5 +1,5 @@
 """The sync journal of the file layer (``SHAREBROKER_SYNC_JOURNAL``) and the power cut modelled from it
-(``tests/integration/storage_torture.PowerCut``), on plain files in a child process: what an fsync
+(``tests/integration/torture_faults.PowerCut``), on plain files in a child process: what an fsync
 covered survives the cut, what none covered is gone, what a failed fsync covered reads as zeros even
 after a later fsync succeeded, a ftruncate removes that loss, and a file never fsynced is emptied.
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from broker.log import fileio
-from tests.integration.storage_torture import PowerCut
+from tests.integration.torture_faults import PowerCut
 
 SCENARIO = r"""
 import errno, os, sys, time
