@@ -6,12 +6,13 @@ import uuid
 
 import pytest
 
-from broker.handlers.metadata import Spliced, entry_bytes, topic_entry
+from broker.handlers.metadata import Spliced, entry_bytes, own_entry_bytes
 from protocol.errors import Errors
 from protocol.messages.metadata import MetadataResponse
 
 _T = MetadataResponse.MetadataResponseTopic
 _B = MetadataResponse.MetadataResponseBroker
+_P = MetadataResponse.MetadataResponsePartition
 
 
 class Info:  # what topic_entry reads of a broker.log.manager.TopicInfo
@@ -19,6 +20,14 @@ class Info:  # what topic_entry reads of a broker.log.manager.TopicInfo
         self.name = name
         self.topic_id = uuid.uuid4()
         self.partitions = partitions
+
+
+def topic_entry(info, node: int, is_internal: bool, ops: int) -> _T:
+    """A topic of ours as objects, as the handler built it before it kept bytes."""
+    parts = [_P(partition_index=i, leader_id=node, leader_epoch=0, replica_nodes=[node], isr_nodes=[node])
+             for i in range(info.partitions)]
+    return _T(name=info.name, topic_id=info.topic_id.bytes, is_internal=is_internal, partitions=parts,
+              topic_authorized_operations=ops)
 
 
 def topics() -> list:
@@ -67,3 +76,13 @@ def test_entry_decodes_as_the_topic(version):
     back = MetadataResponse.decode(Spliced(response([], 0), [entry_bytes(version, t)]).encode(version), version)
     assert [p.partition_index for p in back.topics[0].partitions] == [0, 1, 2, 3, 4]
     assert back.topics[0].name == "orders" and back.topics[0].partitions[4].leader_id == 2
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+@pytest.mark.parametrize("partitions", [0, 1, 126, 127, 1000])
+@pytest.mark.parametrize("node, internal, ops", [(1, False, -2147483648), (7, True, 0b11111111000), (2**31 - 1, False, 0)])
+def test_own_entry_is_the_codecs(version, partitions, node, internal, ops):
+    """A topic of ours encoded without partition objects (the compact count's varint grows at 127)."""
+    info = Info("t" * (partitions % 150 + 1), partitions)
+    assert own_entry_bytes(version, info, node, internal, ops) == \
+        entry_bytes(version, topic_entry(info, node, internal, ops))
