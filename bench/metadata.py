@@ -21,7 +21,6 @@ Starts one sharebroker per ``--root`` (a checkout of this repository: e.g. ``bef
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import struct
@@ -31,11 +30,11 @@ import time
 
 try:  # run as `python bench/x.py` or as `python -m bench.x`
     from . import peers  # type: ignore[import-not-found]
-    from ._common import percentile, table
+    from ._common import percentile, roots, table
     from .cpu_per_mb import start_root
 except ImportError:  # pragma: no cover
     import peers  # type: ignore[no-redef]
-    from _common import percentile, table  # type: ignore[no-redef]
+    from _common import percentile, roots, table  # type: ignore[no-redef]
     from cpu_per_mb import start_root  # type: ignore[no-redef]
 
 from confluent_kafka import Producer
@@ -170,9 +169,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="producer run, alone and with Metadata load")
     args = ap.parse_args(argv)
     metadata_rows, producer_rows = [], []
-    for spec in args.root or [str(peers.REPO_ROOT)]:
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (os.path.basename(os.path.abspath(spec)), spec)
+    for name, path in roots(args.root):
         for row in one_root(name, path, args):
             (producer_rows if "producer" in row else metadata_rows).append(row)
             print(row, file=sys.stderr, flush=True)
