@@ -66,13 +66,16 @@ def validate_topic_name(name: str) -> None:
 
 
 class TopicInfo:
-    __slots__ = ("name", "topic_id", "configs", "logs")
+    __slots__ = ("name", "topic_id", "configs", "logs", "wire")
 
     def __init__(self, name: str, topic_id: uuid.UUID, configs: dict[str, str]):
         self.name = name
         self.topic_id = topic_id
         self.configs = configs  # overrides only, Kafka names -> string values
         self.logs: list[PartitionLog] = []
+        # The Metadata handler's encoded answers for this topic, keyed by everything they depend on
+        # (broker.handlers.metadata.topic_bytes); written and read only there, dies with the topic.
+        self.wire: dict = {}
 
     @property
     def partitions(self) -> int:
