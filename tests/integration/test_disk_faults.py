@@ -238,7 +238,9 @@ def test_reads_failing_with_eio_answer_kafka_storage_error(tmp_path):
                         FetchRequest.FetchTopic(topic_id=s.topic_id, partitions=[FetchRequest.FetchPartition(
                             partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 17)
                 assert f.responses[0].partitions[0].error_code == Errors.KAFKA_STORAGE_ERROR, f
-                assert any("reading the log failed" in line for line in broker.log_lines)
+                # the broker's stderr is read by another thread: the line may come after the answer
+                until(lambda: any("reading the log failed" in line for line in broker.log_lines), 10,
+                      "the broker logging the failed read")
             finally:
                 s.close()
         finally:
