@@ -45,6 +45,7 @@ import struct
 
 from broker.dispatch import Deferred, handler
 from broker.log.errors import LogError
+from broker.log.syncing import NO_FLUSH
 from broker.transactions import ADD_PARTITION, produce_operation, verify_partition
 from protocol.errors import Errors
 from protocol.lazy_messages import ProduceResponse  # the real class once Produce is first served
@@ -67,7 +68,6 @@ _I32 = struct.Struct(">i")
 _ONE = _I32.pack(1)
 _PART_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _PART_V5 = struct.Struct(">ihqqq")  # ... log start offset (v5+)
-_NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
 
 
 def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
@@ -131,7 +131,7 @@ def fast_produce(c, m: memoryview, p: int, version: int, b: bytearray) -> int:
     if acks not in (1, -1) or topic is None or not 0 <= index < topic.partitions or c.topics.is_internal(topic.name):
         return False
     log = c.logs.get_log(topic.name, index)
-    if log.config.flush_messages < _NO_FLUSH or log.config.compact:  # compacted: record errors, general path
+    if log.config.flush_messages < NO_FLUSH or log.config.compact:  # compacted: record errors, general path
         return False
     head = len(b)
     code, message, res, _ = _append_records(c, topic, index, log, m[p:end])

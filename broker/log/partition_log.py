@@ -63,7 +63,7 @@ from .errors import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_P
 from .faults import FD_RESERVE, STORAGE
 from .files import atomic_write, fsync_dir
 from .loading import CHECKPOINT_FILE, LogLoading
-from .syncing import _NO_FLUSH, LogSyncing
+from .syncing import NO_FLUSH, LogSyncing
 from .producer_state import ProducerStateLoad, ProducerStateManager, SnapshotFiles
 from .refs import AppendResult, BatchRef, file_spans  # noqa: F401 - file_spans: the read API's, re-exported
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, Segment, SpareFiles
@@ -311,7 +311,7 @@ class PartitionLog(LogLoading, LogSyncing):
                 # a retry is answered success only once the original is known durable: if it was written
                 # but not yet synced (its first answer may have been an fsync's failure), sync it first
                 durable = None
-                if dup_last >= self._recovery_point and (self.durable or self.config.flush_messages < _NO_FLUSH):
+                if dup_last >= self._recovery_point and (self.durable or self.config.flush_messages < NO_FLUSH):
                     durable = self._flush_or_raise(self._segments[-1])
                 return AppendResult(dup_first, dup_last, -1, self._log_start, True, durable)
         start = infos[0].position

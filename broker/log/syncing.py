@@ -23,7 +23,7 @@ from .segment import Segment, fsync_all
 
 log = logging.getLogger("broker.log.partition_log")
 
-_NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
+NO_FLUSH = 1 << 62  # flush.messages at or above this never asks for an fsync on append
 CHECKPOINT_EVERY_MS = 1000  # durable mode: the recovery point is written at most this often after fsyncs
 FLUSH_RETRY_S = 0.1  # after an fsync that could not start (no descriptor to duplicate): its waiters wait on
 
