@@ -88,6 +88,7 @@ class Broker:
         try:
             self.components = c = await build(config, node, logs.data_dir, logs, settings)
             security.attach_authenticators(config, listeners, c.security.scram, c.security.tokens)
+            await security.load_oauth_keys(listeners)
         except ValueError as e:  # ConfigError: a setting outside its bounds
             if self.components is not None:
                 await self.components.close()

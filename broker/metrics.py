@@ -51,6 +51,9 @@ Faults: ``sharebroker_storage_errors_total{operation, error}`` (every failed fil
 ``broker/log/faults.STORAGE``: append, segment roll, fsync, ...; ``error`` is the errno name),
 ``sharebroker_accept_errors_total{error}`` (failed accepts, EMFILE at the open-file limit) and the gauge
 ``sharebroker_fd_reserve_descriptors`` (descriptors held for segment rolls; below 8 after it was used).
+Logins (``broker/security/logins.py``): ``sharebroker_sasl_authentications_total{listener, mechanism,
+kind="authentication|reauthentication"}`` and ``sharebroker_sasl_authentication_failures_total{listener,
+mechanism, cause}``.
 Segment files (``broker/log/faults.OPEN_FILES``): the gauge ``sharebroker_log_open_segment_descriptors`` (held now,
 at most ``sharebroker.log.max.open.files``), the counters ``sharebroker_log_segment_reopens_total`` (log files
 opened again after being released) and ``sharebroker_log_segment_releases_total`` (descriptors released).
@@ -66,6 +69,7 @@ from broker import observe
 from broker.acceptor import ACCEPT_FAULTS, Acceptor, listening_sockets
 from broker.log.faults import FD_RESERVE, OPEN_FILES, STORAGE
 from broker.pipeline import LATENCY_BUCKETS
+from broker.security import logins
 from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.metrics")
@@ -168,6 +172,7 @@ def render(c, connections: int, memory=None) -> bytes:
     w.sample("sharebroker_connections", connections)
     _limits(w, memory)
     _faults(w)
+    _logins(w)
     _groups(w, c)
     _share(w, c)
     _dlq(w, c)
@@ -313,6 +318,18 @@ def _faults(w: _Writer) -> None:
              "Segment descriptors released (idle, past the bound, or to make room at the limit).", OPEN_FILES.released)):
         w.family(name, kind, help_)
         w.sample(name, value)
+
+
+def _logins(w: _Writer) -> None:
+    """SASL logins since start-up (broker/security/logins.py)."""
+    name = "sharebroker_sasl_authentications_total"
+    w.family(name, "counter", "Successful SASL logins and re-authentications, by listener and mechanism.")
+    for (listener, mechanism, kind), n in sorted(logins.SUCCEEDED.items()):
+        w.sample(name, n, listener=listener, mechanism=mechanism, kind=kind)
+    name = "sharebroker_sasl_authentication_failures_total"
+    w.family(name, "counter", "Failed SASL logins, by listener, mechanism and cause.")
+    for (listener, mechanism, cause), n in sorted(logins.FAILED.items()):
+        w.sample(name, n, listener=listener, mechanism=mechanism, cause=cause)
 
 
 def _logs(w: _Writer, c) -> None:

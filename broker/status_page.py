@@ -5,8 +5,9 @@ Content-Security-Policy forbids both): share groups with their state, members an
 (start offset, in-flight, archived, lag), consumer groups with state, members and lag, a sparkline
 of each group's lag over the last hour, the dead-letter topics with their record counts, each share
 consumer's own view as it pushes it with KIP-714 (poll idle ratio, records per request, acknowledgement errors),
-and the storage errors and failed accepts since start-up (by operation and errno, with the latest one;
-`broker/log/faults.py`).
+the storage errors and failed accepts since start-up (by operation and errno, with the latest one;
+`broker/log/faults.py`), and the SASL logins per listener and mechanism with the failures by cause
+(`broker/security/logins.py`).
 
 The numbers come from ``broker.observe``, the same views the Prometheus exposition uses; the page
 is built on request from memory (no log is read) on the metrics listener, never on a Kafka request.
@@ -25,6 +26,7 @@ from typing import Callable
 from broker import observe
 from broker.acceptor import ACCEPT_FAULTS
 from broker.log.faults import STORAGE
+from broker.security import logins
 from broker.share.config import DLQ_TOPIC_NAME
 
 SLOTS = 120                     # samples per group: one hour at the default interval
@@ -256,6 +258,7 @@ def render_page(c, history: LagHistory, connections: int) -> bytes:
     else:
         out.append('<p class="empty">No failed writes since start-up.</p>')
     out.append(_faults_section())
+    out.append(_logins_section())
     out.append("</body></html>")
     return "".join(out).encode()
 
@@ -275,3 +278,13 @@ def _faults_section() -> str:
             out.append(f'<p class="meta">latest: {_e(time.strftime("%H:%M:%S UTC", time.gmtime(at)))} '
                        f"{_e(op)} {_e(path)}: {_e(reason)}</p>")
     return "".join(out)
+
+
+def _logins_section() -> str:
+    """SASL logins since start-up per listener and mechanism, and the failures by cause."""
+    rows = [[_e(lst), _e(mech), _e(kind), _n(n)] for (lst, mech, kind), n in sorted(logins.SUCCEEDED.items())]
+    rows += [[_e(lst), _e(mech), _e(f"failed: {cause}"), _n(n)]
+             for (lst, mech, cause), n in sorted(logins.FAILED.items())]
+    if not rows:
+        return ""
+    return '<h2 id="logins">Logins</h2>' + _table(["Listener", "Mechanism", "Outcome", "Count"], rows, "logins", {3})

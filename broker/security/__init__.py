@@ -7,10 +7,12 @@ Design note: ``broker/security/README.md``.  Start-up uses three functions:
 - :func:`build` (with the data directory): the SCRAM store, the delegation tokens and the authorizer
   (``authorizer.class.name``, ``super.users``, ``allow.everyone.if.no.acl.found``);
 - :func:`attach_authenticators`: each listener's authenticator (SASL ones read the
-  SCRAM store; ``sasl.py`` is imported only when a listener uses SASL or TLS).
+  SCRAM store; ``sasl.py`` is imported only when a listener uses SASL or TLS);
+  :func:`load_oauth_keys` then fetches the JWKS of OAUTHBEARER listeners.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -74,3 +76,12 @@ def attach_authenticators(config, listeners: list[Listener], scram: ScramStore,
             from broker.security.sasl import build_authenticator
 
             lst.authenticator = build_authenticator(config, lst, scram, tokens)
+
+
+async def load_oauth_keys(listeners: list[Listener]) -> None:
+    """Each OAUTHBEARER listener's JWKS, fetched off the event loop before the listeners open
+    (a failure stops start-up, as Kafka's ``RefreshingHttpsJwks.init``)."""
+    for lst in listeners:
+        keys = getattr(lst.authenticator, "jwks", None)
+        if keys is not None:
+            await asyncio.to_thread(keys.load)

@@ -34,6 +34,7 @@ import time
 
 from broker.log.config import ConfigError
 from broker.pipeline import ANONYMOUS, Authenticator
+from broker.security import logins
 from broker.security.listeners import listener_setting, ssl_principal
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramError, ScramServer
 from protocol.errors import Errors
@@ -41,7 +42,7 @@ from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.security")
 
-SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = int(ApiKey.API_VERSIONS), int(ApiKey.SASL_HANDSHAKE), \
     int(ApiKey.SASL_AUTHENTICATE)
 # exchange stages (SaslServerAuthenticator.SaslState)
@@ -185,7 +186,7 @@ class SaslAuthenticator(Authenticator):
     """A SASL_PLAINTEXT / SASL_SSL listener."""
 
     def __init__(self, listener: str, mechanisms: list[str], plain_users: PlainUsers | None, scram_store,
-                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None):
+                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None, oauth=None):
         self.listener = listener
         self.mechanisms = mechanisms
         self.plain_users = plain_users
@@ -193,6 +194,7 @@ class SaslAuthenticator(Authenticator):
         self.tokens = tokens  # broker.security.tokens.DelegationTokens (SCRAM logins with tokenauth=true)
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
+        self.oauth, self.jwks = oauth or (None, None)  # broker.security.oauthbearer: the validator, its KeySet
 
     def connected(self, connection) -> None:
         connection.sasl = SaslSession()
@@ -217,7 +219,7 @@ class SaslAuthenticator(Authenticator):
         """SaslHandshake: (error code, enabled mechanisms); an error closes the connection after the answer."""
         s = connection.sasl
         if s.authenticated and s.stage == COMPLETE:
-            if self.max_reauth_ms <= 0:  # no re-authentication: KafkaApis answers ILLEGAL_SASL_STATE
+            if self.max_reauth_ms <= 0 and not s.expiry:  # no re-authentication: KafkaApis answers ILLEGAL_SASL_STATE
                 return Errors.ILLEGAL_SASL_STATE, self.mechanisms
             if version < 1 or mechanism != s.mechanism:
                 connection.close_after_response = True
@@ -228,11 +230,17 @@ class SaslAuthenticator(Authenticator):
             return Errors.ILLEGAL_SASL_STATE, self.mechanisms
         if mechanism not in self.mechanisms:
             s.stage = FAILED
+            logins.FAILED[self.listener, mechanism if mechanism in SUPPORTED else "other", "unsupported_mechanism"] += 1
             connection.close_after_response = True
             return Errors.UNSUPPORTED_SASL_MECHANISM, self.mechanisms
         s.mechanism = mechanism
-        s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else \
-            ScramServer(mechanism, self.scram_store, self.tokens)
+        if mechanism == "OAUTHBEARER":
+            from broker.security.oauthbearer import OAuthBearerServer
+
+            s.server = OAuthBearerServer(self.oauth)
+        else:
+            s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else \
+                ScramServer(mechanism, self.scram_store, self.tokens)
         s.stage = AUTHENTICATE
         s.raw = version == 0
         return Errors.NONE, self.mechanisms
@@ -257,24 +265,32 @@ class SaslAuthenticator(Authenticator):
         principal = server.principal
         if s.reauth_principal is not None and principal != s.reauth_principal:
             return self._failed(connection, f"Cannot change principals during re-authentication from "
-                                            f"{s.reauth_principal}: {principal}")
+                                            f"{s.reauth_principal}: {principal}", "principal_change")
         token = server.token
+        logins.SUCCEEDED[self.listener, s.mechanism,
+                         "authentication" if s.reauth_principal is None else "reauthentication"] += 1
         s.stage, s.server, s.authenticated, s.reauth_principal = COMPLETE, None, True, None
         s.token_id = token.token_id if token is not None else None
         connection.principal = principal
         lifetime = 0
-        if token is not None:  # a token session ends with the token (calcCompletionTimesAndReturnSessionLifetimeMs)
-            lifetime = max(0, token.expiry_ms - self.tokens.now_ms())
+        # a credential with an expiry (a delegation token, an OAuth token) ends the session with it
+        # (calcCompletionTimesAndReturnSessionLifetimeMs)
+        expiry_ms = token.expiry_ms if token is not None else getattr(server, "expiry_ms", None)
+        if expiry_ms is not None:
+            now_ms = self.tokens.now_ms() if token is not None else int(time.time() * 1000)
+            lifetime = max(0, expiry_ms - now_ms)
             if self.max_reauth_ms > 0:
                 lifetime = min(lifetime, self.max_reauth_ms)
         elif self.max_reauth_ms > 0:
             lifetime = self.max_reauth_ms
-        if token is not None or lifetime:
+        if expiry_ms is not None or lifetime:
             s.expiry = self.clock() + lifetime / 1000.0
         return Errors.NONE, None, out, lifetime
 
-    def _failed(self, connection, message: str):
+    def _failed(self, connection, message: str, cause: str | None = None):
         s = connection.sasl
+        logins.FAILED[self.listener, s.mechanism, cause or getattr(s.server, "failure_cause", None) or
+                      "credentials"] += 1
         s.stage, s.server, s.authenticated = FAILED, None, False
         connection.principal = ANONYMOUS
         connection.close_after_response = True
@@ -334,7 +350,19 @@ def build_authenticator(config, listener, scram_store, tokens=None) -> Authentic
                                           f"{module} is not org.apache.kafka.common.security.scram.ScramLoginModule")
         users = plain_users(config, listener.name) if "PLAIN" in mechs else None
         reauth = int(listener_setting(config, listener.name, "connections.max.reauth.ms", "0"))
-        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens)
+        oauth = None
+        if "OAUTHBEARER" in mechs:
+            from broker.security.oauthbearer import LOGIN_MODULE, build_validator
+
+            options = {}
+            for module, _flag, opts in parse_jaas(jaas_config(config, listener.name, "OAUTHBEARER") or
+                                                  f"{LOGIN_MODULE} required;"):
+                if module != LOGIN_MODULE:
+                    raise ConfigError(f"listener.name.{listener.name.lower()}.oauthbearer.sasl.jaas.config: "
+                                      f"{module} is not {LOGIN_MODULE}")
+                options.update(opts)
+            oauth = build_validator(config, listener.name, options)
+        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens, oauth=oauth)
     if listener.tls:
         return SslAuthentication()
     return listener.authenticator

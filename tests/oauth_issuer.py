@@ -1,0 +1,102 @@
+"""A small OAuth issuer for tests: RSA keys served as a JWKS over HTTP, JWTs minted with PyJWT.
+
+The broker's OAUTHBEARER listener fetches this JWKS as it would an identity provider's
+(``sasl.oauthbearer.jwks.endpoint.url``); ``rotate`` replaces the served keys, as a provider's key
+rotation does.  The Keycloak tests (``tests/keycloak.py``) use a real provider instead.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+
+class Issuer:
+    def __init__(self, audience: str = "sharebroker"):
+        self.audience = audience
+        self.keys: dict[str, object] = {}  # kid -> private key, all served
+        self.current = self.add_key()
+        self.fetches = 0
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                issuer.fetches += 1
+                body = json.dumps(issuer.jwks()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.issuer = self.url + "/realms/test"
+        self.jwks_url = self.url + "/realms/test/protocol/openid-connect/certs"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def new_key():
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def add_key(self) -> str:
+        kid = uuid.uuid4().hex[:12]
+        self.keys[kid] = self.new_key()
+        return kid
+
+    def rotate(self) -> str:
+        """A new signing key; the old ones are no longer served."""
+        kid = uuid.uuid4().hex[:12]
+        self.keys = {kid: self.new_key()}
+        self.current = kid
+        return kid
+
+    def jwks(self) -> dict:
+        out = []
+        for kid, key in self.keys.items():
+            jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+            out.append({**jwk, "kid": kid, "use": "sig", "alg": "RS256"})
+        return {"keys": out}
+
+    def token(self, sub: str = "alice", lifetime: float = 300, audience: str | None = None, issuer: str | None = None,
+              kid: str | None = None, key=None, **claims) -> str:
+        """A signed access token (``exp`` ``lifetime`` seconds from now, negative: already expired)."""
+        now = time.time()
+        body = {"sub": sub, "iss": issuer or self.issuer, "aud": audience or self.audience, "iat": int(now) - 1,
+                "exp": int(now + lifetime), "scope": "kafka", **claims}
+        kid = kid or self.current
+        return jwt.encode(body, key or self.keys[kid], algorithm="RS256", headers={"kid": kid})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def client_first_message(token: str, authzid: str = "") -> bytes:
+    """RFC 7628's client first message, as Kafka's OAuthBearerClientInitialResponse writes it."""
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def broker_settings(issuer: Issuer, listener: str = "OAUTH", **extra) -> dict:
+    """An OAUTHBEARER listener (SASL_PLAINTEXT) validating ``issuer``'s tokens, and a PLAINTEXT one."""
+    prefix = f"listener.name.{listener.lower()}.oauthbearer."
+    return {
+        "listeners": f"PLAINTEXT://127.0.0.1:0,{listener}://127.0.0.1:0",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{listener}:SASL_PLAINTEXT",
+        f"listener.name.{listener.lower()}.sasl.enabled.mechanisms": "OAUTHBEARER",
+        prefix + "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        prefix + "sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": issuer.jwks_url,
+        "sasl.oauthbearer.expected.audience": issuer.audience,
+        "sasl.oauthbearer.expected.issuer": issuer.issuer,
+        **extra,
+    }
