@@ -1,0 +1,162 @@
+"""SASL/OAUTHBEARER with Keycloak, a real OpenID Connect provider (tests/keycloak): the broker validates
+Keycloak's tokens against its JWKS; librdkafka (``sasl.oauthbearer.method=oidc``) and the Java client
+(``OAuthBearerLoginCallbackHandler``) get tokens with the client-credentials flow and log in, produce,
+consume and share-consume; ACLs apply to the principals (the ``azp`` claim: the client id); tokens for
+another audience or from another realm (issuer and keys) are refused; librdkafka re-authenticates when
+its 8 s tokens expire, keeping its connections.  The refusal causes one by one and key rotation are in
+test_security_oauth.py (tokens minted there on purpose).
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, \
+    ResourceType
+
+from broker.testing import BrokerProcess
+from protocol.errors import Errors
+from tests.integration.test_security_oauth import INVALID_TOKEN, SHARE_FAST, login, login_counts
+from tests.kafka_ref import launcher
+from tests.keycloak import HERE as KEYCLOAK_DIR, Keycloak, KeycloakError, java_home
+from tests.missing_inputs import missing_input
+from tests.support import create_topic, set_group_configs, unique
+from tests.wire import WireClient
+
+OAUTH_PKG = "org.apache.kafka.common.security.oauthbearer."
+
+
+@pytest.fixture(scope="module")
+def keycloak(tmp_path_factory):
+    if java_home() is None or launcher.missing_tools():
+        missing_input("Keycloak needs a Java 21+ runtime and mvn")
+    kc = Keycloak(tmp_path_factory.mktemp("keycloak"))
+    try:
+        kc.start()
+    except KeycloakError as e:
+        pytest.fail(str(e))
+    yield kc
+    kc.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(keycloak, tmp_path_factory):
+    prefix = "listener.name.oauth.oauthbearer."
+    b = BrokerProcess(tmp_path_factory.mktemp("kc-broker"), config={
+        "listeners": "PLAINTEXT://127.0.0.1:0,OAUTH://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OAUTH:SASL_PLAINTEXT",
+        "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+        prefix + "sasl.jaas.config": OAUTH_PKG + "OAuthBearerLoginModule required;",
+        prefix + "sasl.server.callback.handler.class": OAUTH_PKG + "OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": keycloak.jwks_url(),
+        "sasl.oauthbearer.expected.audience": "kafka-broker",
+        "sasl.oauthbearer.expected.issuer": keycloak.issuer(),
+        "sasl.oauthbearer.sub.claim.name": "azp",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS;User:bob",
+        "sharebroker.metrics.listener": "127.0.0.1:0",
+        **SHARE_FAST})
+    b.start()
+    yield b
+    b.close()
+
+
+def oidc(b, keycloak, client: str, **extra) -> dict:
+    """librdkafka's own OIDC client-credentials login."""
+    return {"bootstrap.servers": b.address("OAUTH"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.client.id": client, "sasl.oauthbearer.client.secret": f"{client}-secret",
+            "sasl.oauthbearer.token.endpoint.url": keycloak.token_url(), **extra}
+
+
+def allow(b, keycloak, principal: str, resource_type, name: str, *operations) -> None:
+    admin = AdminClient(oidc(b, keycloak, "bob"))  # a super user, logged in through Keycloak
+    acls = [AclBinding(resource_type, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+            for op in operations]
+    for f in admin.create_acls(acls).values():
+        f.result(15)
+
+
+def test_keycloak_tokens_are_accepted_or_refused(broker, keycloak):
+    with WireClient(broker.address("OAUTH")) as w:
+        first, _ = login(w, keycloak.token("bob"))
+        assert first.error_code == 0 and first.auth_bytes == b"" and 200_000 < first.session_lifetime_ms <= 300_000
+    for token in (keycloak.token("elsewhere"),  # another audience
+                  keycloak.token("alice", realm="other")):  # another issuer, signed with keys not in the JWKS
+        with WireClient(broker.address("OAUTH")) as w:
+            first, second = login(w, token)
+            assert first.auth_bytes == INVALID_TOKEN
+            assert second.error_code == Errors.SASL_AUTHENTICATION_FAILED
+            assert second.error_message == INVALID_TOKEN.decode()
+
+
+def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
+    """alice (8 s tokens) is denied until granted; then produces, consumes and share-consumes for longer
+    than two token lifetimes, re-authenticating without new connections."""
+    topic = create_topic(broker.address("PLAINTEXT"), prefix="kc")
+    group, cgroup = unique("kc-share"), unique("kc-cg")
+    set_group_configs(broker.address("PLAINTEXT"), group, share_auto_offset_reset="earliest")
+    denied = []
+    p = Producer(oidc(broker, keycloak, "alice", **{"message.timeout.ms": 5000}))
+    p.produce(topic, b"denied", on_delivery=lambda err, msg: denied.append(err))
+    p.flush(15)
+    assert denied and denied[0] is not None and denied[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+    allow(broker, keycloak, "User:alice", ResourceType.TOPIC, topic, AclOperation.WRITE, AclOperation.READ,
+          AclOperation.DESCRIBE)
+    allow(broker, keycloak, "User:alice", ResourceType.GROUP, group, AclOperation.READ)
+    allow(broker, keycloak, "User:alice", ResourceType.GROUP, cgroup, AclOperation.READ)
+    p = Producer(oidc(broker, keycloak, "alice"))
+    key = ("sharebroker_sasl_authentications_total", "OAUTH", "OAUTHBEARER", "reauthentication")
+    before = login_counts(broker).get(key, 0)
+    sent, errors = 0, []
+    end = time.monotonic() + 20  # 2.5 token lifetimes
+    while time.monotonic() < end:
+        p.produce(topic, b"v%d" % sent, on_delivery=lambda err, msg: err and errors.append(err))
+        sent += 1
+        p.flush(5)
+        time.sleep(0.2)
+    assert p.flush(15) == 0 and not errors
+    assert login_counts(broker).get(key, 0) - before >= 2
+    c = Consumer(oidc(broker, keycloak, "alice", **{"group.id": cgroup, "auto.offset.reset": "earliest"}))
+    c.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 30
+    while got < sent and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        got += m is not None and m.error() is None
+    c.close()
+    assert got == sent
+    sc = ShareConsumer(oidc(broker, keycloak, "alice", **{"group.id": group}))
+    sc.subscribe([topic])
+    shared, deadline = 0, time.monotonic() + 30
+    while shared < sent and time.monotonic() < deadline:
+        shared += sum(m.error() is None for m in sc.poll(0.5) or [])
+    sc.commit_sync()
+    sc.close()
+    assert shared == sent
+
+
+def test_java_client_logs_in_produces_consumes_and_share_consumes(broker, keycloak, tmp_path):
+    if launcher.missing_tools():
+        missing_input("the Java client needs java and mvn")
+    cp = launcher.classpath()
+    classes = launcher.compiled([KEYCLOAK_DIR / "OAuthClient.java"], cp, "oauth-client")
+    topic = create_topic(broker.address("PLAINTEXT"), prefix="kc-java")
+    group = unique("kc-java")
+    set_group_configs(broker.address("PLAINTEXT"), group, share_auto_offset_reset="earliest")
+    props = tmp_path / "client.properties"
+    props.write_text("\n".join([
+        f"bootstrap.servers={broker.address('OAUTH')}", "security.protocol=SASL_PLAINTEXT",
+        "sasl.mechanism=OAUTHBEARER",
+        f"sasl.login.callback.handler.class={OAUTH_PKG}OAuthBearerLoginCallbackHandler",
+        f"sasl.oauthbearer.token.endpoint.url={keycloak.token_url()}",
+        f'sasl.jaas.config={OAUTH_PKG}OAuthBearerLoginModule required clientId="bob" clientSecret="bob-secret";',
+        ""]))
+    done = subprocess.run(
+        ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+         f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={keycloak.token_url()}",
+         "-cp", f"{classes}:{cp}", "OAuthClient", str(props), topic, group, "20"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.split("\n")[:3] == ["produced 20", "consumed 20", "shared 20"], done.stdout
