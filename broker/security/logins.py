@@ -1,6 +1,7 @@
-"""Login counts since start-up, per listener and SASL mechanism: read by ``/metrics`` and the status page.
+"""Login outcomes: a failed login's exception, and the login counts since start-up per listener and
+SASL mechanism, read by ``/metrics`` and the status page.
 
-Written by ``sasl.SaslAuthenticator`` on the event loop only.  A failure's cause is a short word:
+The counters are written by ``sasl.SaslAuthenticator`` on the event loop only.  A failure's cause is a short word:
 ``credentials`` (PLAIN / SCRAM), ``unsupported_mechanism``, ``principal_change`` (a re-authentication
 as another principal), ``malformed``, and for OAUTHBEARER the token check that refused it
 (``expired``, ``audience``, ``issuer``, ``unknown_key``, ``signature``, ``algorithm``, ``claim``,
@@ -14,3 +15,7 @@ from collections import Counter
 SUCCEEDED: Counter = Counter()
 # (listener, mechanism, cause) -> failed logins
 FAILED: Counter = Counter()
+
+
+class AuthenticationFailed(Exception):
+    """Kafka's SaslAuthenticationException: the message goes to the client as it is."""

