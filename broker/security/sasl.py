@@ -153,7 +153,8 @@ class PlainServer:
 
 # ------------------------------------------------------------------ the per-connection state
 class SaslSession:
-    __slots__ = ("stage", "mechanism", "server", "raw", "authenticated", "expiry", "reauth_principal", "token_id")
+    __slots__ = ("stage", "mechanism", "server", "raw", "authenticated", "expiry", "reauth_principal", "token_id",
+                 "reauth_started")
 
     def __init__(self):
         self.stage = INITIAL
@@ -164,6 +165,7 @@ class SaslSession:
         self.expiry = 0.0  # monotonic deadline of the session (connections.max.reauth.ms), 0: none
         self.reauth_principal: str | None = None
         self.token_id: str | None = None  # the delegation token of a token login (KafkaPrincipal.tokenAuthenticated)
+        self.reauth_started = 0.0  # monotonic start of the last re-authentication (at most one a second)
 
 
 class SslAuthentication(Authenticator):
@@ -221,6 +223,10 @@ class SaslAuthenticator(Authenticator):
             if version < 1 or mechanism != s.mechanism:
                 connection.close_after_response = True
                 return Errors.ILLEGAL_SASL_STATE, self.mechanisms
+            now = self.clock()
+            if s.reauth_started and now - s.reauth_started < 1.0:  # KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND
+                return Errors.ILLEGAL_SASL_STATE, []
+            s.reauth_started = now
             s.reauth_principal = connection.principal
         elif s.stage not in (INITIAL, HANDSHAKE):
             connection.close_after_response = True
@@ -261,8 +267,9 @@ class SaslAuthenticator(Authenticator):
         server = s.server
         principal = server.principal
         if s.reauth_principal is not None and principal != s.reauth_principal:
-            return self._failed(connection, f"Cannot change principals during re-authentication from "
-                                            f"{s.reauth_principal}: {principal}", "principal_change")
+            old, new = (p.replace(":", ".", 1) for p in (s.reauth_principal, principal))  # Kafka's type.name
+            return self._failed(connection, f"Cannot change principals during re-authentication from {old}: {new}",
+                                "principal_change")
         token = server.token
         logins.SUCCEEDED[self.listener, s.mechanism,
                          "authentication" if s.reauth_principal is None else "reauthentication"] += 1
