@@ -1,4 +1,5 @@
-"""Security: listeners and TLS, SASL (PLAIN, SCRAM-SHA-256/512), SCRAM credentials, delegation tokens, ACLs.
+"""Security: listeners and TLS, SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), SCRAM credentials, delegation
+tokens, ACLs.
 
 Design note: ``broker/security/README.md``.  Start-up uses three functions:
 

@@ -1,4 +1,5 @@
-"""SASL on a listener: Kafka's SaslServerAuthenticator state machine, PLAIN and SCRAM.
+"""SASL on a listener: Kafka's SaslServerAuthenticator state machine, PLAIN and SCRAM (OAUTHBEARER:
+``broker.security.oauthbearer``).
 
 A connection on a SASL listener starts unauthenticated.  It may send ApiVersions
 (once, first) and SaslHandshake; after a handshake v1, SaslAuthenticate requests carry

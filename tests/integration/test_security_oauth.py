@@ -231,6 +231,10 @@ def test_failures_are_counted_by_cause(broker, issuer):
         login(w, issuer.token(audience="elsewhere"))
     key = ("sharebroker_sasl_authentication_failures_total", "OAUTH", "OAUTHBEARER", "audience")
     assert login_counts(broker).get(key, 0) == before.get(key, 0) + 1
+    import urllib.request
+
+    page = urllib.request.urlopen(broker.metrics_url.removesuffix("metrics"), timeout=10).read().decode()
+    assert '<h2 id="logins">' in page and "failed: audience" in page  # the status page
 
 
 def test_acls_apply_to_oauth_principals(tmp_path, issuer):
