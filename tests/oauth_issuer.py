@@ -13,6 +13,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 
@@ -100,3 +101,30 @@ def broker_settings(issuer: Issuer, listener: str = "OAUTH", **extra) -> dict:
         "sasl.oauthbearer.expected.issuer": issuer.issuer,
         **extra,
     }
+
+
+@pytest.fixture(scope="module")
+def issuer():
+    """An :class:`Issuer` for a test module (import this fixture into it)."""
+    i = Issuer()
+    yield i
+    i.close()
+
+
+def read_values(consumer, n: int, timeout: float = 30.0) -> list[bytes]:
+    """Up to ``n`` record values from a subscribed ``Consumer`` within ``timeout`` seconds."""
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    return got
+
+
+def share_read_values(share_consumer, n: int, timeout: float = 30.0) -> list[bytes]:
+    """Up to ``n`` record values from a subscribed ``ShareConsumer`` (acknowledged, committed)."""
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += [m.value() for m in share_consumer.poll(0.5) or [] if m.error() is None]
+    share_consumer.commit_sync()
+    return got

@@ -31,34 +31,25 @@ from broker.testing import BrokerProcess
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.differential.harness import assert_as_expected, differences, run_on_both
-from tests.integration.test_security_oauth import login, metadata
+from tests.integration.test_security_oauth import SHARE_FAST, login, metadata
 from tests.kafka_ref.launcher import KafkaRef, free_port
-from tests.oauth_issuer import Issuer, broker_settings
+from tests.oauth_issuer import (Issuer, broker_settings, issuer, read_values,  # noqa: F401 (issuer: a fixture)
+                                share_read_values)
 from tests.reference import skip_without_kafka
 from tests.support import set_group_configs, unique, until
 from tests.wire import WireClient
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:ANONYMOUS"}
-SHARE_FAST = {"group.share.min.heartbeat.interval.ms": "100", "group.share.heartbeat.interval.ms": "300",
-              "group.share.min.session.timeout.ms": "1000", "group.share.session.timeout.ms": "6000",
-              "group.initial.rebalance.delay.ms": "0"}
 # (scenario, path) -> why ours differs from Kafka 4.4; empty: the same answers
 EXPECTED: dict[tuple[str, str], str] = {}
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    i = Issuer()
-    yield i
-    i.close()
 
 
 @pytest.fixture(scope="module")
 def brokers(issuer, tmp_path_factory):
     """((kafka PLAINTEXT, kafka OAUTH), (ours PLAINTEXT, ours OAUTH))."""
     skip_without_kafka()
-    settings = {**broker_settings(issuer), **AUTHORIZER, **SHARE_FAST}
+    settings = {**broker_settings(issuer), **AUTHORIZER, **SHARE_FAST, "group.initial.rebalance.delay.ms": "0"}
     kafka = KafkaRef(settings=dict(settings), heap="-Xmx384m",
                      jvm_options=(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={issuer.jwks_url}",))
     node, oauth_port = kafka.nodes[0], free_port()
@@ -189,21 +180,12 @@ def clients(s: Side) -> dict:
     out["produced"] = p.flush(30) == 0
     c = Consumer(conf(**{"group.id": cgroup, "auto.offset.reset": "earliest"}))
     c.subscribe([topic])
-    got, deadline = [], time.monotonic() + 30
-    while len(got) < 5 and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
+    out["consumed"] = sorted(read_values(c, 5))
     c.close()
-    out["consumed"] = sorted(got)
     sc = ShareConsumer(conf(**{"group.id": group}))
     sc.subscribe([topic])
-    shared, deadline = [], time.monotonic() + 30
-    while len(shared) < 5 and time.monotonic() < deadline:
-        shared += [m.value() for m in sc.poll(0.5) or [] if m.error() is None]
-    sc.commit_sync()
+    out["share_consumed"] = sorted(share_read_values(sc, 5))
     sc.close()
-    out["share_consumed"] = sorted(shared)
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, \
     ResourceType
 
@@ -20,20 +20,14 @@ from protocol.errors import Errors
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
-from tests.oauth_issuer import Issuer, broker_settings, client_first_message
+from tests.oauth_issuer import Issuer, broker_settings, client_first_message, issuer, read_values, \
+    share_read_values  # noqa: F401 (issuer: a fixture)
 from tests.support import connection_closed, create_topic, set_group_configs, unique, until
 from tests.wire import WireClient
 
 INVALID_TOKEN = b'{"status":"invalid_token"}'
 SHARE_FAST = {"group.share.min.heartbeat.interval.ms": "100", "group.share.heartbeat.interval.ms": "300",
               "group.share.min.session.timeout.ms": "1000", "group.share.session.timeout.ms": "6000"}
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    i = Issuer()
-    yield i
-    i.close()
 
 
 @pytest.fixture(scope="module")
@@ -183,23 +177,12 @@ def test_librdkafka_produces_consumes_and_share_consumes(broker, issuer):
     assert p.flush(30) == 0
     c = Consumer(_oauth_conf(broker, issuer, "alice", **{"group.id": unique("cg"), "auto.offset.reset": "earliest"}))
     c.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 10 and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
+    got = read_values(c, 10)
     c.close()
     assert sorted(got) == sorted(b"v%d" % i for i in range(10))
-    from confluent_kafka import ShareConsumer
-
     sc = ShareConsumer(_oauth_conf(broker, issuer, "alice", **{"group.id": group}))
     sc.subscribe([topic])
-    shared = []
-    deadline = time.monotonic() + 30
-    while len(shared) < 10 and time.monotonic() < deadline:
-        shared += [m.value() for m in sc.poll(0.5) or [] if m.error() is None]
-    sc.commit_sync()
+    shared = share_read_values(sc, 10)
     sc.close()
     assert sorted(shared) == sorted(got)
 
