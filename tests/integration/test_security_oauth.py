@@ -298,3 +298,18 @@ def test_unsecured_tokens_only_when_configured(tmp_path):
             assert login(w, no_scope)[1].error_code == Errors.SASL_AUTHENTICATION_FAILED
     finally:
         b.close()
+
+
+def test_user_quotas_apply_to_oauth_principals(broker, issuer):
+    """A ``user`` quota (AlterClientQuotas) holds the OAuth principal of that name, not another one."""
+    from tests.integration.test_quotas import _produce_request, set_quota
+
+    topic = create_topic(broker.address("PLAINTEXT"), prefix="oauth-quota")
+    set_quota(broker.address("PLAINTEXT"), [("user", "dave")], producer_byte_rate=100_000)
+    throttles = {}
+    for user in ("dave", "erin"):
+        with WireClient(broker.address("OAUTH")) as w:
+            assert login(w, issuer.token(sub=user))[0].auth_bytes == b""
+            w.request(_produce_request(topic, 500_000), 9)
+            throttles[user] = w.request(_produce_request(topic, 700_000), 9).throttle_time_ms
+    assert throttles["dave"] > 0 and throttles["erin"] == 0
