@@ -36,6 +36,7 @@ import pytest
 
 from broker.testing import BrokerProcess
 from tests.reference import kafka_ref  # noqa: F401  (the reference Apache Kafka 4.4 session fixture)
+from tests.keycloak import keycloak  # noqa: F401  (the OpenID Connect provider of the OAUTHBEARER tests)
 from tests.missing_inputs import (  # noqa: F401  (hooks: a skip for a missing input fails under CI)
     pytest_make_collect_report, pytest_runtest_makereport)
 

@@ -8,7 +8,6 @@ test_security_oauth.py (tokens minted there on purpose).
 """
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -20,26 +19,12 @@ from broker.testing import BrokerProcess
 from protocol.errors import Errors
 from tests.integration.test_security_oauth import INVALID_TOKEN, SHARE_FAST, login, login_counts
 from tests.kafka_ref import launcher
-from tests.keycloak import HERE as KEYCLOAK_DIR, Keycloak, KeycloakError, java_home
 from tests.missing_inputs import missing_input
 from tests.oauth_issuer import read_values, share_read_values
 from tests.support import create_topic, set_group_configs, unique
 from tests.wire import WireClient
 
 OAUTH_PKG = "org.apache.kafka.common.security.oauthbearer."
-
-
-@pytest.fixture(scope="module")
-def keycloak(tmp_path_factory):
-    if java_home() is None or launcher.missing_tools():
-        missing_input("Keycloak needs a Java 21+ runtime and mvn")
-    kc = Keycloak(tmp_path_factory.mktemp("keycloak"))
-    try:
-        kc.start()
-    except KeycloakError as e:
-        pytest.fail(str(e))
-    yield kc
-    kc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -64,16 +49,16 @@ def broker(keycloak, tmp_path_factory):
     b.close()
 
 
-def oidc(b, keycloak, client: str, **extra) -> dict:
+def oidc(bootstrap: str, keycloak, client: str, **extra) -> dict:
     """librdkafka's own OIDC client-credentials login."""
-    return {"bootstrap.servers": b.address("OAUTH"), "security.protocol": "SASL_PLAINTEXT",
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
             "sasl.oauthbearer.client.id": client, "sasl.oauthbearer.client.secret": f"{client}-secret",
             "sasl.oauthbearer.token.endpoint.url": keycloak.token_url(), **extra}
 
 
 def allow(b, keycloak, principal: str, resource_type, name: str, *operations) -> None:
-    admin = AdminClient(oidc(b, keycloak, "bob"))  # a super user, logged in through Keycloak
+    admin = AdminClient(oidc(b.address("OAUTH"), keycloak, "bob"))  # a super user, logged in through Keycloak
     acls = [AclBinding(resource_type, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
             for op in operations]
     for f in admin.create_acls(acls).values():
@@ -100,7 +85,7 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
     group, cgroup = unique("kc-share"), unique("kc-cg")
     set_group_configs(broker.address("PLAINTEXT"), group, share_auto_offset_reset="earliest")
     denied = []
-    p = Producer(oidc(broker, keycloak, "alice", **{"message.timeout.ms": 5000}))
+    p = Producer(oidc(broker.address("OAUTH"), keycloak, "alice", **{"message.timeout.ms": 5000}))
     p.produce(topic, b"denied", on_delivery=lambda err, msg: denied.append(err))
     p.flush(15)
     assert denied and denied[0] is not None and denied[0].name() == "TOPIC_AUTHORIZATION_FAILED"
@@ -108,7 +93,7 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
           AclOperation.DESCRIBE)
     allow(broker, keycloak, "User:alice", ResourceType.GROUP, group, AclOperation.READ)
     allow(broker, keycloak, "User:alice", ResourceType.GROUP, cgroup, AclOperation.READ)
-    p = Producer(oidc(broker, keycloak, "alice"))
+    p = Producer(oidc(broker.address("OAUTH"), keycloak, "alice"))
     key = ("sharebroker_sasl_authentications_total", "OAUTH", "OAUTHBEARER", "reauthentication")
     before = login_counts(broker).get(key, 0)
     sent, errors = 0, []
@@ -120,11 +105,12 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
         time.sleep(0.2)
     assert p.flush(15) == 0 and not errors
     assert login_counts(broker).get(key, 0) - before >= 2
-    c = Consumer(oidc(broker, keycloak, "alice", **{"group.id": cgroup, "auto.offset.reset": "earliest"}))
+    c = Consumer(oidc(broker.address("OAUTH"), keycloak, "alice",
+                      **{"group.id": cgroup, "auto.offset.reset": "earliest"}))
     c.subscribe([topic])
     assert len(read_values(c, sent)) == sent
     c.close()
-    sc = ShareConsumer(oidc(broker, keycloak, "alice", **{"group.id": group}))
+    sc = ShareConsumer(oidc(broker.address("OAUTH"), keycloak, "alice", **{"group.id": group}))
     sc.subscribe([topic])
     assert len(share_read_values(sc, sent)) == sent
     sc.close()
@@ -133,23 +119,9 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
 def test_java_client_logs_in_produces_consumes_and_share_consumes(broker, keycloak, tmp_path):
     if launcher.missing_tools():
         missing_input("the Java client needs java and mvn")
-    cp = launcher.classpath()
-    classes = launcher.compiled([KEYCLOAK_DIR / "OAuthClient.java"], cp, "oauth-client")
     topic = create_topic(broker.address("PLAINTEXT"), prefix="kc-java")
     group = unique("kc-java")
     set_group_configs(broker.address("PLAINTEXT"), group, share_auto_offset_reset="earliest")
-    props = tmp_path / "client.properties"
-    props.write_text("\n".join([
-        f"bootstrap.servers={broker.address('OAUTH')}", "security.protocol=SASL_PLAINTEXT",
-        "sasl.mechanism=OAUTHBEARER",
-        f"sasl.login.callback.handler.class={OAUTH_PKG}OAuthBearerLoginCallbackHandler",
-        f"sasl.oauthbearer.token.endpoint.url={keycloak.token_url()}",
-        f'sasl.jaas.config={OAUTH_PKG}OAuthBearerLoginModule required clientId="bob" clientSecret="bob-secret";',
-        ""]))
-    done = subprocess.run(
-        ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-         f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={keycloak.token_url()}",
-         "-cp", f"{classes}:{cp}", "OAuthClient", str(props), topic, group, "20"],
-        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    done = keycloak.java_client(broker.address("OAUTH"), topic, group, 20, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.split("\n")[:3] == ["produced 20", "consumed 20", "shared 20"], done.stdout

@@ -9,6 +9,8 @@ the realms are created through the admin REST API from the JSON files beside thi
 - ``kafka``: clients ``alice`` (tokens living 8 s, to see re-authentication), ``bob`` (both with the
   audience ``kafka-broker``) and ``elsewhere`` (no such audience); secrets ``<name>-secret``;
 - ``other``: a client ``alice`` with the same audience, from another issuer with other keys.
+
+The ``keycloak`` fixture (tests/conftest.py makes it everyone's) starts one per test session.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
+
+import pytest
 
 VERSION = "26.4.2"
 ARTIFACT = f"org.keycloak:keycloak-quarkus-dist:{VERSION}:zip"
@@ -161,6 +165,29 @@ class Keycloak:
             "grant_type": "client_credentials", "client_id": client,
             "client_secret": f"{client}-secret"}))["access_token"]
 
+    def java_client(self, bootstrap: str, topic: str, group: str, n: int, directory: Path,
+                    client: str = "bob") -> subprocess.CompletedProcess:
+        """``OAuthClient.java`` (beside this module) with Kafka 4.4's Java client logging in as ``client``
+        through ``OAuthBearerLoginCallbackHandler``: produces ``n`` records, reads them with a consumer
+        (group ``<group>-classic``) and a share consumer (``group``); prints produced/consumed/shared N."""
+        from tests.kafka_ref import launcher
+
+        cp = launcher.classpath()
+        classes = launcher.compiled([HERE / "OAuthClient.java"], cp, "oauth-client")
+        pkg = "org.apache.kafka.common.security.oauthbearer."
+        props = directory / f"{client}.properties"
+        props.write_text("\n".join([
+            f"bootstrap.servers={bootstrap}", "security.protocol=SASL_PLAINTEXT", "sasl.mechanism=OAUTHBEARER",
+            f"sasl.login.callback.handler.class={pkg}OAuthBearerLoginCallbackHandler",
+            f"sasl.oauthbearer.token.endpoint.url={self.token_url()}",
+            f'sasl.jaas.config={pkg}OAuthBearerLoginModule required clientId="{client}" '
+            f'clientSecret="{client}-secret";', ""]))
+        return subprocess.run(
+            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.token_url()}",
+             "-cp", f"{classes}:{cp}", "OAuthClient", str(props), topic, group, str(n)],
+            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+
     def tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -176,3 +203,20 @@ class Keycloak:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory):
+    """A running Keycloak with the realms above, one per test session (per xdist worker)."""
+    from tests.kafka_ref.launcher import missing_tools
+    from tests.missing_inputs import missing_input
+
+    if java_home() is None or missing_tools():
+        missing_input("Keycloak needs a Java 21+ runtime and mvn (tools/test.sh need_keycloak)")
+    kc = Keycloak(tmp_path_factory.mktemp("keycloak"))
+    try:
+        kc.start()
+    except KeycloakError as e:
+        pytest.fail(str(e))
+    yield kc
+    kc.stop()
