@@ -10,7 +10,8 @@ A client sends one message (RFC 7628 client first message: ``n,a=authzid,^Aauth=
   ``iss`` equal to ``sasl.oauthbearer.expected.issuer``; the principal is ``User:`` and the claim
   ``sasl.oauthbearer.sub.claim.name``; scopes from ``sasl.oauthbearer.scope.claim.name``.  As in
   Kafka 4.4, an audience and an issuer must be configured unless
-  ``sasl.oauthbearer.allow.unverified.audience`` / ``.issuer`` say otherwise.
+  ``sasl.oauthbearer.allow.unverified.audience`` / ``.issuer`` say otherwise.  Only asymmetric signature algorithms are accepted (RS*, PS*, ES*, EdDSA); Kafka's jose4j refuses
+  only ``none``, but a shared HMAC secret cannot come from a public JWKS.
 - ``OAuthBearerUnsecuredValidatorCallbackHandler`` (development only: unsigned ``alg: none``
   tokens, JAAS options ``unsecuredValidator*``).  Kafka falls back to it when no handler class is
   set; this broker never does: the class must be named.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import json
 import logging
 import re
@@ -59,6 +61,7 @@ CONTROL_A = b"\x01"
 MISSING_KID_CACHE_MAX = 16  # RefreshingHttpsJwks.MISSING_KEY_ID_CACHE_MAX_ENTRIES
 MISSING_KID_INTERVAL_S = 60.0  # MISSING_KEY_ID_CACHE_IN_FLIGHT_MS
 MISSING_KID_MAX_LENGTH = 1000
+_FETCH_ERRORS = (OSError, ValueError, http.client.HTTPException)  # network, HTTP status, JSON
 _ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 _KEY = r"[A-Za-z]+"
@@ -161,9 +164,10 @@ class KeySet:
         self.refresh_s = refresh_ms / 1000.0
         self.backoff_s, self.backoff_max_s = backoff_ms / 1000.0, backoff_max_ms / 1000.0
         self.clock = clock
-        self.keys: dict[str | None, object] = {}  # kid -> jwt.PyJWK; written by the refresh thread only
-        self.refreshes = 0  # successful fetches (tests wait on it through the log)
-        self._missing: dict[str, float] = {}  # kid -> next time a refresh may be asked for it
+        self.keys: dict[str | None, object] = {}  # kid -> jwt.PyJWK; replaced whole by the refresh thread only
+        # kid -> next time a refresh may be asked for it; the loop adds, the refresh thread removes (under _lock)
+        self._missing: dict[str, float] = {}
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -192,9 +196,8 @@ class KeySet:
         """The first fetch (``RefreshingHttpsJwks.init``), blocking: called in a thread at start-up."""
         try:
             self.keys = self._fetch()
-        except (OSError, ValueError) as e:
+        except _FETCH_ERRORS as e:
             raise ConfigError(f"Could not refresh JWKS from {self.url}: {e}") from None
-        self.refreshes += 1
         log.info("OAuth JWKS %s: %d keys (%s)", self.url, len(self.keys), ", ".join(map(str, self.keys)))
         self._thread = threading.Thread(target=self._run, name="jwks-refresh", daemon=True)
         self._thread.start()
@@ -212,18 +215,18 @@ class KeySet:
             try:
                 keys = self._fetch()
                 break
-            except (OSError, ValueError) as e:
+            except _FETCH_ERRORS as e:
                 if self.clock() + wait > deadline:
                     log.warning("OAuth JWKS refresh of %s failed; keeping the %d keys held: %s",
                                 self.url, len(self.keys), e)
                     return
                 time.sleep(wait)
                 wait = min(wait * 2, self.backoff_max_s)
-        for kid in keys:
-            self._missing.pop(kid, None)
+        with self._lock:
+            for kid in keys:
+                self._missing.pop(kid, None)
         added = sorted(map(str, keys.keys() - self.keys.keys()))
         self.keys = keys
-        self.refreshes += 1
         log.info("OAuth JWKS refresh of %s complete: %d keys%s", self.url, len(keys),
                  f" (new: {', '.join(added)})" if added else "")
 
@@ -236,12 +239,15 @@ class KeySet:
         if k is not None or kid is None or self._thread is None or len(kid) > MISSING_KID_MAX_LENGTH:
             return k
         now = self.clock()
-        if self._missing.get(kid, 0.0) <= now:
+        with self._lock:
+            if self._missing.get(kid, 0.0) > now:
+                return None
+            self._missing.pop(kid, None)  # re-inserted last: the oldest entries go first
             self._missing[kid] = now + MISSING_KID_INTERVAL_S
             while len(self._missing) > MISSING_KID_CACHE_MAX:
                 del self._missing[next(iter(self._missing))]
-            log.info("OAuth JWKS: unknown key id %s, refreshing %s", kid, self.url)
-            self._wake.set()
+        log.info("OAuth JWKS: unknown key id %s, refreshing %s", kid, self.url)
+        self._wake.set()
         return None
 
 
