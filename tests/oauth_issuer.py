@@ -68,11 +68,12 @@ class Issuer:
         return {"keys": out}
 
     def token(self, sub: str = "alice", lifetime: float = 300, audience: str | None = None, issuer: str | None = None,
-              kid: str | None = None, key=None, **claims) -> str:
-        """A signed access token (``exp`` ``lifetime`` seconds from now, negative: already expired)."""
+              kid: str | None = None, key=None, expires_at: int | None = None, **claims) -> str:
+        """A signed access token: ``exp`` ``lifetime`` seconds from now (negative: already expired), or
+        ``expires_at``."""
         now = time.time()
         body = {"sub": sub, "iss": issuer or self.issuer, "aud": audience or self.audience, "iat": int(now) - 1,
-                "exp": int(now + lifetime), "scope": "kafka", **claims}
+                "exp": int(now + lifetime) if expires_at is None else expires_at, "scope": "kafka", **claims}
         kid = kid or self.current
         return jwt.encode(body, key or self.keys[kid], algorithm="RS256", headers={"kid": kid})
 

@@ -155,7 +155,7 @@ def clients(s: Side) -> dict:
     def conf(**extra):
         def token_cb(_config):
             exp = int(time.time()) + 300
-            return i.token(sub="carol", lifetime=exp - time.time()), exp
+            return i.token(sub="carol", expires_at=exp), exp
         return {"bootstrap.servers": s.oauth, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
                 "oauth_cb": token_cb, **extra}
 

@@ -149,7 +149,7 @@ def test_reauthentication_keeps_the_connection(broker, issuer):
 def _oauth_conf(b, issuer: Issuer, sub: str, lifetime: int = 300, **extra) -> dict:
     def token_cb(_config):
         exp = int(time.time()) + lifetime  # the token's own exp, so that the client refreshes it in time
-        return issuer.token(sub=sub, lifetime=exp - time.time()), exp
+        return issuer.token(sub=sub, expires_at=exp), exp
 
     return {"bootstrap.servers": b.address("OAUTH"), "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "OAUTHBEARER", "oauth_cb": token_cb, **extra}
@@ -188,19 +188,22 @@ def test_librdkafka_produces_consumes_and_share_consumes(broker, issuer):
 
 
 def test_librdkafka_reauthenticates_on_token_expiry(broker, issuer):
-    """Tokens living 5 s: librdkafka refreshes them and re-authenticates each session before it ends; the
-    producer keeps its connections (no new login) and never fails for 12 s."""
+    """Tokens living 12 s: librdkafka refreshes each at 80% of its life (on a 1 s timer) and re-authenticates
+    each session at 90% of it, so with the fresh token (shorter tokens make it re-authenticate with the old
+    one, twice within a second, which Kafka refuses); the producer keeps its connections (no new login) and
+    never fails for 28 s."""
     topic = create_topic(broker.address("PLAINTEXT"), prefix="oauth-reauth")
     key = ("sharebroker_sasl_authentications_total", "OAUTH", "OAUTHBEARER", "reauthentication")
-    p = Producer(_oauth_conf(broker, issuer, "alice", lifetime=5))
+    p = Producer(_oauth_conf(broker, issuer, "alice", lifetime=12))
     p.produce(topic, b"x")
     assert p.flush(10) == 0
     before = login_counts(broker)
     errors = []
-    end = time.monotonic() + 12
+    end = time.monotonic() + 28
     while time.monotonic() < end:
         p.produce(topic, b"x", on_delivery=lambda err, msg: err and errors.append(err))
         p.flush(5)
+        time.sleep(0.05)
     assert p.flush(10) == 0 and not errors
     after = login_counts(broker)
     assert after.get(key, 0) - before.get(key, 0) >= 2  # re-authentications

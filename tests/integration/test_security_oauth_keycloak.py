@@ -3,7 +3,7 @@ Keycloak's tokens against its JWKS; librdkafka (``sasl.oauthbearer.method=oidc``
 (``OAuthBearerLoginCallbackHandler``) get tokens with the client-credentials flow and log in, produce,
 consume and share-consume; ACLs apply to the principals (the ``azp`` claim: the client id); tokens for
 another audience or from another realm (issuer and keys) are refused; librdkafka re-authenticates when
-its 8 s tokens expire, keeping its connections.  The refusal causes one by one and key rotation are in
+its 12 s tokens expire, keeping its connections.  The refusal causes one by one and key rotation are in
 test_security_oauth.py (tokens minted there on purpose).
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_keycloak_tokens_are_accepted_or_refused(broker, keycloak):
 
 
 def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
-    """alice (8 s tokens) is denied until granted; then produces, consumes and share-consumes for longer
+    """alice (12 s tokens) is denied until granted; then produces, consumes and share-consumes for longer
     than two token lifetimes, re-authenticating without new connections."""
     topic = create_topic(broker.address("PLAINTEXT"), prefix="kc")
     group, cgroup = unique("kc-share"), unique("kc-cg")
@@ -97,7 +97,7 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
     key = ("sharebroker_sasl_authentications_total", "OAUTH", "OAUTHBEARER", "reauthentication")
     before = login_counts(broker).get(key, 0)
     sent, errors = 0, []
-    end = time.monotonic() + 20  # 2.5 token lifetimes
+    end = time.monotonic() + 28  # 2.3 token lifetimes
     while time.monotonic() < end:
         p.produce(topic, b"v%d" % sent, on_delivery=lambda err, msg: err and errors.append(err))
         sent += 1

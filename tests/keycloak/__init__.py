@@ -6,7 +6,7 @@ cache (tools/test.sh ``need_keycloak``, or here with ``mvn dependency:get``), un
 ports with a bounded heap on a Java 21+ runtime, its output in ``keycloak.log`` of the given directory;
 the realms are created through the admin REST API from the JSON files beside this module:
 
-- ``kafka``: clients ``alice`` (tokens living 8 s, to see re-authentication), ``bob`` (both with the
+- ``kafka``: clients ``alice`` (tokens living 12 s, to see re-authentication), ``bob`` (both with the
   audience ``kafka-broker``) and ``elsewhere`` (no such audience); secrets ``<name>-secret``;
 - ``other``: a client ``alice`` with the same audience, from another issuer with other keys.
 
