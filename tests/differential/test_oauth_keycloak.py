@@ -30,6 +30,7 @@ from tests.support import set_group_configs, unique
 from tests.wire import WireClient
 
 PKG = "org.apache.kafka.common.security.oauthbearer."
+pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
 EXPECTED: dict[tuple[str, str], str] = {}  # (scenario, path) -> why ours differs; none
 
 

@@ -25,6 +25,7 @@ from tests.support import create_topic, set_group_configs, unique
 from tests.wire import WireClient
 
 OAUTH_PKG = "org.apache.kafka.common.security.oauthbearer."
+pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
 
 
 @pytest.fixture(scope="module")
