@@ -87,8 +87,8 @@ def client_first_message(token: str, authzid: str = "") -> bytes:
     return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
 
 
-def broker_settings(issuer: Issuer, listener: str = "OAUTH", **extra) -> dict:
-    """An OAUTHBEARER listener (SASL_PLAINTEXT) validating ``issuer``'s tokens, and a PLAINTEXT one."""
+def listener_settings(jwks_url: str, audience: str, issuer_url: str, listener: str = "OAUTH", **extra) -> dict:
+    """An OAUTHBEARER listener (SASL_PLAINTEXT) validating tokens against ``jwks_url``, and a PLAINTEXT one."""
     prefix = f"listener.name.{listener.lower()}.oauthbearer."
     return {
         "listeners": f"PLAINTEXT://127.0.0.1:0,{listener}://127.0.0.1:0",
@@ -97,11 +97,16 @@ def broker_settings(issuer: Issuer, listener: str = "OAUTH", **extra) -> dict:
         prefix + "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         prefix + "sasl.server.callback.handler.class":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
-        "sasl.oauthbearer.jwks.endpoint.url": issuer.jwks_url,
-        "sasl.oauthbearer.expected.audience": issuer.audience,
-        "sasl.oauthbearer.expected.issuer": issuer.issuer,
+        "sasl.oauthbearer.jwks.endpoint.url": jwks_url,
+        "sasl.oauthbearer.expected.audience": audience,
+        "sasl.oauthbearer.expected.issuer": issuer_url,
         **extra,
     }
+
+
+def broker_settings(issuer: Issuer, listener: str = "OAUTH", **extra) -> dict:
+    """:func:`listener_settings` for ``issuer``'s tokens."""
+    return listener_settings(issuer.jwks_url, issuer.audience, issuer.issuer, listener, **extra)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ as super user.  Each scenario runs on both and the answers must be the same:
 - ``clients``: librdkafka (``oauth_cb``) is denied a topic without an ACL, then produces, consumes and
   share-consumes once the ACLs are granted to its OAuth principal.
 
-Its own Kafka 4.4 (~13 s and ~300 MiB while this module runs): the shared reference has no SASL listener.
+Its own Kafka 4.4 (~13 s and ~300 MiB while this module runs; `brokers_alike`): the shared reference has no
+SASL listener.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, ShareConsumer
-from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, \
-    ResourcePatternType, ResourceType
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                  NewTopic, ResourcePatternType, ResourceType)
 
 from broker.testing import BrokerProcess
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -45,21 +46,26 @@ AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.Sta
 EXPECTED: dict[tuple[str, str], str] = {}
 
 
-@pytest.fixture(scope="module")
-def brokers(issuer, tmp_path_factory):
-    """((kafka PLAINTEXT, kafka OAUTH), (ours PLAINTEXT, ours OAUTH))."""
+def brokers_alike(settings: dict, allowed_url: str, directory, listener: str = "OAUTH"):
+    """Kafka 4.4 and ours with ``settings`` (an OAUTHBEARER ``listener`` beside PLAINTEXT; Kafka's JVM allows
+    ``allowed_url``); yields ((kafka PLAINTEXT, kafka listener), (ours PLAINTEXT, ours listener))."""
     skip_without_kafka()
-    settings = {**broker_settings(issuer), **AUTHORIZER, **SHARE_FAST, "group.initial.rebalance.delay.ms": "0"}
     kafka = KafkaRef(settings=dict(settings), heap="-Xmx384m",
-                     jvm_options=(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={issuer.jwks_url}",))
-    node, oauth_port = kafka.nodes[0], free_port()
+                     jvm_options=(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={allowed_url}",))
+    node, port = kafka.nodes[0], free_port()
     kafka.settings.update({
         "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port},"
-                     f"OAUTH://127.0.0.1:{oauth_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},OAUTH://127.0.0.1:{oauth_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,OAUTH:SASL_PLAINTEXT"})
-    with kafka, BrokerProcess(tmp_path_factory.mktemp("differential-oauth"), config=settings) as ours:
-        yield ((kafka.bootstrap, f"127.0.0.1:{oauth_port}"), (ours.address("PLAINTEXT"), ours.address("OAUTH")))
+                     f"{listener}://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},{listener}://127.0.0.1:{port}",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{listener}:SASL_PLAINTEXT"})
+    with kafka, BrokerProcess(directory, config=settings) as ours:
+        yield ((kafka.bootstrap, f"127.0.0.1:{port}"), (ours.address("PLAINTEXT"), ours.address(listener)))
+
+
+@pytest.fixture(scope="module")
+def brokers(issuer, tmp_path_factory):
+    settings = {**broker_settings(issuer), **AUTHORIZER, **SHARE_FAST, "group.initial.rebalance.delay.ms": "0"}
+    yield from brokers_alike(settings, issuer.jwks_url, tmp_path_factory.mktemp("differential-oauth"))
 
 
 class Side:

@@ -18,54 +18,21 @@ import pytest
 from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.testing import BrokerProcess
 from tests.differential.harness import assert_as_expected, differences, run_on_both
-from tests.differential.test_oauth import AUTHORIZER, Side, _answer
-from tests.integration.test_security_oauth import SHARE_FAST
-from tests.integration.test_security_oauth_keycloak import oidc
-from tests.kafka_ref.launcher import KafkaRef, free_port
+from tests.differential.test_oauth import Side, _answer, brokers_alike
+from tests.integration.test_security_oauth_keycloak import keycloak_settings, oidc
 from tests.oauth_issuer import read_values, share_read_values
-from tests.reference import skip_without_kafka
 from tests.support import set_group_configs, unique
 from tests.wire import WireClient
 
-PKG = "org.apache.kafka.common.security.oauthbearer."
 pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
 EXPECTED: dict[tuple[str, str], str] = {}  # (scenario, path) -> why ours differs; none
 
 
-def settings(keycloak) -> dict[str, str]:
-    prefix = "listener.name.kc.oauthbearer."
-    return {
-        "listeners": "PLAINTEXT://127.0.0.1:0,KC://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KC:SASL_PLAINTEXT",
-        "listener.name.kc.sasl.enabled.mechanisms": "OAUTHBEARER",
-        prefix + "sasl.jaas.config": PKG + "OAuthBearerLoginModule required;",
-        prefix + "sasl.server.callback.handler.class": PKG + "OAuthBearerValidatorCallbackHandler",
-        "sasl.oauthbearer.jwks.endpoint.url": keycloak.jwks_url(),
-        "sasl.oauthbearer.expected.audience": "kafka-broker",
-        "sasl.oauthbearer.expected.issuer": keycloak.issuer(),
-        "sasl.oauthbearer.sub.claim.name": "azp",
-        **AUTHORIZER, "super.users": "User:ANONYMOUS;User:bob",
-        **SHARE_FAST, "group.initial.rebalance.delay.ms": "0",
-    }
-
-
 @pytest.fixture(scope="module")
 def brokers(keycloak, tmp_path_factory):
-    """((kafka PLAINTEXT, kafka KC), (ours PLAINTEXT, ours KC))."""
-    skip_without_kafka()
-    conf = settings(keycloak)
-    kafka = KafkaRef(settings=dict(conf), heap="-Xmx384m",
-                     jvm_options=(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={keycloak.jwks_url()}",))
-    node, kc_port = kafka.nodes[0], free_port()
-    kafka.settings.update({
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port},"
-                     f"KC://127.0.0.1:{kc_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},KC://127.0.0.1:{kc_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,KC:SASL_PLAINTEXT"})
-    with kafka, BrokerProcess(tmp_path_factory.mktemp("differential-oauth-kc"), config=conf) as ours:
-        yield ((kafka.bootstrap, f"127.0.0.1:{kc_port}"), (ours.address("PLAINTEXT"), ours.address("KC")))
+    settings = keycloak_settings(keycloak, "KC", **{"group.initial.rebalance.delay.ms": "0"})
+    yield from brokers_alike(settings, keycloak.jwks_url(), tmp_path_factory.mktemp("differential-oauth-kc"), "KC")
 
 
 class KeycloakSide(Side):

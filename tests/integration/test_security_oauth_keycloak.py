@@ -20,31 +20,26 @@ from protocol.errors import Errors
 from tests.integration.test_security_oauth import INVALID_TOKEN, SHARE_FAST, login, login_counts
 from tests.kafka_ref import launcher
 from tests.missing_inputs import missing_input
-from tests.oauth_issuer import read_values, share_read_values
+from tests.oauth_issuer import listener_settings, read_values, share_read_values
 from tests.support import create_topic, set_group_configs, unique
 from tests.wire import WireClient
 
-OAUTH_PKG = "org.apache.kafka.common.security.oauthbearer."
 pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
+
+
+def keycloak_settings(keycloak, listener: str = "OAUTH", **extra) -> dict:
+    """An OAUTHBEARER listener for the ``kafka`` realm's tokens (audience ``kafka-broker``, principal
+    ``azp``), StandardAuthorizer with ``bob`` and the PLAINTEXT listener's ``User:ANONYMOUS`` as super users."""
+    return listener_settings(keycloak.jwks_url(), "kafka-broker", keycloak.issuer(), listener, **{
+        "sasl.oauthbearer.sub.claim.name": "azp",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS;User:bob", **SHARE_FAST, **extra})
 
 
 @pytest.fixture(scope="module")
 def broker(keycloak, tmp_path_factory):
-    prefix = "listener.name.oauth.oauthbearer."
-    b = BrokerProcess(tmp_path_factory.mktemp("kc-broker"), config={
-        "listeners": "PLAINTEXT://127.0.0.1:0,OAUTH://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OAUTH:SASL_PLAINTEXT",
-        "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
-        prefix + "sasl.jaas.config": OAUTH_PKG + "OAuthBearerLoginModule required;",
-        prefix + "sasl.server.callback.handler.class": OAUTH_PKG + "OAuthBearerValidatorCallbackHandler",
-        "sasl.oauthbearer.jwks.endpoint.url": keycloak.jwks_url(),
-        "sasl.oauthbearer.expected.audience": "kafka-broker",
-        "sasl.oauthbearer.expected.issuer": keycloak.issuer(),
-        "sasl.oauthbearer.sub.claim.name": "azp",
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:ANONYMOUS;User:bob",
-        "sharebroker.metrics.listener": "127.0.0.1:0",
-        **SHARE_FAST})
+    b = BrokerProcess(tmp_path_factory.mktemp("kc-broker"),
+                      config=keycloak_settings(keycloak, **{"sharebroker.metrics.listener": "127.0.0.1:0"}))
     b.start()
     yield b
     b.close()
