@@ -794,15 +794,9 @@ class RecordIndex:
         i0, pos = len(starts) - 1, starts[-1]
         if i0 >= _OFFSET_DELTA_SPLIT[-1]:
             return 0
-        b = batch[pos]
-        p, v, shift = pos + 1, b & 0x7F, 7
-        while b >= 0x80:
-            b = batch[p]
-            p += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
+        length, p = _read_varint(batch, pos)
         ob = 1 if i0 < _OFFSET_DELTA_SPLIT[0] else 2
-        size = (p - pos) + ((v >> 1) ^ -(v & 1))  # the whole record, its length varint included
+        size = (p - pos) + length  # the whole record, its length varint included
         if size < p - pos + 2 + ob:
             return 0
         m = min(k - i0, _OFFSET_DELTA_SPLIT[ob - 1] - i0, (self.size - pos) // size)
