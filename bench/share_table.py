@@ -143,6 +143,7 @@ def main(argv=None) -> int:
         for name in names:
             vals = per.get(name, [])
             r[name] = statistics.median(vals) if vals else float("nan")
+            r[f"{name} rounds"] = vals
         if len(names) >= 2:
             r[f"{names[0]}/{names[1]}"] = C.ratio(r[names[0]], r[names[1]])
         rows.append(r)
