@@ -255,6 +255,8 @@ class SharePartitionManager:
                     self._acknowledge(group, member, part.topic_id, part.partition, part.acks))))
         if acking:
             await asyncio.sleep(0)  # each acknowledgement runs up to its write before the fetch acquires
+            if any(self._window_full(group, part) for part, _ in acking):
+                await self._settle_acks(acking)  # nothing to take there before they land: no pass in vain
         try:
             if epoch == FINAL_EPOCH:
                 await self._settle_acks(acking)
@@ -269,6 +271,13 @@ class SharePartitionManager:
             log.debug("ShareFetch %s/%s epoch %d acquired %s", group, member, epoch,
                       [(p.partition, p.acquired) for p in shown if p.acquired])
         return FetchResult(config.record_lock_duration_ms, shown)
+
+    def _window_full(self, group: str, part: PartitionResult) -> bool:
+        """Whether the share partition's record-lock window is full with nothing to redeliver (Kafka's
+        canAcquireRecords is false): a fetch takes nothing there until records are acknowledged."""
+        sp = self.partitions.get((group, part.topic_id, part.partition))
+        return (sp is not None and sp.next_fetch_offset() >= sp.end_offset
+                and sp.in_flight_count >= sp.config.partition_max_record_locks)
 
     @staticmethod
     async def _settle_acks(acking: list) -> None:

@@ -300,8 +300,8 @@ async def test_a_full_record_lock_window_is_not_read_again(env):
         n = len(reads)
         assert acquired(await fetch(mgr, conn, 1, partitions=(1,))) == {}
         assert len(reads) == n                                       # window full: no read
-        # RELEASE 0-4; the fetch acquires while the release is persisted, so it waits for it to land.
-        res = await fetch(mgr, conn, 2, partitions=(1,), acks={1: [AckBatch(0, 4, [2])]}, max_wait_ms=5000)
+        # RELEASE 0-4: with the window full the fetch waits for its acknowledgements before it acquires
+        res = await fetch(mgr, conn, 2, partitions=(1,), acks={1: [AckBatch(0, 4, [2])]})
         assert acquired(res) == {1: [(0, 4, 2)]} and len(reads) == n + 1  # a redelivery is read
     finally:
         GroupConfigs.values["share.partition.max.record.locks"] = 2000
