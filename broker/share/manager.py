@@ -276,7 +276,7 @@ class SharePartitionManager:
         """Whether the share partition's record-lock window is full with nothing to redeliver (Kafka's
         canAcquireRecords is false): a fetch takes nothing there until records are acknowledged."""
         sp = self.partitions.get((group, part.topic_id, part.partition))
-        return (sp is not None and sp.next_fetch_offset() >= sp.end_offset
+        return (sp is not None and sp.status == "ACTIVE" and sp.next_fetch_offset() >= sp.end_offset
                 and sp.in_flight_count >= sp.config.partition_max_record_locks)
 
     @staticmethod
