@@ -48,7 +48,7 @@ def set_earliest(bootstrap: str, group: str, timeout: float = 30.0) -> None:
 class Shared:
     def __init__(self, n: int):
         self.n = n
-        self.offsets: set[int] = set()
+        self.offsets: set[tuple[int, int]] = set()
         self.delivered = 0
         self.first: float | None = None
         self.last_new = 0.0
@@ -82,7 +82,7 @@ def share_worker(bootstrap: str, group: str, topic: str, st: Shared, idx: int, p
                     st.errors.append(f"consumer {idx}: nothing new for {idle_timeout}s")
                     break
                 continue
-            good = [m.offset() for m in batch if m.error() is None]
+            good = [(m.partition(), m.offset()) for m in batch if m.error() is None]
             if len(good) != len(batch) and len(st.errors) < 10:
                 st.errors += [f"consumer {idx}: {m.error()}" for m in batch if m.error() is not None][:3]
             delivered += len(good)
@@ -150,7 +150,7 @@ def share_run(bp, topic: str, n: int, k: int, args) -> dict:
 def run(bp, args) -> list[dict]:
     n = args.records
     topic = C.unique("bench-share")
-    C.create_topic(bp.bootstrap, topic, 1)
+    C.create_topic(bp.bootstrap, topic, args.partitions)
     pr = produce(bp.bootstrap, topic, n, SIZE, {}, 120)
     if pr["unflushed"] or pr["errors"]:
         print(f"!! {bp.name} produce: {pr}", file=sys.stderr)
@@ -158,7 +158,7 @@ def run(bp, args) -> list[dict]:
 
     rows = []
     cpu0, ccpu0 = bp.cpu(), C.client_cpu()
-    cr = consume(bp.bootstrap, topic, 1, {}, args.idle_timeout, want=n)
+    cr = consume(bp.bootstrap, topic, args.partitions, {}, args.idle_timeout, want=n)
     cpu1, ccpu1 = bp.cpu(), C.client_cpu()
     got, mb = cr["got"], cr["got"] * SIZE / 1e6
     if got != n:
@@ -189,6 +189,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     C.add_target_args(ap, default_start="ours", choices=("ours", "tansu", "kafka", "ours+kafka"))
     ap.add_argument("--records", type=int, default=200_000, help="1 KiB records (default 200000)")
+    ap.add_argument("--partitions", type=int, default=1, help="partitions of the topic (default 1)")
     ap.add_argument("--consumers", default="1,4", help="comma-separated consumer counts (default 1,4)")
     ap.add_argument("--idle-timeout", type=float, default=20.0, help="give up after this long with nothing new")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="cap on one share run")
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001
             print(f"!! {bp.name} failed: {e!r}", file=sys.stderr, flush=True)
 
-    print(f"\n# share-group consume of {args.records} x {SIZE} B records, 1 partition, implicit acks"
+    print(f"\n# share-group consume of {args.records} x {SIZE} B records, {args.partitions} partition(s), implicit acks"
           " (rec/s counts from subscribe/assign to the last new record; share/plain = ratio of those)")
     C.table(rows, COLS)
     C.write_json(args.json, {"bench": "share_throughput", "records": args.records, "rows": rows})

@@ -35,6 +35,7 @@ format conversion (magic 0/1 is rejected).
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from array import array
@@ -773,45 +774,108 @@ class RecordIndex:
             return starts[k]
         if not 0 <= k <= self.count:
             raise IndexError(k)
-        pos, end, n = starts[-1], self.size, len(starts)
-        ts = self.timestamp_deltas
         try:
-            # The walk of every record: its three varints decoded inline, on purpose (a loop over the
-            # fields, or a call per varint, makes the walk a third slower).
-            while n <= k:
-                b = batch[pos]
-                p, v, shift = pos + 1, b & 0x7F, 7
-                while b >= 0x80:
-                    b = batch[p]
-                    p += 1
-                    v |= (b & 0x7F) << shift
-                    shift += 7
-                length = (v >> 1) ^ -(v & 1)
-                pos = p + length  # the next record
-                if length <= 0 or pos > end:
-                    raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
-                b = batch[p + 1]  # past the attributes byte: the timestamp delta
-                p, v, shift = p + 2, b & 0x7F, 7
-                while b >= 0x80:
-                    b = batch[p]
-                    p += 1
-                    v |= (b & 0x7F) << shift
-                    shift += 7
-                ts.append((v >> 1) ^ -(v & 1))
-                b = batch[p]  # the offset delta: its zigzag encoding is 2 x (n - 1)
-                p, v, shift = p + 1, b & 0x7F, 7
-                while b >= 0x80:
-                    b = batch[p]
-                    p += 1
-                    v |= (b & 0x7F) << shift
-                    shift += 7
-                if v != 2 * (n - 1) and self.out_of_order == self.count:
-                    self.out_of_order = n - 1
-                starts.append(pos)
-                n += 1
+            while len(starts) <= k:
+                if not self._run(batch, k):
+                    self._walk(batch, min(k, len(starts) + _SLOW_STRETCH))
         except IndexError:
             raise RecordsError(CORRUPT_MESSAGE, "record is truncated") from None
-        return pos
+        return starts[k]
+
+    def _run(self, batch, k: int) -> int:
+        """Walk, up to record ``k``, a run of records framed alike (same length, a one-byte timestamp
+        delta, offset deltas of one varint size), as a producer writes values of one size, checked
+        byte column by byte column (a strided slice per framing byte: no per-record Python work).
+        Every record of the run has its length varint's bytes, a timestamp delta byte under 0x80 and
+        the offset delta bytes of its index checked, which is what the record-by-record walk reads.
+        Returns the records walked: 0 when the next records are not such a run (the caller then walks
+        some of them one by one)."""
+        starts = self._starts
+        i0, pos = len(starts) - 1, starts[-1]
+        if i0 >= _OFFSET_DELTA_SPLIT[-1]:
+            return 0
+        length, p = _read_varint(batch, pos)
+        ob = 1 if i0 < _OFFSET_DELTA_SPLIT[0] else 2
+        size = (p - pos) + length  # the whole record, its length varint included
+        if size < p - pos + 2 + ob:
+            return 0
+        m = min(k - i0, _OFFSET_DELTA_SPLIT[ob - 1] - i0, (self.size - pos) // size)
+        if m < _MIN_RUN:
+            return 0
+        stop = pos + m * size
+        for j in range(p - pos):
+            if bytes(batch[pos + j:stop:size]) != bytes((batch[pos + j],)) * m:
+                return 0
+        at = p - pos + 1  # the timestamp delta, past the attributes byte
+        deltas = bytes(batch[pos + at:stop:size])
+        if max(deltas) >= 0x80:
+            return 0
+        columns = _offset_delta_columns(ob)
+        for j in range(ob):
+            if bytes(batch[pos + at + 1 + j:stop:size]) != columns[j][i0:i0 + m]:
+                return 0
+        if deltas.count(0) == m:
+            self.timestamp_deltas.frombytes(bytes(8 * m))
+        else:
+            self.timestamp_deltas.extend([(d >> 1) ^ -(d & 1) for d in deltas])
+        starts.extend(range(pos + size, stop + 1, size))
+        return m
+
+    def _walk(self, batch, k: int) -> None:
+        """Walk record by record until the start of record ``k`` is known."""
+        starts = self._starts
+        pos, end, n = starts[-1], self.size, len(starts)
+        ts = self.timestamp_deltas
+        # The walk of every record: its three varints decoded inline, on purpose (a loop over the
+        # fields, or a call per varint, makes the walk a third slower).
+        while n <= k:
+            b = batch[pos]
+            p, v, shift = pos + 1, b & 0x7F, 7
+            while b >= 0x80:
+                b = batch[p]
+                p += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+            length = (v >> 1) ^ -(v & 1)
+            pos = p + length  # the next record
+            if length <= 0 or pos > end:
+                raise RecordsError(CORRUPT_MESSAGE, "record length exceeds the batch")
+            b = batch[p + 1]  # past the attributes byte: the timestamp delta
+            p, v, shift = p + 2, b & 0x7F, 7
+            while b >= 0x80:
+                b = batch[p]
+                p += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+            ts.append((v >> 1) ^ -(v & 1))
+            b = batch[p]  # the offset delta: its zigzag encoding is 2 x (n - 1)
+            p, v, shift = p + 1, b & 0x7F, 7
+            while b >= 0x80:
+                b = batch[p]
+                p += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+            if v != 2 * (n - 1) and self.out_of_order == self.count:
+                self.out_of_order = n - 1
+            starts.append(pos)
+            n += 1
+
+
+# Record indexes where the offset delta's varint grows from one byte to two, and from two to three
+# (runs stop there: the records past it are a byte longer); records past the second are walked one by one.
+_OFFSET_DELTA_SPLIT = (64, 8192)
+_MIN_RUN = 8  # a shorter run is walked one record at a time
+_SLOW_STRETCH = 16  # records walked one by one after a run was not found, before looking for one again
+
+
+@functools.lru_cache(maxsize=None)
+def _offset_delta_columns(width: int) -> tuple[bytes, ...]:
+    """Byte ``j`` of the offset delta varint (zigzag 2 x i) of records i = 0.. while it is ``width``
+    bytes long, one bytes per j, indexed by i: what a run's columns must equal."""
+    values = range(0, 2 * _OFFSET_DELTA_SPLIT[width - 1], 2)
+    if width == 1:
+        return (bytes(values),)
+    return bytes((v & 0x7F) | 0x80 for v in values), bytes(v >> 7 for v in values)
 
 
 def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None):

@@ -244,29 +244,60 @@ class SharePartitionManager:
         if has_acks and self.metrics is not None:
             self.metrics.acknowledgements += 1
 
+        # The acknowledgements and the fetch run together, as Kafka's handleShareFetchRequest combines
+        # their futures: the acknowledged records change state at once (in transition) and the fetch
+        # acquires while their share-state write is persisted; the answer waits for both.
+        acking = []
         for part in parts.values():
             if part.acks is not None:
                 part.touched = True
-                part.ack_error = await self._acknowledge(group, member, part.topic_id, part.partition, part.acks)
-
-        if epoch == FINAL_EPOCH:
-            await self.release_session(group, member, session)
-            return FetchResult(config.record_lock_duration_ms, list(parts.values()))
-
-        order = list(session.partitions)
-        if order:  # rotate so that no partition starves
-            shift = session.epoch % len(order)
-            order = order[shift:] + order[:shift]
-        for key in order:
-            if key not in parts:
-                parts[key] = PartitionResult(*key)
-        await self._fetch_records(group, member, [parts[k] for k in order if parts[k].error == Errors.NONE], req)
+                acking.append((part, asyncio.ensure_future(
+                    self._acknowledge(group, member, part.topic_id, part.partition, part.acks))))
+        if acking:
+            await asyncio.sleep(0)  # each acknowledgement runs up to its write before the fetch acquires
+            if any(self._window_full(group, part) for part, _ in acking):
+                await self._settle_acks(acking)  # nothing to take there before they land: no pass in vain
+        try:
+            if epoch == FINAL_EPOCH:
+                await self._settle_acks(acking)
+                await self.release_session(group, member, session)
+                return FetchResult(config.record_lock_duration_ms, list(parts.values()))
+            await self._fetch_more(group, member, session, parts, req)
+        finally:
+            await self._settle_acks(acking)
         full = epoch == 0
         shown = [p for p in parts.values() if full or p.touched or p.acquired or p.error]
         if log.isEnabledFor(logging.DEBUG):
             log.debug("ShareFetch %s/%s epoch %d acquired %s", group, member, epoch,
                       [(p.partition, p.acquired) for p in shown if p.acquired])
         return FetchResult(config.record_lock_duration_ms, shown)
+
+    def _window_full(self, group: str, part: PartitionResult) -> bool:
+        """Whether the share partition's record-lock window is full with nothing to redeliver (Kafka's
+        canAcquireRecords is false): a fetch takes nothing there until records are acknowledged."""
+        sp = self.partitions.get((group, part.topic_id, part.partition))
+        return (sp is not None and sp.status == "ACTIVE" and sp.next_fetch_offset() >= sp.end_offset
+                and sp.in_flight_count >= sp.config.partition_max_record_locks)
+
+    @staticmethod
+    async def _settle_acks(acking: list) -> None:
+        """Wait for the acknowledgements started by a ShareFetch and put their codes in its answer."""
+        for part, task in acking:
+            part.ack_error = await task
+        acking.clear()
+
+    async def _fetch_more(self, group: str, member: str, session: ShareSession, parts: dict, req: Any) -> None:
+        """The session's partitions, in an order rotated by the session epoch so that none starves, added to
+        ``parts`` and fetched."""
+
+        order = list(session.partitions)
+        if order:
+            shift = session.epoch % len(order)
+            order = order[shift:] + order[:shift]
+        for key in order:
+            if key not in parts:
+                parts[key] = PartitionResult(*key)
+        await self._fetch_records(group, member, [parts[k] for k in order if parts[k].error == Errors.NONE], req)
 
     async def acknowledge(self, req: Any, acks: dict[PartitionKey, list],
                           invalid: dict[PartitionKey, int]) -> AcknowledgeResult:

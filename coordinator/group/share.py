@@ -119,8 +119,12 @@ class ShareGroup(ModernGroup):
         self.initialized: dict[bytes, tuple[str, set[int]]] = {}  # topic id -> (name, partitions)
 
     def copy(self) -> "ShareGroup":
-        g = super().copy()
-        g.initialized = {t: (name, set(ps)) for t, (name, ps) in self.initialized.items()}
+        """A draft whose member and target maps are its own but whose members, targets and initialized
+        partitions are the committed group's until ``replay`` replaces them (it never changes one in
+        place): a heartbeat of a 64-member group copies two maps, not 64 members."""
+        g = object.__new__(ShareGroup)
+        g.__dict__.update(self.__dict__)
+        g.members, g.target = dict(self.members), dict(self.target)
         return g
 
     def state_name(self) -> str:
@@ -150,7 +154,8 @@ class ShareGroup(ModernGroup):
             if v is None:
                 self.members.pop(mid, None)
                 return
-            m = self.members.get(mid) or ShareMember(mid)
+            m = self.members.get(mid)
+            m = m.copy() if m is not None else ShareMember(mid)
             m.rack_id, m.client_id, m.client_host = v.rack_id, v.client_id, v.client_host
             m.subscribed_topic_names = list(v.subscribed_topic_names)
             self.members[mid] = m
@@ -161,9 +166,9 @@ class ShareGroup(ModernGroup):
             self.replay_target_member(rec.key.member_id, v)
         elif t == 14:  # current member assignment (Kafka's getOrMaybeCreateMember: any record order)
             m = self.members.get(rec.key.member_id)
-            if m is None and v is not None:
-                m = self.members[rec.key.member_id] = ShareMember(rec.key.member_id)
-            if m is not None and v is not None:
+            if v is not None:
+                m = m.copy() if m is not None else ShareMember(rec.key.member_id)
+                self.members[rec.key.member_id] = m
                 m.member_epoch, m.previous_member_epoch = v.member_epoch, v.previous_member_epoch
                 m.assigned = {tp.topic_id: set(tp.partitions) for tp in v.assigned_partitions}
         elif t == 15:  # state partition metadata

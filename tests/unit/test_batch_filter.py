@@ -258,3 +258,50 @@ def test_slicing_a_truncated_batch_raises():
     batch[R.HEADER_SIZE] = 0x7E                    # record 0 claims 63 bytes and more
     with pytest.raises(R.RecordsError):
         R.slice_batch(bytes(batch), [(1005, 1006)])
+
+
+def _walked_one_by_one(batch):
+    ref = R.RecordIndex(batch)
+    ref._walk(batch, ref.count)
+    return ref
+
+
+def _uniform(n, size=1024, dt=lambda i: 0, value=lambda i, size: b"v" * size):
+    return kp_batch([(None, value(i, size), [], dt(i)) for i in range(n)])
+
+
+@pytest.mark.parametrize("batch", [
+    _uniform(970),                                                    # one producer batch of 1 KiB values
+    _uniform(300, dt=lambda i: i // 40),                              # small timestamp deltas
+    _uniform(300, dt=lambda i: 0 if i < 150 else 70),                 # a two-byte timestamp delta from 150 on
+    _uniform(300, value=lambda i, size: b"v" * (size + (i == 200))),  # one record a byte longer
+    _uniform(300, dt=lambda i: 70 * (i == 150), value=lambda i, size: b"v" * (size - (i == 150))),  # same length
+    _uniform(9000, 20, dt=lambda i: i // 1000),                       # offset deltas of 1, 2 and 3 bytes
+    _uniform(70, 5),
+    kp_batch(BIG),
+], ids=["1k", "ts-deltas", "long-ts-delta", "odd-length", "long-ts-delta-same-length", "9000", "tiny", "mixed"])
+def test_a_record_index_finds_what_the_record_by_record_walk_finds(batch):
+    ref = _walked_one_by_one(batch)
+    for step in (1, 7, 500, ref.count):  # pieces of several sizes, as share fetches ask
+        index = R.RecordIndex(batch)
+        for k in list(range(0, ref.count, step)) + [ref.count]:
+            assert index.start(batch, k) == ref.start(batch, k)
+            assert index.walked == k         # only as far as asked
+        assert list(index.timestamp_deltas) == list(ref.timestamp_deltas)
+        assert index.out_of_order == ref.out_of_order == ref.count
+
+
+def test_a_record_index_finds_an_offset_delta_out_of_order_inside_a_run():
+    batch = bytearray(_uniform(100, 50))
+    first = R.HEADER_SIZE
+    length_bytes = 1 if batch[first] < 0x80 else 2
+    record = (len(batch) - R.HEADER_SIZE) // 100
+    at = first + 40 * record + length_bytes + 2     # record 40's offset delta (zigzag 80)
+    assert batch[at] == 80
+    batch[at] = 84
+    struct.pack_into(">I", batch, R.CRC_OFFSET, R.crc32c(memoryview(batch)[R.ATTRIBUTES_OFFSET:]))
+    index = R.RecordIndex(bytes(batch))
+    assert index.start(bytes(batch), 100) == len(batch)
+    assert index.out_of_order == 40
+    with pytest.raises(R.RecordsError):
+        R.slice_batch(bytes(batch), [(1040, 1040)])  # no record at offset 1040: found by the filter

@@ -264,3 +264,26 @@ async def test_null_topic_name_is_refused_before_anything_is_written():
     assert (await env.share_hb("sg", "s1", topics=["foo"])).error_code == 0
     env = await env.restart()
     assert (await env.share_hb("sg", "s2", topics=["foo"])).error_code == 0
+
+
+async def test_a_heartbeats_draft_leaves_the_committed_group_as_it_was():
+    """A heartbeat computes its records on a draft of the group (``ShareGroup.copy``) and replays them
+    there first: the committed group changes only when the records are replayed on it after the append."""
+    from coordinator.group import records as R
+
+    env = Env()
+    r = await env.share_hb("sg", "s1", topics=["foo"])
+    g = env.coord.groups["sg"]
+    m = g.members["s1"]
+    before = (m.client_id, m.member_epoch, {t: set(ps) for t, ps in m.assigned.items()}, dict(g.target))
+    changed = m.copy()
+    changed.client_id, changed.member_epoch, changed.assigned = "other", 9, {}
+    for recs in ([R.share_current_assignment("sg", changed)], [R.share_member_metadata("sg", changed)],
+                 [R.share_member_metadata("sg", changed), R.share_current_assignment("sg", changed),
+                  R.share_target_member_tombstone("sg", "s1"), R.share_member_metadata_tombstone("sg", "s1")]):
+        draft = g.copy()
+        for rec in recs:
+            draft.replay(rec)
+    assert "s1" not in draft.members and "s1" not in draft.target
+    assert g.members["s1"] is m and r.error_code == 0
+    assert (m.client_id, m.member_epoch, m.assigned, g.target) == before

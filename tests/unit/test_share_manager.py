@@ -300,7 +300,30 @@ async def test_a_full_record_lock_window_is_not_read_again(env):
         n = len(reads)
         assert acquired(await fetch(mgr, conn, 1, partitions=(1,))) == {}
         assert len(reads) == n                                       # window full: no read
-        res = await fetch(mgr, conn, 2, partitions=(1,), acks={1: [AckBatch(0, 4, [2])]})  # RELEASE 0-4
+        # RELEASE 0-4: with the window full the fetch waits for its acknowledgements before it acquires
+        res = await fetch(mgr, conn, 2, partitions=(1,), acks={1: [AckBatch(0, 4, [2])]})
         assert acquired(res) == {1: [(0, 4, 2)]} and len(reads) == n + 1  # a redelivery is read
     finally:
         GroupConfigs.values["share.partition.max.record.locks"] = 2000
+
+
+async def test_a_fetch_acquires_while_its_piggy_backed_acks_are_persisted(env):
+    """As Kafka 4.4's handleShareFetchRequest, which combines the acknowledgement and the fetch futures:
+    the fetch does not wait for the share-state write of its acknowledgements before it acquires; its
+    answer waits for both."""
+    mgr, _ = env
+    conn = Connection()
+    await loaded(mgr, 0)
+    assert acquired(await fetch(mgr, conn, 0, max_records=5)) == {0: [(0, 4, 1)]}
+    sp, persister = await mgr.partition(GROUP, TOPIC, 0), mgr.persister
+    persister.hold = True
+    task = asyncio.ensure_future(fetch(mgr, conn, 1, max_records=5, acks={0: [AckBatch(0, 4, [1])]}))
+    await persister.wait_held(1)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    state = sp.record_state(5)
+    assert state is not None and state[0] == ACQUIRED and not task.done()  # the answer waits for the write
+    persister.complete()
+    res = await task
+    assert acquired(res) == {0: [(5, 9, 1)]} and res.partitions[0].ack_error == Errors.NONE
+    assert sp.start_offset == 5
