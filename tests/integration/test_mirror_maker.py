@@ -148,3 +148,67 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
             mm.stop()
         b.stop()
         a.stop()
+
+
+def topic_configs(admin: AdminClient, topic: str, names: tuple[str, ...]) -> dict[str, tuple[str, bool]] | None:
+    """{name: (value, set on the topic itself)} of ``topic``'s configs ``names``; None while it does not exist."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([res])[res].result(10)
+    except Exception:  # not created on the target yet
+        return None
+    return {n: (entries[n].value, entries[n].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value) for n in names}
+
+
+def alter_topic(admin: AdminClient, topic: str, changes: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs on ``topic``: SET each name to its value, DELETE those given None."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET)
+        for k, v in changes.items()])
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
+def test_mirror_maker_2_syncs_topic_config_changes_from_kafka(mm2_cp, kafka_ref, tmp_path):
+    """MM2 copying a topic from the reference Kafka 4.4 to a sharebroker: the copy is created with the source's
+    ``retention.ms``; a change of it on the source (and of ``remote.copy.lag.bytes``, a config accepted here
+    and without effect: no tiered storage) arrives on the copy at the next config sync (MirrorSourceConnector's
+    ``syncTopicConfigs``: IncrementalAlterConfigs with every config Kafka describes, SET for the topic's own,
+    DELETE for the defaults), and so does the override's removal."""
+    b = BrokerProcess(tmp_path / "b").start()
+    mm = None
+    try:
+        topic, names = unique("mm2-cfg"), ("retention.ms", "remote.copy.lag.bytes")
+        source = AdminClient({"bootstrap.servers": kafka_ref.bootstrap})
+        source.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "86400000"})])[topic].result(15)
+        produce(kafka_ref.bootstrap, topic, 1, 0, 10)
+        mm = MirrorMaker(kafka_ref.bootstrap, {"dst": b.bootstrap}, topic, unique("mm2-no-group"), tmp_path / "mm2",
+                         extra={"sync.topic.configs.interval.seconds": "1"}).start()
+        target, copy = AdminClient({"bootstrap.servers": b.bootstrap}), f"src.{topic}"
+        default_retention = "604800000"
+
+        def synced(want):
+            def check():
+                assert mm.alive(), f"MirrorMaker exited:\n{mm.tail()}"
+                return topic_configs(target, copy, names) == want
+            return check
+        until(lambda: end_offsets(b.bootstrap, copy, 1) == {0: 10}, 120, f"{copy}'s records on the target")
+        until(synced({"retention.ms": ("86400000", True), "remote.copy.lag.bytes": ("-1", False)}), 60,
+              f"{copy} created with the source's retention.ms")
+
+        alter_topic(source, topic, {"retention.ms": "3600000", "remote.copy.lag.bytes": "1048576"})
+        want = {"retention.ms": ("3600000", True), "remote.copy.lag.bytes": ("1048576", True)}
+        assert topic_configs(source, topic, names) == want
+        until(synced(want), 60, f"the source's changed configs on {copy}")
+
+        alter_topic(source, topic, {"retention.ms": None})
+        until(synced({"retention.ms": (default_retention, False), "remote.copy.lag.bytes": ("1048576", True)}), 60,
+              f"retention.ms's override removed from {copy}")
+        assert end_offsets(b.bootstrap, copy, 1) == {0: 10}
+    finally:
+        if mm is not None:
+            mm.stop()
+        b.stop()
