@@ -24,7 +24,8 @@ from tests.differential.test_behaviour import (_SHARE_EPOCH, _SPSO_AT_LOAD, ACCE
                                                _name, _poll_until, _settle, _share_consumer)
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareGroupTool.java"
-WITH_MEMBER = ("--describe --members --verbose", "--describe --state --verbose", "--describe --offsets --verbose")
+WITH_MEMBER = ("--describe --members --verbose", "--describe --members", "--describe --state --verbose",
+               "--describe --offsets --verbose")
 EMPTY = ("--describe --state --verbose", "--describe --state", "--describe --offsets", "--describe --members")
 
 
@@ -85,7 +86,7 @@ def _normalise(row: dict[str, str]) -> dict[str, str]:
 def share_group_described(s: Side, tool: tuple[str, str]) -> dict:
     """A two-partition topic, five records on partition 0 only; a ShareConsumer (explicit mode) accepts
     them all and commits: the tool's ``--members``, ``--state`` and ``--offsets`` (verbose) while it is a
-    member; then, once it left, ``--state`` and ``--offsets`` and ``--members`` again."""
+    member (and ``--members`` plain); then, once it left, ``--state``, ``--offsets`` and ``--members`` again."""
     topic, group = s.names["topic"], s.names["group"]
     s.create_topic(topic, partitions=2)
     s.group_configs(group, {"share.auto.offset.reset": "earliest"})
