@@ -448,7 +448,9 @@ def test_faust_table(request, broker, apps_python):
     14 runs). Its worker can also crash while stopping ("Cannot
     flush: Producer not Running", exit 1) on both. docs/testing.md, "Differential suite, applications", has the runs
     and the broker-side checks.
-    A suite test must not be flaky, so it runs when asked for."""
+    A suite test must not be flaky, so it runs when asked for: on 2026-11-29 the last record of a partition
+    was counted twice on Kafka 4.4 in 1 of 13 restarts (0 of 22 on ours), so no setting of ours makes the
+    comparison deterministic (docs/client-notes.md, faust-streaming)."""
     if os.environ.get(FAUST_ENV) != "1":
         pytest.skip(f"faust-streaming is not deterministic on either broker (see the docstring); {FAUST_ENV}=1 runs it")
     run(request, broker, faust_table(apps_python), _check_faust)

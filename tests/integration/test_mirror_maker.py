@@ -148,3 +148,70 @@ def test_mirror_maker_2_replicates_topics_and_group_offsets(mm2_cp, kafka_ref, t
             mm.stop()
         b.stop()
         a.stop()
+
+
+def topic_configs(admin: AdminClient, topic: str) -> tuple[dict[str, str], dict[str, str]] | None:
+    """({name: value} of every config of ``topic``, {name: value} of those set on the topic itself); None
+    while it does not exist."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([res])[res].result(10)
+    except Exception:  # not created on the target yet
+        return None
+    own = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    return ({n: e.value for n, e in entries.items()}, {n: e.value for n, e in entries.items() if e.source == own})
+
+
+def alter_topic(admin: AdminClient, topic: str, changes: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs on ``topic``: SET each name to its value, DELETE those given None."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET)
+        for k, v in changes.items()])
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
+def test_mirror_maker_2_syncs_topic_config_changes_from_kafka(mm2_cp, kafka_ref, tmp_path):
+    """MM2 copying a topic from the reference Kafka 4.4 to a sharebroker: the copy is created with the source's
+    ``retention.ms``; a change of it on the source (and of ``remote.copy.lag.bytes``, a config accepted here
+    and without effect: no tiered storage) arrives on the copy at the next config sync (MirrorSourceConnector's
+    ``syncTopicConfigs``: IncrementalAlterConfigs with every config Kafka describes, SET for the topic's own,
+    DELETE for the defaults), and so does the override's removal: after each step the copy's own configs
+    (DYNAMIC_TOPIC_CONFIG) are exactly the source's, none added by the sync."""
+    b = BrokerProcess(tmp_path / "b").start()
+    mm = None
+    try:
+        topic = unique("mm2-cfg")
+        source = AdminClient({"bootstrap.servers": kafka_ref.bootstrap})
+        source.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "86400000"})])[topic].result(15)
+        produce(kafka_ref.bootstrap, topic, 1, 0, 10)
+        mm = MirrorMaker(kafka_ref.bootstrap, {"dst": b.bootstrap}, topic, unique("mm2-no-group"), tmp_path / "mm2",
+                         extra={"sync.topic.configs.interval.seconds": "1"}).start()
+        target, copy = AdminClient({"bootstrap.servers": b.bootstrap}), f"src.{topic}"
+
+        def synced(own: dict[str, str]):
+            """The source's own configs are ``own``; wait until the copy's are the same."""
+            assert topic_configs(source, topic)[1] == own
+
+            def check():
+                assert mm.alive(), f"MirrorMaker exited:\n{mm.tail()}"
+                got = topic_configs(target, copy)
+                return got is not None and got[1] == own
+            until(check, 60, f"{copy}'s own configs {own}")
+            return topic_configs(target, copy)[0]
+        until(lambda: end_offsets(b.bootstrap, copy, 1) == {0: 10}, 120, f"{copy}'s records on the target")
+        assert synced({"retention.ms": "86400000"})["remote.copy.lag.bytes"] == "-1"
+
+        alter_topic(source, topic, {"retention.ms": "3600000", "remote.copy.lag.bytes": "1048576"})
+        synced({"retention.ms": "3600000", "remote.copy.lag.bytes": "1048576"})
+
+        alter_topic(source, topic, {"retention.ms": None})
+        assert synced({"remote.copy.lag.bytes": "1048576"})["retention.ms"] == "604800000"  # the default again
+        assert end_offsets(b.bootstrap, copy, 1) == {0: 10}
+    finally:
+        if mm is not None:
+            mm.stop()
+        b.stop()
