@@ -34,6 +34,7 @@ import time
 
 from broker.log.config import ConfigError
 from broker.pipeline import ANONYMOUS, Authenticator
+from broker.security import kerberos
 from broker.security.listeners import listener_setting, ssl_principal
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramError, ScramServer
 from protocol.errors import Errors
@@ -41,7 +42,7 @@ from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.security")
 
-SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", kerberos.MECHANISM)
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = int(ApiKey.API_VERSIONS), int(ApiKey.SASL_HANDSHAKE), \
     int(ApiKey.SASL_AUTHENTICATE)
 # exchange stages (SaslServerAuthenticator.SaslState)
@@ -185,7 +186,7 @@ class SaslAuthenticator(Authenticator):
     """A SASL_PLAINTEXT / SASL_SSL listener."""
 
     def __init__(self, listener: str, mechanisms: list[str], plain_users: PlainUsers | None, scram_store,
-                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None):
+                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None, gssapi=None):
         self.listener = listener
         self.mechanisms = mechanisms
         self.plain_users = plain_users
@@ -193,6 +194,7 @@ class SaslAuthenticator(Authenticator):
         self.tokens = tokens  # broker.security.tokens.DelegationTokens (SCRAM logins with tokenauth=true)
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
+        self.gssapi = gssapi  # broker.security.kerberos.Acceptor when GSSAPI is enabled
 
     def connected(self, connection) -> None:
         connection.sasl = SaslSession()
@@ -231,8 +233,8 @@ class SaslAuthenticator(Authenticator):
             connection.close_after_response = True
             return Errors.UNSUPPORTED_SASL_MECHANISM, self.mechanisms
         s.mechanism = mechanism
-        s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else \
-            ScramServer(mechanism, self.scram_store, self.tokens)
+        s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else self.gssapi.server() \
+            if mechanism == kerberos.MECHANISM else ScramServer(mechanism, self.scram_store, self.tokens)
         s.stage = AUTHENTICATE
         s.raw = version == 0
         return Errors.NONE, self.mechanisms
@@ -247,8 +249,8 @@ class SaslAuthenticator(Authenticator):
             out = s.server.evaluate(bytes(token))
         except AuthenticationFailed as e:
             return self._failed(connection, str(e))
-        except ScramError as e:
-            log.info("SCRAM authentication failed from %s: %s", connection.peer, e)
+        except (ScramError, kerberos.GssapiFailed) as e:
+            log.info("%s authentication failed from %s: %s", s.mechanism, connection.peer, e)
             return self._failed(connection, "Authentication failed during authentication due to invalid "
                                             f"credentials with SASL mechanism {s.mechanism}")
         if not s.server.complete:
@@ -334,7 +336,9 @@ def build_authenticator(config, listener, scram_store, tokens=None) -> Authentic
                                           f"{module} is not org.apache.kafka.common.security.scram.ScramLoginModule")
         users = plain_users(config, listener.name) if "PLAIN" in mechs else None
         reauth = int(listener_setting(config, listener.name, "connections.max.reauth.ms", "0"))
-        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens)
+        gss = kerberos.acceptor(config, listener.name, jaas_config(config, listener.name, kerberos.MECHANISM)) \
+            if kerberos.MECHANISM in mechs else None
+        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens, gssapi=gss)
     if listener.tls:
         return SslAuthentication()
     return listener.authenticator

@@ -1,0 +1,229 @@
+"""SASL/GSSAPI (Kerberos) with a real KDC (Debian's MIT krb5kdc, its own realm in a temporary directory)
+and real clients: librdkafka (kcat, Debian's build with Cyrus SASL: confluent-kafka's wheel has no
+GSSAPI), the Java client (kafka-clients 4.4), and python-gssapi on the wire for both of Kafka's
+exchanges (SaslHandshake v1 + SaslAuthenticate, and v0's raw tokens).
+
+What it shows: the logins; a ticket for another service of the realm refused; ACLs applied to the
+short names ``sasl.kerberos.principal.to.local.rules`` gives; a broker without python-gssapi refusing
+a GSSAPI listener with a message naming the ``kerberos`` extra.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
+    ResourcePatternType, ResourceType
+
+from broker.testing import BrokerProcess
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from tests import kerberos
+from tests.kafka_ref import launcher
+from tests.missing_inputs import missing_input
+from tests.support import unique, until
+from tests.wire import WireClient
+
+if kerberos.available():
+    missing_input(kerberos.available())
+if shutil.which("kcat") is None:
+    missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
+
+JAVA_SOURCE = Path(__file__).resolve().parents[1] / "kerberos_java" / "KerberosClient.java"
+# alice and the service principal etl/localhost get other short names; bob keeps DEFAULT's
+RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory):
+    k = kerberos.Kdc(tmp_path_factory.mktemp("kdc")).start()
+    k.keytabs = {p: k.add(p) for p in ("kafka/localhost", "other/localhost", "alice", "bob", "etl/localhost")}
+    before = os.environ.get("KRB5_CONFIG")
+    os.environ["KRB5_CONFIG"] = str(k.krb5_conf)  # python-gssapi in this process (gss_login)
+    yield k
+    if before is None:
+        os.environ.pop("KRB5_CONFIG")
+    else:
+        os.environ["KRB5_CONFIG"] = before
+    k.stop()
+
+
+def _broker(kdc, tmp_path_factory, **extra) -> BrokerProcess:
+    settings = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=RULES, **extra)
+    settings["listeners"] += ",PLAINTEXT://localhost:0"
+    settings["listener.security.protocol.map"] = "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    return BrokerProcess(tmp_path_factory.mktemp("krb-broker"), config=settings, host="localhost",
+                         env=kdc.env).start()
+
+
+@pytest.fixture(scope="module")
+def broker(kdc, tmp_path_factory):
+    b = _broker(kdc, tmp_path_factory)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def acl_broker(kdc, tmp_path_factory):
+    """An authorizer; the PLAINTEXT listener (User:ANONYMOUS) administers, the Kerberos users are checked."""
+    b = _broker(kdc, tmp_path_factory, **{
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS"})
+    yield b
+    b.close()
+
+
+def _topic(b) -> str:
+    name = unique("krb")
+    admin = AdminClient({"bootstrap.servers": b.address("PLAINTEXT")})
+    admin.create_topics([NewTopic(name, 1)])[name].result(15)
+    return name
+
+
+def kcat(kdc, b, principal: str, *args: str, service: str = "kafka", stdin: str | None = None):
+    """kcat (librdkafka + Cyrus SASL) logged in as ``principal``; its own ticket cache."""
+    conf = kerberos.librdkafka_settings(kdc, principal, kdc.keytabs[principal], service)
+    cmd = ["kcat", "-b", b.address("SASL_PLAINTEXT"), *[a for k, v in conf.items() for a in ("-X", f"{k}={v}")],
+           *args]
+    env = {**os.environ, **kdc.env, "KRB5CCNAME": f"FILE:{kdc.dir / ('cc-kcat-' + principal.replace('/', '_'))}"}
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60, env=env)
+
+
+def kcat_roundtrip(kdc, b, principal: str, topic: str, n: int = 5) -> list[str]:
+    lines = [f"{principal}-{i}" for i in range(n)]
+    p = kcat(kdc, b, principal, "-P", "-t", topic, stdin="\n".join(lines) + "\n")
+    assert p.returncode == 0, p.stderr
+    c = kcat(kdc, b, principal, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-c", str(n))
+    assert c.returncode == 0, c.stderr
+    return c.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def java_client():
+    if launcher.missing_tools():
+        missing_input(f"the Java client needs {' and '.join(launcher.missing_tools())} on PATH")
+    cp = launcher.classpath()
+    return f"{launcher.compiled([JAVA_SOURCE], cp, 'kerberos-client')}:{cp}"
+
+
+def java(kdc, cp: str, b, principal: str, topic: str, service: str = "kafka", n: int = 5) -> str:
+    """The Java client's result line: ``OK n`` or ``ERROR Class: message``."""
+    jaas = kerberos.java_jaas(kdc, principal, kdc.keytabs[principal])
+    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Djava.security.krb5.conf={kdc.krb5_conf}", "-Dlog4j2.rootLogger.level=OFF",
+           "-cp", cp, "KerberosClient", b.address("SASL_PLAINTEXT"), topic, str(n), jaas, service]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return (r.stdout.strip().splitlines() or [r.stderr[-2000:]])[-1]
+
+
+def gss_login(w, kdc, principal: str, handshake_version: int = 1, service: str = "kafka"):
+    """A GSSAPI login with python-gssapi over ``w``: Kafka's v1 exchange (SaslAuthenticate) or v0's raw
+    tokens.  Returns None when it succeeded, else the failing SaslAuthenticate response (v1) or "closed"."""
+    import gssapi
+
+    store = {"client_keytab": str(kdc.keytabs[principal]),
+             "ccache": f"MEMORY:{principal.replace('/', '_')}-{os.getpid()}"}
+    creds = gssapi.Credentials(name=gssapi.Name(kdc.full(principal), gssapi.NameType.kerberos_principal),
+                               usage="initiate", store=store)
+    ctx = gssapi.SecurityContext(name=gssapi.Name(f"{service}@localhost", gssapi.NameType.hostbased_service),
+                                 creds=creds, usage="initiate", flags=[gssapi.RequirementFlag.mutual_authentication])
+    assert w.request(SaslHandshakeRequest(mechanism="GSSAPI"), handshake_version).error_code == 0
+
+    def exchange(token: bytes):
+        if handshake_version == 0:
+            w.send_raw(struct.pack(">i", len(token)) + token)
+            try:
+                return None, w.recv_frame()
+            except ConnectionError:
+                return "closed", b""
+        r = w.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        return (r if r.error_code else None), bytes(r.auth_bytes)
+
+    failed, answer = exchange(ctx.step())
+    while failed is None and not ctx.complete:
+        failed, answer = exchange(ctx.step(answer) or b"")
+    if failed is not None:
+        return failed
+    if answer == b"":  # the mutual-authentication token came with the context; ask for the offer
+        failed, answer = exchange(b"")
+        if failed is not None:
+            return failed
+    offer = ctx.unwrap(answer).message
+    assert offer[0] == 1 and len(offer) == 4  # "no security layer" only, and a maximum buffer size
+    failed, last = exchange(ctx.wrap(b"\x01\x00\x00\x00" + kdc.full(principal).encode(), False).message)
+    if failed is None:
+        assert last == b""
+    return failed
+
+
+def test_kcat_logs_in(kdc, broker):
+    topic = _topic(broker)
+    assert kcat_roundtrip(kdc, broker, "bob", topic) == [f"bob-{i}" for i in range(5)]
+
+
+def test_java_client_logs_in(kdc, broker, java_client):
+    assert java(kdc, java_client, broker, "alice", _topic(broker)) == "OK 5"
+
+
+@pytest.mark.parametrize("handshake_version", [1, 0], ids=["saslauthenticate", "v0-raw-tokens"])
+def test_both_exchanges_on_the_wire(kdc, broker, handshake_version):
+    with WireClient(broker.address("SASL_PLAINTEXT")) as w:
+        assert gss_login(w, kdc, "alice", handshake_version) is None
+        assert w.request(MetadataRequest(topics=[]), 12).brokers[0].host == "localhost"
+
+
+def test_ticket_for_another_service_refused(kdc, broker, java_client):
+    """other/localhost is a principal of the realm, so the KDC issues the ticket; the broker's keytab holds
+    only kafka/localhost, so it cannot read it and refuses the login, with Kafka's generic message."""
+    with WireClient(broker.address("SASL_PLAINTEXT")) as w:
+        r = gss_login(w, kdc, "alice", service="other")
+        assert r.error_message == ("Authentication failed during authentication due to invalid credentials with "
+                                   "SASL mechanism GSSAPI")
+    out = java(kdc, java_client, broker, "alice", _topic(broker), service="other")
+    assert out == ("ERROR SaslAuthenticationException: Authentication failed during authentication due to "
+                   "invalid credentials with SASL mechanism GSSAPI"), out
+    r = kcat(kdc, broker, "bob", "-L", "-m", "10", service="other")
+    assert r.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in r.stderr + r.stdout or \
+        "Authentication failed" in r.stderr + r.stdout, r.stderr
+    until(lambda: sum("GSSAPI authentication failed" in line for line in broker.log_lines) >= 3, 10,
+          "the broker's log lines naming the refused logins")
+
+
+def test_acls_apply_to_short_names(kdc, acl_broker, java_client):
+    """alice is User:analyst by the first rule, etl/localhost User:etl by the second, bob User:bob by DEFAULT;
+    each is granted or denied by those names."""
+    topic = _topic(acl_broker)
+    admin = AdminClient({"bootstrap.servers": acl_broker.address("PLAINTEXT")})
+    bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{user}", "*", op,
+                           AclPermissionType.ALLOW)
+                for user in ("analyst", "etl") for op in (AclOperation.WRITE, AclOperation.READ,
+                                                          AclOperation.DESCRIBE)]
+    bindings += [AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:analyst", "*",
+                            AclOperation.READ, AclPermissionType.ALLOW)]
+    for f in admin.create_acls(bindings).values():
+        f.result(15)
+    assert kcat_roundtrip(kdc, acl_broker, "etl/localhost", topic) == [f"etl/localhost-{i}" for i in range(5)]
+    denied = kcat(kdc, acl_broker, "bob", "-P", "-t", topic, stdin="x\n")
+    assert "TOPIC_AUTHORIZATION_FAILED" in denied.stderr or "Topic authorization failed" in denied.stderr, \
+        denied.stderr
+    assert java(kdc, java_client, acl_broker, "alice", topic, n=3) == "OK 3"
+    out = java(kdc, java_client, acl_broker, "bob", topic, n=1)
+    assert out.startswith("ERROR TopicAuthorizationException"), out
+
+
+def test_without_python_gssapi_the_listener_is_refused(kdc, tmp_path):
+    """A broker whose Python has no gssapi module does not start a GSSAPI listener and names the extra."""
+    shim = tmp_path / "shim" / "gssapi"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named gssapi')\n")
+    settings = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"])
+    env = {**kdc.env, "PYTHONPATH": os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", os.getcwd())])}
+    b = BrokerProcess(tmp_path / "data", config=settings, host="localhost", env=env, start_timeout=20)
+    with pytest.raises(RuntimeError) as e:
+        b.start()
+    assert "pip install 'sharebroker[kerberos]'" in str(e.value)
