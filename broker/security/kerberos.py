@@ -216,15 +216,13 @@ class GssapiServer:
         self.principal: str | None = None
 
     def evaluate(self, token: bytes) -> bytes:
-        from broker.security.sasl import AuthenticationFailed
-
         try:
             return self._evaluate(token)
         except self._gssapi.exceptions.GSSError as e:
             raise GssapiFailed(e.gen_message()) from None
         except NoMatchingRule as e:
-            raise AuthenticationFailed(f"Failed to set name for '{self.client_name}' based on Kerberos "
-                                       f"authentication rules.") from e
+            raise GssapiFailed(f"Failed to set name for '{self.client_name}' based on Kerberos authentication "
+                               f"rules: {e}") from None
 
     def _evaluate(self, token: bytes) -> bytes:
         if self.stage == 0:
@@ -280,21 +278,20 @@ class Acceptor:
         return GssapiServer(self)
 
 
-def acceptor(config, listener: str, jaas_text: str | None) -> Acceptor:
-    """The GSSAPI side of a listener from Kafka's keys (the listener's JAAS entry, service name, rules)."""
+def acceptor(config, listener: str, jaas: list[tuple[str, str, dict[str, str]]] | None) -> Acceptor:
+    """The GSSAPI side of a listener from Kafka's keys: its JAAS entries (``sasl.parse_jaas``), service
+    name and rules."""
     from broker.security.listeners import listener_setting
-    from broker.security.sasl import parse_jaas
 
     try:
         import gssapi  # noqa: F401
     except ImportError:
         raise ConfigError(EXTRA_MESSAGE) from None
     key = f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config"
-    if not jaas_text:
+    if not jaas:
         raise ConfigError(f"Could not find a 'KafkaServer' or '{listener.lower()}.KafkaServer' entry for GSSAPI: "
                           f"set {key}")
-    entries = parse_jaas(jaas_text)
-    module, _flag, opts = entries[0]
+    module, _flag, opts = jaas[0]
     if module != "com.sun.security.auth.module.Krb5LoginModule":
         raise ConfigError(f"{key}: {module} is not com.sun.security.auth.module.Krb5LoginModule")
     if opts.get("useKeyTab", "false").lower() != "true" or not opts.get("principal"):

@@ -336,8 +336,10 @@ def build_authenticator(config, listener, scram_store, tokens=None) -> Authentic
                                           f"{module} is not org.apache.kafka.common.security.scram.ScramLoginModule")
         users = plain_users(config, listener.name) if "PLAIN" in mechs else None
         reauth = int(listener_setting(config, listener.name, "connections.max.reauth.ms", "0"))
-        gss = kerberos.acceptor(config, listener.name, jaas_config(config, listener.name, kerberos.MECHANISM)) \
-            if kerberos.MECHANISM in mechs else None
+        gss = None
+        if kerberos.MECHANISM in mechs:
+            text = jaas_config(config, listener.name, kerberos.MECHANISM)
+            gss = kerberos.acceptor(config, listener.name, parse_jaas(text) if text else None)
         return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens, gssapi=gss)
     if listener.tls:
         return SslAuthentication()
