@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 REALM = "SHAREBROKER.TEST"
 HOST = "localhost"
+JAVA_SOURCE = Path(__file__).resolve().parent / "kerberos_java" / "KerberosClient.java"
 MASTER_PASSWORD = "kdc-master-secret"
 
 
@@ -163,3 +165,82 @@ def librdkafka_settings(kdc: Kdc, principal: str, keytab: Path, service: str = "
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "GSSAPI",
             "sasl.kerberos.service.name": service, "sasl.kerberos.principal": kdc.full(principal),
             "sasl.kerberos.keytab": str(keytab)}
+
+
+def kcat(kdc: Kdc, bootstrap: str, principal: str, *args: str, service: str = "kafka", stdin: str | None = None):
+    """kcat (librdkafka + Cyrus SASL) logged in as ``principal`` (a key of ``kdc.keytabs``), its own ticket
+    cache; the finished process."""
+    conf = librdkafka_settings(kdc, principal, kdc.keytabs[principal], service)
+    cmd = ["kcat", "-b", bootstrap, *[a for k, v in conf.items() for a in ("-X", f"{k}={v}")], *args]
+    env = {**os.environ, **kdc.env, "KRB5CCNAME": f"FILE:{kdc.dir / ('cc-kcat-' + principal.replace('/', '_'))}"}
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60, env=env)
+
+
+def kcat_roundtrip(kdc: Kdc, bootstrap: str, principal: str, topic: str, n: int = 5) -> list[str]:
+    """``n`` lines produced by kcat as ``principal``, then read back by it."""
+    lines = [f"{principal}-{i}" for i in range(n)]
+    p = kcat(kdc, bootstrap, principal, "-P", "-t", topic, stdin="\n".join(lines) + "\n")
+    assert p.returncode == 0, p.stderr
+    c = kcat(kdc, bootstrap, principal, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-c", str(n))
+    assert c.returncode == 0, c.stderr
+    return c.stdout.splitlines()
+
+
+def java_classpath() -> str:
+    """The Kafka 4.4 client's classpath with ``KerberosClient`` compiled (tests/kafka_ref resolves the jars)."""
+    from tests.kafka_ref import launcher
+
+    cp = launcher.classpath()
+    return f"{launcher.compiled([JAVA_SOURCE], cp, 'kerberos-client')}:{cp}"
+
+
+def java(kdc: Kdc, cp: str, bootstrap: str, principal: str, topic: str, service: str = "kafka", n: int = 5) -> str:
+    """The Java client's result line (kerberos_java/KerberosClient.java): ``OK n`` or ``ERROR Class: message``."""
+    jaas = java_jaas(kdc, principal, kdc.keytabs[principal])
+    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Djava.security.krb5.conf={kdc.krb5_conf}", "-Dlog4j2.rootLogger.level=OFF",
+           "-cp", cp, "KerberosClient", bootstrap, topic, str(n), jaas, service]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return (r.stdout.strip().splitlines() or [r.stderr[-2000:]])[-1]
+
+
+def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: str = "kafka"):
+    """A GSSAPI login with python-gssapi over a ``tests.wire.WireClient``: Kafka's exchange after a
+    SaslHandshake v1 (SaslAuthenticate) or v0 (raw tokens).  None when it succeeded; else
+    (error code, message) of the failing SaslAuthenticate (v1), or "closed" (v0: the broker closes).
+    This process must see the realm's krb5.conf (``KRB5_CONFIG``)."""
+    import gssapi
+
+    from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+    from protocol.messages.sasl_handshake import SaslHandshakeRequest
+
+    store = {"client_keytab": str(kdc.keytabs[principal]),
+             "ccache": f"MEMORY:{principal.replace('/', '_')}-{os.getpid()}"}
+    creds = gssapi.Credentials(name=gssapi.Name(kdc.full(principal), gssapi.NameType.kerberos_principal),
+                               usage="initiate", store=store)
+    ctx = gssapi.SecurityContext(name=gssapi.Name(f"{service}@{HOST}", gssapi.NameType.hostbased_service),
+                                 creds=creds, usage="initiate", flags=[gssapi.RequirementFlag.mutual_authentication])
+    assert w.request(SaslHandshakeRequest(mechanism="GSSAPI"), handshake_version).error_code == 0
+
+    def exchange(token: bytes, answered: bool = True):
+        if handshake_version == 0:
+            w.send_raw(struct.pack(">i", len(token)) + token)
+            try:
+                return None, w.recv_frame() if answered else b""
+            except ConnectionError:
+                return "closed", b""
+        r = w.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        return ((r.error_code, r.error_message) if r.error_code else None), bytes(r.auth_bytes)
+
+    failed, answer = exchange(ctx.step())
+    while failed is None and not ctx.complete:  # the last step consumes the mutual-authentication token
+        failed, answer = exchange(ctx.step(answer) or b"")
+    if failed is not None:
+        return failed
+    offer = ctx.unwrap(answer).message
+    assert offer[0] == 1 and len(offer) == 4, offer  # "no security layer" only, and a maximum buffer size
+    # the last token has an empty answer (v1), or none at all (v0: the next frame is a request's answer)
+    failed, last = exchange(ctx.wrap(b"\x01\x00\x00\x00" + kdc.full(principal).encode(), False).message,
+                            answered=handshake_version == 1)
+    assert failed is not None or last == b""
+    return failed

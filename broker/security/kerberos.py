@@ -215,7 +215,7 @@ class GssapiServer:
         self.client_name: str | None = None
         self.principal: str | None = None
 
-    def evaluate(self, token: bytes) -> bytes:
+    def evaluate(self, token: bytes) -> bytes | None:
         try:
             return self._evaluate(token)
         except self._gssapi.exceptions.GSSError as e:
@@ -224,7 +224,7 @@ class GssapiServer:
             raise GssapiFailed(f"Failed to set name for '{self.client_name}' based on Kerberos authentication "
                                f"rules: {e}") from None
 
-    def _evaluate(self, token: bytes) -> bytes:
+    def _evaluate(self, token: bytes) -> bytes | None:
         if self.stage == 0:
             out = self.context.step(token) or b""
             if not self.context.complete:
@@ -249,7 +249,7 @@ class GssapiServer:
             self.principal = "User:" + self.acceptor.short_names.short_name(self.client_name)
             self.complete = True
             self.stage = 3
-            return b""
+            return None  # GssKrb5Server's null: no frame in Kafka's v0 exchange, empty in SaslAuthenticate
         raise GssapiFailed("GSSAPI exchange already complete")
 
 

@@ -240,7 +240,7 @@ class SaslAuthenticator(Authenticator):
         return Errors.NONE, self.mechanisms
 
     def authenticate(self, connection, token: bytes) -> tuple[int, str | None, bytes, int]:
-        """One token: (error code, message, server token, session lifetime ms)."""
+        """One token: (error code, message, server token (None: the mechanism has none), session lifetime ms)."""
         s = connection.sasl
         if s.stage != AUTHENTICATE:
             return (Errors.ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication",
@@ -283,15 +283,16 @@ class SaslAuthenticator(Authenticator):
         log.info("authentication failed for %s on listener %s: %s", connection.peer, self.listener, message)
         return Errors.SASL_AUTHENTICATION_FAILED, message, b"", 0
 
-    def raw_token(self, connection, token: bytes) -> bytes | None:
-        """Handshake v0's legacy exchange: the server token to send raw, or None (failed: close)."""
+    def raw_token(self, connection, token: bytes) -> tuple[bool, bytes | None]:
+        """Handshake v0's legacy exchange: (False, None) when it failed (close), else (True, the server
+        token to send raw, None for no frame: a mechanism's null answer, as GSSAPI's last)."""
         code, _message, out, _lifetime = self.authenticate(connection, token)
         if code:
-            return None
+            return False, None
         s = connection.sasl
         if s.stage == COMPLETE:
             s.raw = False
-        return out
+        return True, out
 
 
 def mechanisms_of(config, listener: str) -> list[str]:

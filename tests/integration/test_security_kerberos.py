@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
-import subprocess
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
@@ -21,8 +18,6 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
 
 from broker.testing import BrokerProcess
 from protocol.messages.metadata import MetadataRequest
-from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
-from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests import kerberos
 from tests.kafka_ref import launcher
 from tests.missing_inputs import missing_input
@@ -34,7 +29,6 @@ if kerberos.available():
 if shutil.which("kcat") is None:
     missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
 
-JAVA_SOURCE = Path(__file__).resolve().parents[1] / "kerberos_java" / "KerberosClient.java"
 # alice and the service principal etl/localhost get other short names; bob keeps DEFAULT's
 RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
 
@@ -85,80 +79,23 @@ def _topic(b) -> str:
     return name
 
 
-def kcat(kdc, b, principal: str, *args: str, service: str = "kafka", stdin: str | None = None):
-    """kcat (librdkafka + Cyrus SASL) logged in as ``principal``; its own ticket cache."""
-    conf = kerberos.librdkafka_settings(kdc, principal, kdc.keytabs[principal], service)
-    cmd = ["kcat", "-b", b.address("SASL_PLAINTEXT"), *[a for k, v in conf.items() for a in ("-X", f"{k}={v}")],
-           *args]
-    env = {**os.environ, **kdc.env, "KRB5CCNAME": f"FILE:{kdc.dir / ('cc-kcat-' + principal.replace('/', '_'))}"}
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60, env=env)
-
-
-def kcat_roundtrip(kdc, b, principal: str, topic: str, n: int = 5) -> list[str]:
-    lines = [f"{principal}-{i}" for i in range(n)]
-    p = kcat(kdc, b, principal, "-P", "-t", topic, stdin="\n".join(lines) + "\n")
-    assert p.returncode == 0, p.stderr
-    c = kcat(kdc, b, principal, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-c", str(n))
-    assert c.returncode == 0, c.stderr
-    return c.stdout.splitlines()
-
-
 @pytest.fixture(scope="module")
 def java_client():
     if launcher.missing_tools():
         missing_input(f"the Java client needs {' and '.join(launcher.missing_tools())} on PATH")
-    cp = launcher.classpath()
-    return f"{launcher.compiled([JAVA_SOURCE], cp, 'kerberos-client')}:{cp}"
+    return kerberos.java_classpath()
 
 
-def java(kdc, cp: str, b, principal: str, topic: str, service: str = "kafka", n: int = 5) -> str:
-    """The Java client's result line: ``OK n`` or ``ERROR Class: message``."""
-    jaas = kerberos.java_jaas(kdc, principal, kdc.keytabs[principal])
-    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Djava.security.krb5.conf={kdc.krb5_conf}", "-Dlog4j2.rootLogger.level=OFF",
-           "-cp", cp, "KerberosClient", b.address("SASL_PLAINTEXT"), topic, str(n), jaas, service]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    return (r.stdout.strip().splitlines() or [r.stderr[-2000:]])[-1]
+def kcat(kdc, b, principal: str, *args: str, **kw):
+    return kerberos.kcat(kdc, b.address("SASL_PLAINTEXT"), principal, *args, **kw)
 
 
-def gss_login(w, kdc, principal: str, handshake_version: int = 1, service: str = "kafka"):
-    """A GSSAPI login with python-gssapi over ``w``: Kafka's v1 exchange (SaslAuthenticate) or v0's raw
-    tokens.  Returns None when it succeeded, else the failing SaslAuthenticate response (v1) or "closed"."""
-    import gssapi
+def kcat_roundtrip(kdc, b, principal: str, topic: str, n: int = 5) -> list[str]:
+    return kerberos.kcat_roundtrip(kdc, b.address("SASL_PLAINTEXT"), principal, topic, n)
 
-    store = {"client_keytab": str(kdc.keytabs[principal]),
-             "ccache": f"MEMORY:{principal.replace('/', '_')}-{os.getpid()}"}
-    creds = gssapi.Credentials(name=gssapi.Name(kdc.full(principal), gssapi.NameType.kerberos_principal),
-                               usage="initiate", store=store)
-    ctx = gssapi.SecurityContext(name=gssapi.Name(f"{service}@localhost", gssapi.NameType.hostbased_service),
-                                 creds=creds, usage="initiate", flags=[gssapi.RequirementFlag.mutual_authentication])
-    assert w.request(SaslHandshakeRequest(mechanism="GSSAPI"), handshake_version).error_code == 0
 
-    def exchange(token: bytes):
-        if handshake_version == 0:
-            w.send_raw(struct.pack(">i", len(token)) + token)
-            try:
-                return None, w.recv_frame()
-            except ConnectionError:
-                return "closed", b""
-        r = w.request(SaslAuthenticateRequest(auth_bytes=token), 2)
-        return (r if r.error_code else None), bytes(r.auth_bytes)
-
-    failed, answer = exchange(ctx.step())
-    while failed is None and not ctx.complete:
-        failed, answer = exchange(ctx.step(answer) or b"")
-    if failed is not None:
-        return failed
-    if answer == b"":  # the mutual-authentication token came with the context; ask for the offer
-        failed, answer = exchange(b"")
-        if failed is not None:
-            return failed
-    offer = ctx.unwrap(answer).message
-    assert offer[0] == 1 and len(offer) == 4  # "no security layer" only, and a maximum buffer size
-    failed, last = exchange(ctx.wrap(b"\x01\x00\x00\x00" + kdc.full(principal).encode(), False).message)
-    if failed is None:
-        assert last == b""
-    return failed
+def java(kdc, cp: str, b, principal: str, topic: str, **kw) -> str:
+    return kerberos.java(kdc, cp, b.address("SASL_PLAINTEXT"), principal, topic, **kw)
 
 
 def test_kcat_logs_in(kdc, broker):
@@ -173,7 +110,7 @@ def test_java_client_logs_in(kdc, broker, java_client):
 @pytest.mark.parametrize("handshake_version", [1, 0], ids=["saslauthenticate", "v0-raw-tokens"])
 def test_both_exchanges_on_the_wire(kdc, broker, handshake_version):
     with WireClient(broker.address("SASL_PLAINTEXT")) as w:
-        assert gss_login(w, kdc, "alice", handshake_version) is None
+        assert kerberos.gss_login(w, kdc, "alice", handshake_version) is None
         assert w.request(MetadataRequest(topics=[]), 12).brokers[0].host == "localhost"
 
 
@@ -181,8 +118,8 @@ def test_ticket_for_another_service_refused(kdc, broker, java_client):
     """other/localhost is a principal of the realm, so the KDC issues the ticket; the broker's keytab holds
     only kafka/localhost, so it cannot read it and refuses the login, with Kafka's generic message."""
     with WireClient(broker.address("SASL_PLAINTEXT")) as w:
-        r = gss_login(w, kdc, "alice", service="other")
-        assert r.error_message == ("Authentication failed during authentication due to invalid credentials with "
+        r = kerberos.gss_login(w, kdc, "alice", service="other")
+        assert r[1] == ("Authentication failed during authentication due to invalid credentials with "
                                    "SASL mechanism GSSAPI")
     out = java(kdc, java_client, broker, "alice", _topic(broker), service="other")
     assert out == ("ERROR SaslAuthenticationException: Authentication failed during authentication due to "

@@ -1,0 +1,134 @@
+"""SASL/GSSAPI against the reference Kafka 4.4 configured alike: one KDC (tests/kerberos.py), a Kafka 4.4
+of this module's own and a sharebroker, each with StandardAuthorizer (PLAINTEXT clients, User:ANONYMOUS,
+are super users), a SASL_PLAINTEXT listener on ``localhost`` logging in as ``kafka/localhost`` from a
+keytab (``listener.name.sasl_plaintext.gssapi.sasl.jaas.config``), ``sasl.kerberos.service.name=kafka``
+and the same ``sasl.kerberos.principal.to.local.rules``.  The same scenario runs on both and the results
+must be identical: logins from librdkafka (kcat) and the Java client, python-gssapi on the wire (Kafka's
+exchange after SaslHandshake v1 and v0), tickets for another service refused, ACLs on short names."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
+    ResourcePatternType, ResourceType
+
+from broker.testing import BrokerProcess
+from protocol.messages.metadata import MetadataRequest
+from tests import kerberos
+from tests.differential.harness import differences
+from tests.kafka_ref.launcher import KafkaRef, free_port
+from tests.missing_inputs import missing_input
+from tests.reference import skip_without_kafka
+from tests.support import unique
+from tests.wire import WireClient
+
+if kerberos.available():
+    missing_input(kerberos.available())
+if shutil.which("kcat") is None:
+    missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
+
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"}
+RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory):
+    k = kerberos.Kdc(tmp_path_factory.mktemp("kdc")).start()
+    k.keytabs = {p: k.add(p) for p in ("kafka/localhost", "other/localhost", "alice", "bob", "etl/localhost")}
+    before = os.environ.get("KRB5_CONFIG")
+    os.environ["KRB5_CONFIG"] = str(k.krb5_conf)  # python-gssapi in this process (gss_login)
+    yield k
+    if before is None:
+        os.environ.pop("KRB5_CONFIG")
+    else:
+        os.environ["KRB5_CONFIG"] = before
+    k.stop()
+
+
+@pytest.fixture(scope="module")
+def brokers(kdc, tmp_path_factory):
+    """{"kafka": (PLAINTEXT, SASL_PLAINTEXT addresses), "ours": (...)}."""
+    skip_without_kafka()
+    gss = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=RULES)
+    del gss["listeners"]
+    port = free_port()
+    kafka = KafkaRef(settings={**AUTHORIZER, **gss}, heap="-Xmx384m",
+                     jvm_opts=(f"-Djava.security.krb5.conf={kdc.krb5_conf}",))
+    node = kafka.nodes[0]
+    kafka.settings.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port},"
+                     f"SASL_PLAINTEXT://{kerberos.HOST}:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},SASL_PLAINTEXT://{kerberos.HOST}:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"})
+    ours_config = {**AUTHORIZER, **gss, "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://{kerberos.HOST}:0"}
+    with kafka, BrokerProcess(tmp_path_factory.mktemp("differential-krb"), config=ours_config,
+                              env=kdc.env) as ours:
+        yield {"kafka": (kafka.bootstrap, f"{kerberos.HOST}:{port}"),
+               "ours": (ours.address("PLAINTEXT"), f"{kerberos.HOST}:{ours.listener_ports['SASL_PLAINTEXT']}")}
+
+
+def _settle(fn, done, timeout: float = 20.0):
+    """``fn()`` until ``done(value)`` or the deadline (Kafka applies an ACL when its metadata log reaches
+    the broker); the last value either way, so the comparison shows a difference."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def _kcat_failed(r) -> dict:
+    out = r.stderr + r.stdout
+    return {"exit": r.returncode != 0, "authentication_failed": "Authentication failed" in out}
+
+
+def scenario(kdc, cp: str, topic: str, plaintext: str, sasl: str) -> dict:
+    admin = AdminClient({"bootstrap.servers": plaintext})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    out: dict = {}
+    with WireClient(sasl) as w:
+        out["wire_v1_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
+        out["wire_v1_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host
+    with WireClient(sasl) as w:
+        out["wire_v0_alice"] = kerberos.gss_login(w, kdc, "alice", 0)
+        out["wire_v0_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host
+    with WireClient(sasl) as w:
+        out["wire_other_service"] = kerberos.gss_login(w, kdc, "alice", 1, service="other")
+    with WireClient(sasl) as w:
+        out["wire_v0_other_service"] = kerberos.gss_login(w, kdc, "alice", 0, service="other")
+    out["java_other_service"] = kerberos.java(kdc, cp, sasl, "alice", topic, service="other")
+    out["kcat_other_service"] = _kcat_failed(kerberos.kcat(kdc, sasl, "bob", "-L", "-m", "10", service="other"))
+    bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{user}", "*", op,
+                           AclPermissionType.ALLOW)
+                for user in ("analyst", "etl") for op in (AclOperation.WRITE, AclOperation.READ)]
+    bindings.append(AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:analyst", "*",
+                               AclOperation.READ, AclPermissionType.ALLOW))
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+    lines = [f"etl-{i}" for i in range(3)]
+    produced = _settle(lambda: kerberos.kcat(kdc, sasl, "etl/localhost", "-P", "-t", topic, stdin="\n".join(lines)),
+                       lambda r: r.returncode == 0)
+    out["kcat_etl_produce"] = produced.returncode
+    read = kerberos.kcat(kdc, sasl, "etl/localhost", "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-c", "3")
+    out["kcat_etl_read"] = read.stdout.splitlines()
+    denied = kerberos.kcat(kdc, sasl, "bob", "-P", "-t", topic, stdin="x")
+    out["kcat_bob_denied"] = "Broker: Topic authorization failed" in denied.stderr
+    out["java_alice"] = _settle(lambda: kerberos.java(kdc, cp, sasl, "alice", topic, n=3), lambda r: r == "OK 3")
+    out["java_bob"] = kerberos.java(kdc, cp, sasl, "bob", topic, n=1)
+    return out
+
+
+def test_kerberos_as_kafka(kdc, brokers):
+    cp = kerberos.java_classpath()
+    topic = unique("krb")  # the same name on both (it is in the answers)
+    results = {side: scenario(kdc, cp, topic, *addresses) for side, addresses in brokers.items()}
+    kafka = results["kafka"]  # the scenario did what it says on Kafka
+    assert kafka["java_alice"] == "OK 3" and kafka["wire_v1_alice"] is None and kafka["wire_v0_alice"] is None, kafka
+    assert kafka["kcat_etl_read"] == [f"etl-{i}" for i in range(3)] and kafka["kcat_bob_denied"], kafka
+    assert kafka["wire_other_service"] is not None and kafka["java_other_service"].startswith("ERROR"), kafka
+    assert differences(results["ours"], results["kafka"]) == [], results
