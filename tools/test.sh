@@ -110,9 +110,10 @@ need_kcat() {
 # the tests start in a temporary directory (krb5kdc, kdb5_util, kadmin.local), kinit for librdkafka, the
 # headers python-gssapi builds against (it has no Linux wheel), and Cyrus SASL's GSSAPI plugin, through
 # which Debian's librdkafka (kcat) logs in: confluent-kafka's bundled librdkafka has no GSSAPI.
+# SHAREBROKER_SASL_PLUGINS: where to look for that plugin instead of Debian's directories.
 need_kerberos() {
     { have krb5kdc && have kadmin.local && have kinit && have krb5-config &&
-      ls /usr/lib/*/sasl2/libgssapiv2.so >/dev/null 2>&1; } ||
+      compgen -G "${SHAREBROKER_SASL_PLUGINS:-/usr/lib/*/sasl2}/libgssapiv2.so" >/dev/null; } ||
         apt_install krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit
 }
 

@@ -372,6 +372,11 @@ if [ "$1" = install ]; then
             chromium) cmds="chromium" ;;
             chromium-driver) cmds="chromedriver" ;;
             kcat) cmds="kcat" ;;
+            krb5-kdc) cmds="krb5kdc" ;;
+            krb5-admin-server) cmds="kadmin.local" ;;
+            krb5-user) cmds="kinit" ;;
+            libkrb5-dev) cmds="krb5-config" ;;
+            libsasl2-modules-gssapi-mit) /bin/mkdir -p "$SHAREBROKER_SASL_PLUGINS"; : > "$SHAREBROKER_SASL_PLUGINS/libgssapiv2.so"; cmds="" ;;
             nodejs) cmds="node" ;;
             npm) cmds="npm" ;;
             *) cmds="" ;;
@@ -411,7 +416,7 @@ def fresh_machine(tmp_path, sudo: bool = True) -> dict:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     return {"PATH": str(bin_dir), "STUB_BIN": str(bin_dir), "STUB_LOG": str(tmp_path / "calls"),
             "PYTHON": str(bin_dir / "python"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-            "SHAREBROKER_VENV": str(tmp_path / "venv")}
+            "SHAREBROKER_VENV": str(tmp_path / "venv"), "SHAREBROKER_SASL_PLUGINS": str(tmp_path / "sasl2")}
 
 
 def run_script(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -434,7 +439,9 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jdk-headless", f"{install} maven",
                        f"{install} chromium chromium-driver",
                        "sudo install -m 0755 .../x/usr/bin/promtool /usr/local/bin/promtool",
-                       f"{install} kcat", f"{install} nodejs npm"]
+                       f"{install} kcat",
+                       f"{install} krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit",
+                       f"{install} nodejs npm"]
     assert "apt-get download -qq prometheus" in calls(env)
     # the package goes into a virtual environment made by the system Python, and pytest runs there
     python = [c for c in calls(env) if c.startswith(("python", "venv-python"))]
