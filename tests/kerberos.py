@@ -11,6 +11,7 @@ connect to, so the broker is reached as ``localhost``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -23,6 +24,10 @@ REALM = "SHAREBROKER.TEST"
 HOST = "localhost"
 JAVA_SOURCE = Path(__file__).resolve().parent / "kerberos_java" / "KerberosClient.java"
 MASTER_PASSWORD = "kdc-master-secret"
+# the principals ``realm`` creates: the broker's, another service's, users, a service as a client
+PRINCIPALS = ("kafka/localhost", "other/localhost", "alice", "bob", "etl/localhost")
+# alice and etl/localhost get other short names (analyst, etl); bob keeps DEFAULT's
+RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
 
 
 def available() -> str | None:
@@ -137,6 +142,24 @@ class Kdc:
                 self.proc.wait(10)
 
 
+@contextlib.contextmanager
+def realm(directory: Path):
+    """A started ``Kdc`` with a keytab per ``PRINCIPALS`` (``kdc.keytabs``); while it runs, this process's
+    ``KRB5_CONFIG`` is its krb5.conf (python-gssapi in ``gss_login``)."""
+    kdc = Kdc(directory).start()
+    before = os.environ.get("KRB5_CONFIG")
+    try:
+        kdc.keytabs = {p: kdc.add(p) for p in PRINCIPALS}
+        os.environ["KRB5_CONFIG"] = str(kdc.krb5_conf)
+        yield kdc
+    finally:
+        if before is None:
+            os.environ.pop("KRB5_CONFIG", None)
+        else:
+            os.environ["KRB5_CONFIG"] = before
+        kdc.stop()
+
+
 def broker_settings(kdc: Kdc, keytab: Path, listener: str = "SASL_PLAINTEXT", service: str = "kafka",
                     rules: str | None = None, **extra) -> dict[str, str]:
     """Kafka's keys for a GSSAPI listener (the same ones a Kafka 4.4 broker reads)."""
@@ -215,7 +238,7 @@ def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: 
     from protocol.messages.sasl_handshake import SaslHandshakeRequest
 
     store = {"client_keytab": str(kdc.keytabs[principal]),
-             "ccache": f"MEMORY:{principal.replace('/', '_')}-{os.getpid()}"}
+             "ccache": f"MEMORY:{kdc.port}-{principal.replace('/', '_')}"}  # a cache per realm
     creds = gssapi.Credentials(name=gssapi.Name(kdc.full(principal), gssapi.NameType.kerberos_principal),
                                usage="initiate", store=store)
     ctx = gssapi.SecurityContext(name=gssapi.Name(f"{service}@{HOST}", gssapi.NameType.hostbased_service),

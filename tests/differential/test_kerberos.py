@@ -7,7 +7,6 @@ must be identical: logins from librdkafka (kcat) and the Java client, python-gss
 exchange after SaslHandshake v1 and v0), tickets for another service refused, ACLs on short names."""
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -32,28 +31,19 @@ if shutil.which("kcat") is None:
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:ANONYMOUS"}
-RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
 
 
 @pytest.fixture(scope="module")
 def kdc(tmp_path_factory):
-    k = kerberos.Kdc(tmp_path_factory.mktemp("kdc")).start()
-    k.keytabs = {p: k.add(p) for p in ("kafka/localhost", "other/localhost", "alice", "bob", "etl/localhost")}
-    before = os.environ.get("KRB5_CONFIG")
-    os.environ["KRB5_CONFIG"] = str(k.krb5_conf)  # python-gssapi in this process (gss_login)
-    yield k
-    if before is None:
-        os.environ.pop("KRB5_CONFIG")
-    else:
-        os.environ["KRB5_CONFIG"] = before
-    k.stop()
+    with kerberos.realm(tmp_path_factory.mktemp("kdc")) as k:
+        yield k
 
 
 @pytest.fixture(scope="module")
 def brokers(kdc, tmp_path_factory):
     """{"kafka": (PLAINTEXT, SASL_PLAINTEXT addresses), "ours": (...)}."""
     skip_without_kafka()
-    gss = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=RULES)
+    gss = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=kerberos.RULES)
     del gss["listeners"]
     port = free_port()
     kafka = KafkaRef(settings={**AUTHORIZER, **gss}, heap="-Xmx384m",

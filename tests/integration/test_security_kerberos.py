@@ -29,26 +29,14 @@ if kerberos.available():
 if shutil.which("kcat") is None:
     missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
 
-# alice and the service principal etl/localhost get other short names; bob keeps DEFAULT's
-RULES = "RULE:[1:$1@$0](alice@SHAREBROKER.TEST)s/.*/analyst/,RULE:[2:$1@$0](etl@.*)s/@.*//L,DEFAULT"
-
-
 @pytest.fixture(scope="module")
 def kdc(tmp_path_factory):
-    k = kerberos.Kdc(tmp_path_factory.mktemp("kdc")).start()
-    k.keytabs = {p: k.add(p) for p in ("kafka/localhost", "other/localhost", "alice", "bob", "etl/localhost")}
-    before = os.environ.get("KRB5_CONFIG")
-    os.environ["KRB5_CONFIG"] = str(k.krb5_conf)  # python-gssapi in this process (gss_login)
-    yield k
-    if before is None:
-        os.environ.pop("KRB5_CONFIG")
-    else:
-        os.environ["KRB5_CONFIG"] = before
-    k.stop()
+    with kerberos.realm(tmp_path_factory.mktemp("kdc")) as k:
+        yield k
 
 
 def _broker(kdc, tmp_path_factory, **extra) -> BrokerProcess:
-    settings = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=RULES, **extra)
+    settings = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=kerberos.RULES, **extra)
     settings["listeners"] += ",PLAINTEXT://localhost:0"
     settings["listener.security.protocol.map"] = "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT"
     return BrokerProcess(tmp_path_factory.mktemp("krb-broker"), config=settings, host="localhost",
