@@ -68,8 +68,10 @@ class Kdc:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment of a process that uses this realm (the broker, kinit, kcat)."""
+        """Environment of a process that uses this realm (the broker, kinit, kcat); an acceptor's replay
+        cache (MIT's default: /var/tmp) in the realm's directory too."""
         return {"KRB5_CONFIG": str(self.krb5_conf), "KRB5_KDC_PROFILE": str(self.dir / "kdc.conf"),
+                "KRB5RCACHEDIR": str(self.dir),
                 "KRB5CCNAME": f"FILE:{self.dir / 'ccache-default'}", "KRB5_TRACE": str(self.dir / "trace.log")}
 
     def _run(self, *cmd: str) -> str:

@@ -181,10 +181,13 @@ def split_rules(value: str) -> list[str]:
 
 def default_realm() -> str:
     """The default realm of the Kerberos configuration (``KRB5_CONFIG``), "" without one (as Kafka)."""
-    name = ctypes.util.find_library("krb5")
-    if name is None:
-        return ""
-    lib = ctypes.CDLL(name)
+    try:  # MIT's library, which python-gssapi has loaded already
+        lib = ctypes.CDLL("libkrb5.so.3")
+    except OSError:
+        name = ctypes.util.find_library("krb5")
+        if name is None:
+            return ""
+        lib = ctypes.CDLL(name)
     ctx, realm = ctypes.c_void_p(), ctypes.c_char_p()
     if lib.krb5_init_context(ctypes.byref(ctx)):
         return ""

@@ -258,8 +258,8 @@ class SaslAuthenticator(Authenticator):
         server = s.server
         principal = server.principal
         if s.reauth_principal is not None and principal != s.reauth_principal:
-            return self._failed(connection, f"Cannot change principals during re-authentication from "
-                                            f"{s.reauth_principal}: {principal}")
+            return self._failed(connection, "Cannot change principals during re-authentication from "  # type.name
+                                            f"{s.reauth_principal.replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
         token = server.token
         s.stage, s.server, s.authenticated, s.reauth_principal = COMPLETE, None, True, None
         s.token_id = token.token_id if token is not None else None

@@ -4,7 +4,8 @@ are super users), a SASL_PLAINTEXT listener on ``localhost`` logging in as ``kaf
 keytab (``listener.name.sasl_plaintext.gssapi.sasl.jaas.config``), ``sasl.kerberos.service.name=kafka``
 and the same ``sasl.kerberos.principal.to.local.rules``.  The same scenario runs on both and the results
 must be identical: logins from librdkafka (kcat) and the Java client, python-gssapi on the wire (Kafka's
-exchange after SaslHandshake v1 and v0), tickets for another service refused, ACLs on short names."""
+exchange after SaslHandshake v1 and v0, re-authentication), tickets for another service refused, ACLs on
+short names."""
 from __future__ import annotations
 
 import shutil
@@ -43,7 +44,8 @@ def kdc(tmp_path_factory):
 def brokers(kdc, tmp_path_factory):
     """{"kafka": (PLAINTEXT, SASL_PLAINTEXT addresses), "ours": (...)}."""
     skip_without_kafka()
-    gss = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=kerberos.RULES)
+    gss = kerberos.broker_settings(kdc, kdc.keytabs["kafka/localhost"], rules=kerberos.RULES,
+                                   **{"connections.max.reauth.ms": "600000"})
     del gss["listeners"]
     port = free_port()
     kafka = KafkaRef(settings={**AUTHORIZER, **gss}, heap="-Xmx384m",
@@ -84,6 +86,10 @@ def scenario(kdc, cp: str, topic: str, plaintext: str, sasl: str) -> dict:
     with WireClient(sasl) as w:
         out["wire_v1_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
         out["wire_v1_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host
+        out["wire_reauth_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
+    with WireClient(sasl) as w:  # a connection of its own: Kafka admits one re-authentication a second
+        kerberos.gss_login(w, kdc, "alice", 1)
+        out["wire_reauth_bob"] = kerberos.gss_login(w, kdc, "bob", 1)
     with WireClient(sasl) as w:
         out["wire_v0_alice"] = kerberos.gss_login(w, kdc, "alice", 0)
         out["wire_v0_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host

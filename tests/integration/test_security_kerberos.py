@@ -45,7 +45,7 @@ def _broker(kdc, tmp_path_factory, **extra) -> BrokerProcess:
 
 @pytest.fixture(scope="module")
 def broker(kdc, tmp_path_factory):
-    b = _broker(kdc, tmp_path_factory)
+    b = _broker(kdc, tmp_path_factory, **{"connections.max.reauth.ms": "600000"})
     yield b
     b.close()
 
@@ -100,6 +100,18 @@ def test_both_exchanges_on_the_wire(kdc, broker, handshake_version):
     with WireClient(broker.address("SASL_PLAINTEXT")) as w:
         assert kerberos.gss_login(w, kdc, "alice", handshake_version) is None
         assert w.request(MetadataRequest(topics=[]), 12).brokers[0].host == "localhost"
+
+
+def test_reauthentication_keeps_the_principal(kdc, broker):
+    """KIP-368 with GSSAPI: the session logs in again as the same principal; another one is refused."""
+    with WireClient(broker.address("SASL_PLAINTEXT")) as w:
+        assert kerberos.gss_login(w, kdc, "alice") is None
+        assert kerberos.gss_login(w, kdc, "alice") is None
+        assert w.request(MetadataRequest(topics=[]), 12).brokers[0].host == "localhost"
+    with WireClient(broker.address("SASL_PLAINTEXT")) as w:  # Kafka admits one re-authentication a second
+        assert kerberos.gss_login(w, kdc, "alice") is None
+        assert kerberos.gss_login(w, kdc, "bob") == (
+            58, "Cannot change principals during re-authentication from User.analyst: User.bob")
 
 
 def test_ticket_for_another_service_refused(kdc, broker, java_client):
