@@ -21,5 +21,5 @@ async def sasl_authenticate(ctx, req):
         return SaslAuthenticateResponse(error_code=Errors.ILLEGAL_SASL_STATE,
                                         error_message="Unexpected SASL request on a listener without SASL")
     code, message, token, lifetime = authenticate(conn, req.auth_bytes)
-    return SaslAuthenticateResponse(error_code=code, error_message=message, auth_bytes=token or b"",
+    return SaslAuthenticateResponse(error_code=code, error_message=message, auth_bytes=token,
                                     session_lifetime_ms=lifetime)

@@ -218,7 +218,7 @@ class GssapiServer:
         self.client_name: str | None = None
         self.principal: str | None = None
 
-    def evaluate(self, token: bytes) -> bytes | None:
+    def evaluate(self, token: bytes) -> bytes:
         try:
             return self._evaluate(token)
         except self._gssapi.exceptions.GSSError as e:
@@ -227,7 +227,7 @@ class GssapiServer:
             raise GssapiFailed(f"Failed to set name for '{self.client_name}' based on Kerberos authentication "
                                f"rules: {e}") from None
 
-    def _evaluate(self, token: bytes) -> bytes | None:
+    def _evaluate(self, token: bytes) -> bytes:
         if self.stage == 0:
             out = self.context.step(token) or b""
             if not self.context.complete:
@@ -252,7 +252,7 @@ class GssapiServer:
             self.principal = "User:" + self.acceptor.short_names.short_name(self.client_name)
             self.complete = True
             self.stage = 3
-            return None  # GssKrb5Server's null: no frame in Kafka's v0 exchange, empty in SaslAuthenticate
+            return b""  # GssKrb5Server's null: empty in SaslAuthenticate, no frame in the v0 exchange (sasl.py)
         raise GssapiFailed("GSSAPI exchange already complete")
 
 

@@ -240,7 +240,7 @@ class SaslAuthenticator(Authenticator):
         return Errors.NONE, self.mechanisms
 
     def authenticate(self, connection, token: bytes) -> tuple[int, str | None, bytes, int]:
-        """One token: (error code, message, server token (None: the mechanism has none), session lifetime ms)."""
+        """One token: (error code, message, server token, session lifetime ms)."""
         s = connection.sasl
         if s.stage != AUTHENTICATE:
             return (Errors.ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication",
@@ -258,8 +258,8 @@ class SaslAuthenticator(Authenticator):
         server = s.server
         principal = server.principal
         if s.reauth_principal is not None and principal != s.reauth_principal:
-            return self._failed(connection, "Cannot change principals during re-authentication from "  # type.name
-                                            f"{s.reauth_principal.replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
+            return self._failed(connection, f"Cannot change principals during re-authentication from "
+                                            f"{s.reauth_principal}: {principal}")
         token = server.token
         s.stage, s.server, s.authenticated, s.reauth_principal = COMPLETE, None, True, None
         s.token_id = token.token_id if token is not None else None
@@ -285,13 +285,15 @@ class SaslAuthenticator(Authenticator):
 
     def raw_token(self, connection, token: bytes) -> tuple[bool, bytes | None]:
         """Handshake v0's legacy exchange: (False, None) when it failed (close), else (True, the server
-        token to send raw, None for no frame: a mechanism's null answer, as GSSAPI's last)."""
+        token to send raw, or None to send no frame)."""
         code, _message, out, _lifetime = self.authenticate(connection, token)
         if code:
             return False, None
         s = connection.sasl
         if s.stage == COMPLETE:
             s.raw = False
+            if s.mechanism == kerberos.MECHANISM:  # GssKrb5Server's last answer is null: Kafka sends no frame
+                return True, None
         return True, out
 
 

@@ -10,6 +10,7 @@ a GSSAPI listener with a message naming the ``kerberos`` extra.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -110,8 +111,8 @@ def test_reauthentication_keeps_the_principal(kdc, broker):
         assert w.request(MetadataRequest(topics=[]), 12).brokers[0].host == "localhost"
     with WireClient(broker.address("SASL_PLAINTEXT")) as w:  # Kafka admits one re-authentication a second
         assert kerberos.gss_login(w, kdc, "alice") is None
-        assert kerberos.gss_login(w, kdc, "bob") == (
-            58, "Cannot change principals during re-authentication from User.analyst: User.bob")
+        code, message = kerberos.gss_login(w, kdc, "bob")
+        assert code == 58 and re.fullmatch(kerberos.REAUTH_REFUSED, message), message
 
 
 def test_ticket_for_another_service_refused(kdc, broker, java_client):
