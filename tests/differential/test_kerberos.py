@@ -50,7 +50,7 @@ def brokers(kdc, tmp_path_factory):
     del gss["listeners"]
     port = free_port()
     kafka = KafkaRef(settings={**AUTHORIZER, **gss}, heap="-Xmx384m",
-                     jvm_opts=(f"-Djava.security.krb5.conf={kdc.krb5_conf}",))
+                     jvm_options=(f"-Djava.security.krb5.conf={kdc.krb5_conf}",))
     node = kafka.nodes[0]
     kafka.settings.update({
         "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port},"

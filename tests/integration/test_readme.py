@@ -376,7 +376,8 @@ if [ "$1" = install ]; then
             krb5-admin-server) cmds="kadmin.local" ;;
             krb5-user) cmds="kinit" ;;
             libkrb5-dev) cmds="krb5-config" ;;
-            libsasl2-modules-gssapi-mit) /bin/mkdir -p "$SHAREBROKER_SASL_PLUGINS"; : > "$SHAREBROKER_SASL_PLUGINS/libgssapiv2.so"; cmds="" ;;
+            libsasl2-modules-gssapi-mit) [ -n "$SHAREBROKER_SASL_PLUGINS" ] && /bin/mkdir -p "$SHAREBROKER_SASL_PLUGINS" &&
+                : > "$SHAREBROKER_SASL_PLUGINS/libgssapiv2.so"; cmds="" ;;
             nodejs) cmds="node" ;;
             npm) cmds="npm" ;;
             *) cmds="" ;;
@@ -416,7 +417,7 @@ def fresh_machine(tmp_path, sudo: bool = True) -> dict:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     return {"PATH": str(bin_dir), "STUB_BIN": str(bin_dir), "STUB_LOG": str(tmp_path / "calls"),
             "PYTHON": str(bin_dir / "python"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-            "SHAREBROKER_VENV": str(tmp_path / "venv"), "SHAREBROKER_SASL_PLUGINS": str(tmp_path / "sasl2")}
+            "SHAREBROKER_VENV": str(tmp_path / "venv")}
 
 
 def run_script(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -431,6 +432,7 @@ def calls(env: dict) -> list[str]:
 
 def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     env = fresh_machine(tmp_path)
+    env["SHAREBROKER_SASL_PLUGINS"] = str(tmp_path / "sasl2")  # where the stub apt-get puts Cyrus SASL's plugin
     p = run_script(env, "-q", "tests/unit", "-k", "a b")
     assert p.returncode == 0, p.stderr
     install = "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"

@@ -211,7 +211,7 @@ class KafkaNode:
     proc: subprocess.Popen | None = None
     pid: int | None = None  # the JVM's pid (also for a node started by another process)
     scram_port: int | None = None  # a SASL_PLAINTEXT listener with SCRAM-SHA-256/512 (clients only)
-    jvm_opts: tuple[str, ...] = ()  # added to the JVM's options (e.g. -Djava.security.krb5.conf=...)
+    jvm_options: tuple[str, ...] = ()  # e.g. -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=...
 
     @property
     def bootstrap(self) -> str:
@@ -247,7 +247,7 @@ class KafkaNode:
         return "".join(f"{k}={v}\n" for k, v in conf.items())
 
     def java(self, cp: str, main: str, *args: str, heap: str = HEAP) -> list[str]:
-        return ["java", heap, *JVM_OPTS, *self.jvm_opts, f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
+        return ["java", heap, *JVM_OPTS, *self.jvm_options, f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.directory}", "-cp", cp, main, *args]
 
     def format(self, cp: str, cluster_id: str, voters: str | None, settings: dict[str, str]) -> None:
@@ -360,11 +360,11 @@ class KafkaRef:
     ``stop()`` stops them (SIGTERM, then SIGKILL after 30 s). ``directory`` defaults to a new
     temporary one, removed by ``stop()`` when this object made it. ``scram_listener``: each node also
     listens SASL_PLAINTEXT with SCRAM (``scram_bootstrap``; users by AlterUserScramCredentials).
-    ``jvm_opts``: more options for every node's JVM."""
+    ``jvm_options``: added to each node's JVM (system properties)."""
 
     def __init__(self, directory: str | Path | None = None, nodes: int = 1, settings: dict[str, str] | None = None,
                  heap: str = HEAP, start_timeout: float = 180.0, scram_listener: bool = False,
-                 jvm_opts: tuple[str, ...] = ()):
+                 jvm_options: tuple[str, ...] = ()):
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="kafka-ref-"))
         base = SINGLE_NODE if nodes == 1 else CLUSTER
@@ -372,7 +372,7 @@ class KafkaRef:
         self.heap = heap
         self.start_timeout = start_timeout
         self.nodes = [KafkaNode(i, self.directory / f"node-{i}", scram_port=free_port() if scram_listener else None,
-                                jvm_opts=tuple(jvm_opts)) for i in range(1, nodes + 1)]
+                                jvm_options=tuple(jvm_options)) for i in range(1, nodes + 1)]
         self.cluster_id = new_cluster_id()
         self.startup_seconds: float | None = None  # from the first JVM to every node answering
 
