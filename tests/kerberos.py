@@ -232,9 +232,11 @@ def java(kdc: Kdc, cp: str, bootstrap: str, principal: str, topic: str, service:
     return (r.stdout.strip().splitlines() or [r.stderr[-2000:]])[-1]
 
 
-def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: str = "kafka"):
+def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: str = "kafka",
+              authzid: str | None = None):
     """A GSSAPI login with python-gssapi over a ``tests.wire.WireClient``: Kafka's exchange after a
-    SaslHandshake v1 (SaslAuthenticate) or v0 (raw tokens).  None when it succeeded; else
+    SaslHandshake v1 (SaslAuthenticate) or v0 (raw tokens), asking for the authorization id ``authzid``
+    (default: the principal's own name).  None when it succeeded; else
     (error code, message) of the failing SaslAuthenticate (v1), or "closed" (v0: the broker closes).
     This process must see the realm's krb5.conf (``KRB5_CONFIG``)."""
     import gssapi
@@ -268,7 +270,8 @@ def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: 
     offer = ctx.unwrap(answer).message
     assert offer[0] == 1 and len(offer) == 4, offer  # "no security layer" only, and a maximum buffer size
     # the last token has an empty answer (v1), or none at all (v0: the next frame is a request's answer)
-    failed, last = exchange(ctx.wrap(b"\x01\x00\x00\x00" + kdc.full(principal).encode(), False).message,
+    choice = b"\x01\x00\x00\x00" + (kdc.full(principal) if authzid is None else authzid).encode()
+    failed, last = exchange(ctx.wrap(choice, False).message,
                             answered=handshake_version == 1)
     assert failed is not None or last == b""
     return failed

@@ -10,9 +10,8 @@ the JAAS option ``serviceName``, the two agreeing), as Kafka's ``KerberosLogin``
 The exchange (``GssKrb5Server``): the client's GSS tokens are accepted until the context is
 established (the last answer is the mutual-authentication token, if any); the server then sends
 its wrapped 4-byte security-layer offer (only "no security layer", Kafka's one QOP: ``auth``)
-and the client answers with its wrapped choice and an optional authorization id, which must be
-empty or the client's own principal (Kafka's ``SaslServerCallbackHandler`` authorizes only the
-authenticated name).
+and the client answers with its wrapped choice and an optional authorization id, which changes
+nothing: Kafka's ``SaslServerCallbackHandler`` authorizes it and keeps the authenticated name.
 
 The session's principal is ``User:<short name>``: the client's Kerberos name through
 ``sasl.kerberos.principal.to.local.rules`` (Kafka's ``KerberosShortNamer`` / ``KerberosRule``;
@@ -246,9 +245,8 @@ class GssapiServer:
                 raise GssapiFailed("Final handshake message is shorter than 4 bytes")
             if not reply[0] & NO_SECURITY_LAYER:
                 raise GssapiFailed(f"Client selected unsupported protection: {reply[0]}")
-            authzid = reply[4:].decode("utf-8", "replace")
-            if authzid and authzid != self.client_name:
-                raise GssapiFailed(f"{self.client_name} is not authorized to connect as {authzid}")
+            # an authorization id (reply[4:]) is not checked: Kafka's SaslServerCallbackHandler authorizes
+            # any and keeps the authenticated name
             self.principal = "User:" + self.acceptor.short_names.short_name(self.client_name)
             self.complete = True
             self.stage = 3

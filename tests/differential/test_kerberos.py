@@ -88,6 +88,9 @@ def scenario(kdc, cp: str, topic: str, plaintext: str, sasl: str) -> dict:
         out["wire_v1_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
         out["wire_v1_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host
         out["wire_reauth_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
+    with WireClient(sasl) as w:  # asking for bob's authorization id; then alice again, the same principal?
+        out["wire_authzid_bob"] = kerberos.gss_login(w, kdc, "alice", 1, authzid=kdc.full("bob"))
+        out["wire_authzid_then_alice"] = kerberos.gss_login(w, kdc, "alice", 1, authzid="")
     with WireClient(sasl) as w:  # a connection of its own: Kafka admits one re-authentication a second
         kerberos.gss_login(w, kdc, "alice", 1)
         code, message = kerberos.gss_login(w, kdc, "bob", 1)
@@ -130,4 +133,6 @@ def test_kerberos_as_kafka(kdc, brokers):
     assert kafka["java_alice"] == "OK 3" and kafka["wire_v1_alice"] is None and kafka["wire_v0_alice"] is None, kafka
     assert kafka["kcat_etl_read"] == [f"etl-{i}" for i in range(3)] and kafka["kcat_bob_denied"], kafka
     assert kafka["wire_other_service"] is not None and kafka["java_other_service"].startswith("ERROR"), kafka
+    assert kafka["kcat_other_service"] == {"exit": True, "authentication_failed": True}, kafka
+    assert kafka["wire_authzid_bob"] is None and kafka["wire_authzid_then_alice"] is None, kafka
     assert differences(results["ours"], results["kafka"]) == [], results
