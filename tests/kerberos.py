@@ -20,6 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 REALM = "SHAREBROKER.TEST"
 HOST = "localhost"
 JAVA_SOURCE = Path(__file__).resolve().parent / "kerberos_java" / "KerberosClient.java"
@@ -34,10 +36,12 @@ REAUTH_REFUSED = r"Cannot change principals during re-authentication from User[.
 
 
 def available() -> str | None:
-    """None when the KDC tools and python-gssapi are installed, else what is missing."""
+    """None when the KDC tools, kcat and python-gssapi are installed, else what is missing."""
     missing = [t for t in ("krb5kdc", "kdb5_util", "kadmin.local", "kinit") if shutil.which(t) is None]
     if missing:
         return "Kerberos tools missing (Debian krb5-kdc, krb5-admin-server, krb5-user): " + ", ".join(missing)
+    if shutil.which("kcat") is None:
+        return "kcat (Debian package kcat; tools/test.sh installs it)"
     try:
         import gssapi  # noqa: F401
     except ImportError:
@@ -163,6 +167,13 @@ def realm(directory: Path):
         else:
             os.environ["KRB5_CONFIG"] = before
         kdc.stop()
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory):
+    """A test module's realm (``realm``)."""
+    with realm(tmp_path_factory.mktemp("kdc")) as k:
+        yield k
 
 
 def broker_settings(kdc: Kdc, keytab: Path, listener: str = "SASL_PLAINTEXT", service: str = "kafka",

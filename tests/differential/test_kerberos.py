@@ -9,8 +9,6 @@ short names."""
 from __future__ import annotations
 
 import re
-import shutil
-import time
 
 import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
@@ -19,7 +17,9 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
 from broker.testing import BrokerProcess
 from protocol.messages.metadata import MetadataRequest
 from tests import kerberos
+from tests.kerberos import kdc  # noqa: F401  (the realm fixture)
 from tests.differential.harness import differences
+from tests.differential.test_behaviour import AUTHORIZER, _settle  # User:ANONYMOUS a super user; waits for ACLs
 from tests.kafka_ref.launcher import KafkaRef, free_port
 from tests.missing_inputs import missing_input
 from tests.reference import skip_without_kafka
@@ -28,17 +28,6 @@ from tests.wire import WireClient
 
 if kerberos.available():
     missing_input(kerberos.available())
-if shutil.which("kcat") is None:
-    missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
-
-AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-              "super.users": "User:ANONYMOUS"}
-
-
-@pytest.fixture(scope="module")
-def kdc(tmp_path_factory):
-    with kerberos.realm(tmp_path_factory.mktemp("kdc")) as k:
-        yield k
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +51,6 @@ def brokers(kdc, tmp_path_factory):
                               env=kdc.env) as ours:
         yield {"kafka": (kafka.bootstrap, f"{kerberos.HOST}:{port}"),
                "ours": (ours.address("PLAINTEXT"), f"{kerberos.HOST}:{ours.listener_ports['SASL_PLAINTEXT']}")}
-
-
-def _settle(fn, done, timeout: float = 20.0):
-    """``fn()`` until ``done(value)`` or the deadline (Kafka applies an ACL when its metadata log reaches
-    the broker); the last value either way, so the comparison shows a difference."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if done(value) or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def _kcat_failed(r) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 
 import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
@@ -20,6 +19,7 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
 from broker.testing import BrokerProcess
 from protocol.messages.metadata import MetadataRequest
 from tests import kerberos
+from tests.kerberos import kdc  # noqa: F401  (the realm fixture)
 from tests.kafka_ref import launcher
 from tests.missing_inputs import missing_input
 from tests.support import unique, until
@@ -27,13 +27,6 @@ from tests.wire import WireClient
 
 if kerberos.available():
     missing_input(kerberos.available())
-if shutil.which("kcat") is None:
-    missing_input("kcat (Debian package kcat; tools/test.sh installs it)")
-
-@pytest.fixture(scope="module")
-def kdc(tmp_path_factory):
-    with kerberos.realm(tmp_path_factory.mktemp("kdc")) as k:
-        yield k
 
 
 def _broker(kdc, tmp_path_factory, **extra) -> BrokerProcess:
