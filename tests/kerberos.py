@@ -244,10 +244,11 @@ def java(kdc: Kdc, cp: str, bootstrap: str, principal: str, topic: str, service:
 
 
 def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: str = "kafka",
-              authzid: str | None = None):
+              authzid: str | None = None, seen: dict | None = None):
     """A GSSAPI login with python-gssapi over a ``tests.wire.WireClient``: Kafka's exchange after a
     SaslHandshake v1 (SaslAuthenticate) or v0 (raw tokens), asking for the authorization id ``authzid``
-    (default: the principal's own name).  None when it succeeded; else
+    (default: the principal's own name); ``seen`` gets the server's security-layer offer (hex).  None
+    when it succeeded; else
     (error code, message) of the failing SaslAuthenticate (v1), or "closed" (v0: the broker closes).
     This process must see the realm's krb5.conf (``KRB5_CONFIG``)."""
     import gssapi
@@ -280,6 +281,8 @@ def gss_login(w, kdc: Kdc, principal: str, handshake_version: int = 1, service: 
         return failed
     offer = ctx.unwrap(answer).message
     assert offer[0] == 1 and len(offer) == 4, offer  # "no security layer" only, and a maximum buffer size
+    if seen is not None:
+        seen["offer"] = offer.hex()
     # the last token has an empty answer (v1), or none at all (v0: the next frame is a request's answer)
     choice = b"\x01\x00\x00\x00" + (kdc.full(principal) if authzid is None else authzid).encode()
     failed, last = exchange(ctx.wrap(choice, False).message,

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import re
 
 from broker.log.config import ConfigError
-
-log = logging.getLogger("sharebroker.security")
 
 MECHANISM = "GSSAPI"
 EXTRA_MESSAGE = ("SASL mechanism GSSAPI needs python-gssapi: install the broker with its kerberos extra "

@@ -63,7 +63,9 @@ def scenario(kdc, cp: str, topic: str, plaintext: str, sasl: str) -> dict:
     admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
     out: dict = {}
     with WireClient(sasl) as w:
-        out["wire_v1_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
+        seen: dict = {}
+        out["wire_v1_alice"] = kerberos.gss_login(w, kdc, "alice", 1, seen=seen)
+        out["wire_v1_offer"] = seen["offer"]  # the security-layer offer, unwrapped
         out["wire_v1_metadata_host"] = w.request(MetadataRequest(topics=[]), 12).brokers[0].host
         out["wire_reauth_alice"] = kerberos.gss_login(w, kdc, "alice", 1)
     with WireClient(sasl) as w:  # asking for bob's authorization id; then alice again, the same principal?
