@@ -3,8 +3,8 @@ and real clients: librdkafka (kcat, Debian's build with Cyrus SASL: confluent-ka
 GSSAPI), the Java client (kafka-clients 4.4), and python-gssapi on the wire for both of Kafka's
 exchanges (SaslHandshake v1 + SaslAuthenticate, and v0's raw tokens).
 
-What it shows: the logins; a ticket for another service of the realm refused; ACLs applied to the
-short names ``sasl.kerberos.principal.to.local.rules`` gives; a broker without python-gssapi refusing
+What it shows: the logins; re-authentication; a ticket for another service of the realm refused; ACLs
+and user quotas applied to the short names ``sasl.kerberos.principal.to.local.rules`` gives; a broker without python-gssapi refusing
 a GSSAPI listener with a message naming the ``kerberos`` extra.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from broker.testing import BrokerProcess
 from protocol.messages.metadata import MetadataRequest
 from tests import kerberos
 from tests.kerberos import kdc  # noqa: F401  (the realm fixture)
+from tests.integration.test_quotas import _produce_request, set_quota
 from tests.kafka_ref import launcher
 from tests.missing_inputs import missing_input
 from tests.support import unique, until
@@ -152,6 +153,24 @@ def test_acls_apply_to_short_names(kdc, acl_broker, java_client):
     assert java(kdc, java_client, acl_broker, "alice", topic, n=3) == "OK 3"
     out = java(kdc, java_client, acl_broker, "bob", topic, n=1)
     assert out.startswith("ERROR TopicAuthorizationException"), out
+
+
+def test_user_quotas_apply_to_short_names(kdc, broker):
+    """A produce quota for User:analyst holds alice (analyst by the rules), not bob: 10 kB/s lets 100 kB
+    through at once (Kafka's default windows), so the second 60 kB answer carries a throttle time."""
+    topic = _topic(broker)
+    set_quota(broker.address("PLAINTEXT"), [("user", "analyst")], producer_byte_rate=10_000)
+    throttles = {}
+    try:
+        for principal in ("alice", "bob"):
+            with WireClient(broker.address("SASL_PLAINTEXT")) as w:
+                assert kerberos.gss_login(w, kdc, principal) is None
+                throttles[principal] = [w.request(_produce_request(topic, 60_000), 9).throttle_time_ms
+                                        for _ in "12"]
+    finally:  # the module's other tests produce as alice
+        set_quota(broker.address("PLAINTEXT"), [("user", "analyst")], producer_byte_rate=None)
+    assert throttles["alice"][0] == 0 and 100 < throttles["alice"][1] <= 3000, throttles
+    assert throttles["bob"] == [0, 0], throttles
 
 
 def test_without_python_gssapi_the_listener_is_refused(kdc, tmp_path):
