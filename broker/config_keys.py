@@ -178,6 +178,8 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     _k("connections.max.reauth.ms", LONG),
     _k("connection.failed.authentication.delay.ms", INT, minimum=0),
     _k("principal.builder.class", CLASS),
+    _k("sasl.kerberos.service.name", STRING),  # broker/security/kerberos.py (GSSAPI)
+    _k("sasl.kerberos.principal.to.local.rules", LIST),
     _k("ssl.keystore.type", STRING),
     _k("ssl.keystore.location", STRING),
     _k("ssl.keystore.password", PASSWORD),

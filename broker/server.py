@@ -664,10 +664,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _raw_sasl_token(self, frame: bytearray) -> None:
         """One token of the legacy (handshake v0) exchange: answer it raw, or close on failure."""
-        out = self.authenticator.raw_token(self, bytes(frame))
-        if out is None:
+        ok, out = self.authenticator.raw_token(self, bytes(frame))
+        if not ok:
             raise ProtocolViolation("SASL authentication failed")
-        self.transport.write(_SIZE.pack(len(out)) + out)
+        if out is not None:  # no frame for a null answer (Kafka's SaslServerAuthenticator)
+            self.transport.write(_SIZE.pack(len(out)) + out)
 
     @staticmethod
     def _response_head(correlation_id: int, flexible: bool) -> bytearray:

