@@ -88,7 +88,9 @@ run_librdkafka() {
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
-        as_root apt-get update -q && as_root apt-get install -y -q "${missing[@]}" >>"$LOGS/apt.log" || return 1
+        say "installing ${missing[*]} with apt-get (log $LOGS/apt.log)"
+        { as_root apt-get update -q && as_root apt-get install -y -q "${missing[@]}"; } >>"$LOGS/apt.log" 2>&1 \
+            || return 1
     fi
     if [ ! -x "$src/tests/test-runner" ]; then
         say "building librdkafka and its test-runner (log $LOGS/librdkafka-build.log)"
