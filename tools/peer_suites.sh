@@ -8,11 +8,13 @@
 # ~/.cache/sharebroker/peer-suites), never into the repository. A checkout already there is used as it is
 # (so a copy brought by other means works offline); otherwise it is cloned from GitHub at $LIBRDKAFKA_REF,
 # $CKP_REF, $FRANZ_REF (default: the default branch). Each suite gets a broker of its own, started from this
-# work tree with the broker settings that suite's CI gives its Kafka cluster, on a free port, with a fresh
+# work tree with the broker settings that suite's CI gives its Kafka cluster (librdkafka's and
+# confluent-kafka-python's CI start it with trivup, whose brokers auto-create topics with 3 partitions:
+# num.partitions=3, which librdkafka's 0184 needs), on a free port, with a fresh
 # data directory; it is stopped (by its pid) when the suite ends. The broker runs on $SHAREBROKER_VENV
 # (default .venv, as tools/test.sh makes it).
 #
-# - librdkafka: tests 0170-0185 (the share consumer tests; the *_mock and *_local ones need no broker) with
+# - librdkafka: tests 0170-0185 ($RDK_TESTS; the share consumer tests, *_mock and *_local need no broker) with
 #   test-runner, TEST_KAFKA_VERSION=4.3.0, one test at a time; broker setting as in librdkafka's
 #   packaging/tools/run-share-consumer-tests.sh (group.share.min.record.lock.duration.ms=1000; lock
 #   duration left at its default). test.timeout.multiplier=$RDK_TIMEOUT_MULTIPLIER (default 5: a loaded
@@ -35,7 +37,7 @@ PEER_DIR=${PEER_DIR:-$HOME/.cache/sharebroker/peer-suites}
 VENV=${SHAREBROKER_VENV:-$REPO/.venv}
 CKP_VERSION=${CKP_VERSION:-2.16.1}
 LOGS=$PEER_DIR/logs
-RDK_TESTS=0170,0171,0172,0173,0174,0175,0176,0177,0178,0179,0180,0181,0182,0183,0184,0185
+RDK_TESTS=${RDK_TESTS:-0170,0171,0172,0173,0174,0175,0176,0177,0178,0179,0180,0181,0182,0183,0184,0185}
 WHOLE_BATCH_TEST=tests/integration/share_consumer/test_share_consumer.py::test_poll_returns_whole_batch_exceeding_max_poll_records
 mkdir -p "$LOGS"
 
@@ -64,7 +66,7 @@ start_broker() {
         --data-dir "$dir/data" "${set[@]}" >"$dir/broker.log" 2>&1) &
     BROKER_PID=$!
     local deadline=$((SECONDS + 60))
-    until BOOTSTRAP=$(grep -o 'accepting connections on [0-9.:]*' "$dir/broker.log" | awk '{print $4}') \
+    until BOOTSTRAP=$(grep -so 'accepting connections on [0-9.:]*' "$dir/broker.log" | awk '{print $4}') \
             && [ -n "$BOOTSTRAP" ]; do
         if [ $SECONDS -ge $deadline ] || ! kill -0 "$BROKER_PID" 2>/dev/null; then
             say "broker $name did not start; its log:" && cat "$dir/broker.log" >&2
@@ -97,7 +99,7 @@ run_librdkafka() {
         (cd "$src" && ./configure --disable-gssapi --disable-sasl && make -j2 libs \
             && make -C tests -j2 test-runner) >"$LOGS/librdkafka-build.log" 2>&1 || return 1
     fi
-    start_broker librdkafka group.share.min.record.lock.duration.ms=1000 || return 1
+    start_broker librdkafka num.partitions=3 group.share.min.record.lock.duration.ms=1000 || return 1
     printf 'metadata.broker.list=%s\ntest.timeout.multiplier=%s\n' "$BOOTSTRAP" \
         "${RDK_TIMEOUT_MULTIPLIER:-5}" >"$src/tests/test.conf"
     (cd "$src/tests" && LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=4.3.0 TESTS=$RDK_TESTS \
@@ -126,13 +128,14 @@ run_python() {
         chmod +x "$PEER_DIR/kafka-home/bin/kafka-configs.sh"
         env=(KAFKA_HOME="$PEER_DIR/kafka-home")
     fi
-    local locks=(group.share.record.lock.duration.ms=1000 group.share.min.record.lock.duration.ms=1000)
-    start_broker confluent-kafka-python "${locks[@]}" || return 1
+    local settings=(num.partitions=3 group.share.record.lock.duration.ms=1000
+                    group.share.min.record.lock.duration.ms=1000)
+    start_broker confluent-kafka-python "${settings[@]}" || return 1
     (cd "$src" && env "${env[@]}" BROKERS="$BOOTSTRAP" "$py" -m pytest -p no:cacheprovider -q -rfEs \
         --timeout 300 tests/integration/share_consumer -k "not schema_registry") >"$LOGS/python.log" 2>&1 || rc=1
     stop_broker
     tail -n 3 "$LOGS/python.log" >&2
-    start_broker kafka-exact "${locks[@]}" group.share.fair.acquisition.enable=false || return 1
+    start_broker kafka-exact "${settings[@]}" group.share.fair.acquisition.enable=false || return 1
     (cd "$src" && BROKERS="$BOOTSTRAP" "$py" -m pytest -p no:cacheprovider -q -rfE --timeout 300 \
         "$WHOLE_BATCH_TEST") >"$LOGS/python-kafka-exact.log" 2>&1 || rc=1
     stop_broker
