@@ -124,9 +124,10 @@ need_venv() {
     quietly "$PYTHON" -m venv "$VENV"
 }
 
-# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, mkdocs, ...).
+# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, mkdocs, ...); pip's
+# output (its notices and warnings, even with -q) goes to the set-up log like apt-get's.
 need_python_packages() {
-    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    quietly "$VENV/bin/python" -m pip install -q -e '.[test]'
 }
 
 REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_node need_venv need_python_packages)
