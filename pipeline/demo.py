@@ -16,6 +16,8 @@ Without ``--bootstrap`` it starts a sharebroker on a free port with a temporary 
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import json
 import os
 import sys
@@ -74,23 +76,25 @@ def main(argv=None) -> int:
     from pipeline.demo import BadItem, DownstreamTimeout, process  # by reference, also under -m
     from pipeline.workers import run_share_workers
 
-    broker = None
-    if args.bootstrap:
-        bs = args.bootstrap
-    else:
+    broker = starting = None
+    if not args.bootstrap:
         from broker.testing import BrokerProcess
 
-        broker = BrokerProcess(tempfile.mkdtemp(prefix="demo-broker-")).start()
-        bs = broker.bootstrap
+        broker = BrokerProcess(tempfile.mkdtemp(prefix="demo-broker-"))
+        # the broker starts while Spark does (both take seconds on a busy machine)
+        starting = concurrent.futures.ThreadPoolExecutor(1).submit(broker.start)
     out = args.out or tempfile.mkdtemp(prefix="demo-results-")
     spark = (SparkSession.builder.master("local[2]").appName("sharebroker-demo")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     pipeline.register(spark)
+    admin = None
     try:
+        bs = args.bootstrap or starting.result().bootstrap
         run = uuid.uuid4().hex[:6]
         topic, group = f"work-items-{run}", f"renderers-{run}"
-        admin = AdminClient({"bootstrap.servers": bs})
+        admin = AdminClient({"bootstrap.servers": bs, "log_level": 3})
         admin.create_topics([NewTopic(topic, args.partitions)])[topic].result(30)
         res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in
@@ -99,31 +103,35 @@ def main(argv=None) -> int:
 
         items = spark.read.option("header", True).schema(
             "id long, kind string, customer string, city string, size_kb long").csv(DATA)
-        n = items.count()
+        all_ids = {r.id for r in items.select("id").collect()}
+        n = len(all_ids)
         t = time.perf_counter()
         (items.select(F.col("id").cast("string").alias("key"), F.to_json(F.struct("*")).alias("value"))
          .write.format("kafka_topic").mode("append").option("kafka.bootstrap.servers", bs)
          # small produce batches: a share fetch hands out whole batches, so this spreads the work
-         .option("kafka.batch.num.messages", "50").option("topic", topic).save())
+         .option("kafka.batch.num.messages", "50").option("kafka.log_level", "3").option("topic", topic).save())
         write_s = time.perf_counter() - t
         print(f"\nwrote {n:,} work items to {topic} with the Spark writer in {write_s:.2f} s")
 
-        conf = {"bootstrap.servers": bs, "group.id": group, "max.poll.records": 100}
+        # librdkafka logs only errors: its notices (the share consumer's preview note, telemetry) are not the demo's
+        conf = {"bootstrap.servers": bs, "group.id": group, "max.poll.records": 100, "log_level": 3}
+        # together: the tasks start at once and subscribe before either polls, so both share the partition
         result = run_share_workers(spark, conf, [topic], process,
                                    workers=args.workers, retryable=(DownstreamTimeout,), poison=(BadItem,),
-                                   output_schema=OUTPUT_SCHEMA, idle_timeout=4.0)
+                                   output_schema=OUTPUT_SCHEMA, idle_timeout=4.0, together=True)
         results_dir = os.path.join(out, "results.parquet")
         result.outputs.write.mode("overwrite").parquet(results_dir)
-        done = spark.read.parquet(results_dir)
+        done = spark.read.schema(result.outputs.schema).parquet(results_dir)
 
         print(f"\nshare workers: {args.workers} Spark tasks on local[2], group {group}\n")
         print(result.table())
-        accepted_ids = {r.id for r in done.select("id").collect()}
-        by_count = {r.delivery_count: r["count"] for r in done.groupBy("delivery_count").count().collect()}
-        all_ids = {r.id for r in items.select("id").collect()}
+        rows = done.select("id", "delivery_count").collect()  # 3,000 small rows: counted here, one Spark job
+        accepted_ids = {r.id for r in rows}
+        by_count = collections.Counter(r.delivery_count for r in rows)
         missing = sorted(all_ids - accepted_ids)
         # nothing is left in the group: what was not accepted was archived by the broker
-        c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                           "log_level": 3})
         c.subscribe([topic])
         left = []
         deadline = time.monotonic() + 3
@@ -135,12 +143,13 @@ def main(argv=None) -> int:
         print(f"accepted after a retry (delivery >= 2)  {sum(v for k, v in by_count.items() if k >= 2):>7,}")
         print(f"archived after 3 deliveries (poison)    {len(missing):>7,}   ids {missing}")
         print(f"still waiting in the group              {len(left):>7,}")
-        print(f"results                                 {done.count():>7,}   rows in {results_dir}")
+        print(f"results                                 {len(rows):>7,}   rows in {results_dir}")
         print(f"\nthroughput: Spark writer {n / write_s:,.0f} items/s (the session's first Python tasks); "
               f"share workers {result.totals['accepted'] / result.seconds:,.0f} items/s accepted "
               f"({result.seconds:.1f} s wall, 4 s idle stop included)")
         done.orderBy("id").show(5)
     finally:
+        del admin  # closed before the broker stops, or its threads log the lost connection
         spark.stop()
         if broker is not None:
             broker.close()

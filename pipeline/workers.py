@@ -23,6 +23,7 @@ twice, with increasing ``delivery_count``). ``result.outputs`` reads them back.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -32,6 +33,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 META_FIELDS = "topic string, partition int, offset long, delivery_count int, task int, attempt int"
 N_META = META_FIELDS.count(",") + 1  # the leading columns of every output row
+# a bound on a task's wait for its first assignment, which always comes unless no subscribed topic exists
+JOIN_TIMEOUT = 60.0
 
 
 class ShareRecord:
@@ -107,14 +110,21 @@ def run_share_workers(spark, conf: dict, topics: Sequence[str] | str, handler: C
                       workers: int = 2, retryable: Iterable[type] = (), poison: Iterable[type] = (),
                       output_schema=None, output_path: str | None = None, idle_timeout: float = 5.0,
                       max_records_per_task: int | None = None, timeout: float | None = None,
-                      poll_timeout: float = 0.5) -> ShareWorkResult:
+                      poll_timeout: float = 0.5, together: bool = False) -> ShareWorkResult:
     """Run ``workers`` Spark tasks, each a share-group member calling ``handler`` on its records.
 
     ``conf`` is the ShareConsumer configuration (``bootstrap.servers``, ``group.id``, ...; the
     acknowledgement mode is set to explicit). A task stops when it got no record for
-    ``idle_timeout`` seconds, after ``max_records_per_task`` handled records (the rest of that poll
-    goes back to the group), or at ``timeout`` seconds after the start of the run. With fewer task
-    slots than ``workers`` Spark runs the tasks in waves.
+    ``idle_timeout`` seconds since the group assigned it partitions (joining takes longer on a busy
+    broker, and a member without an assignment cannot get records), after ``max_records_per_task``
+    handled records (the rest of that poll goes back to the group), or at ``timeout`` seconds after
+    the start of the run. With fewer task slots than ``workers`` Spark runs the tasks in waves.
+
+    ``together=True`` runs the tasks as one Spark barrier stage: Spark starts them all at once (there
+    must be a task slot for each) and none polls before every one has subscribed, so they share the
+    work from the first record; otherwise a task that Spark starts late (a Python worker starting on
+    a busy machine) may find the work done by the others. Spark restarts every task of a barrier
+    stage when one fails.
     """
     topics = [topics] if isinstance(topics, str) else list(topics)
     schema, struct_out = output_struct(output_schema)
@@ -125,12 +135,13 @@ def run_share_workers(spark, conf: dict, topics: Sequence[str] | str, handler: C
     job = _TaskSpec(conf=dict(conf), topics=topics, handler=handler, retryable=tuple(retryable),
                     poison=tuple(poison), schema=schema, struct_out=struct_out, output_path=output_path,
                     idle_timeout=idle_timeout, max_records=max_records_per_task, deadline=deadline,
-                    poll_timeout=poll_timeout, run_id=uuid.uuid4().hex[:8])
+                    poll_timeout=poll_timeout, run_id=uuid.uuid4().hex[:8], together=together)
     started = time.monotonic()
     sc = spark.sparkContext
     sc.setJobDescription(f"share workers: {workers} tasks on {','.join(topics)} (group {conf.get('group.id')})")
     try:
-        tasks = sc.parallelize(range(workers), workers).mapPartitionsWithIndex(job.run).collect()
+        rdd = sc.parallelize(range(workers), workers)
+        tasks = (rdd.barrier() if together else rdd).mapPartitionsWithIndex(job.run).collect()
     finally:
         sc.setJobDescription(None)
     seconds = time.monotonic() - started
@@ -140,6 +151,27 @@ def run_share_workers(spark, conf: dict, topics: Sequence[str] | str, handler: C
     totals["records_per_second"] = totals["accepted"] / seconds if seconds else 0.0
     outputs = spark.read.schema(schema).parquet(output_path)
     return ShareWorkResult(outputs=outputs, tasks=tasks, output_path=output_path, seconds=seconds, totals=totals)
+
+
+class _AssignmentWatch:
+    """Whether the share group has assigned the consumer partitions yet, from librdkafka's statistics
+    (``cgrp.assignment_size``; served by ``poll``, so it is seen on the poll after it happened). A
+    ``stats_cb`` of the caller's configuration still gets every report."""
+
+    INTERVAL_MS = 500
+
+    def __init__(self, conf: dict):
+        self.yet = False
+        self._user_cb = conf.get("stats_cb")
+        self.conf = {**conf, "stats_cb": self._on_stats}
+        if not int(self.conf.get("statistics.interval.ms") or 0):
+            self.conf["statistics.interval.ms"] = self.INTERVAL_MS
+
+    def _on_stats(self, report: str) -> None:
+        if not self.yet:
+            self.yet = json.loads(report).get("cgrp", {}).get("assignment_size", 0) > 0
+        if self._user_cb is not None:
+            self._user_cb(report)
 
 
 @dataclass
@@ -157,11 +189,12 @@ class _TaskSpec:
     deadline: float | None
     poll_timeout: float
     run_id: str
+    together: bool
 
     # ------------------------------------------------------------------ in the Spark task
     def run(self, index: int, _items) -> Iterable[dict]:
         from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
-        from pyspark import TaskContext
+        from pyspark import BarrierTaskContext, TaskContext
 
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
@@ -178,9 +211,12 @@ class _TaskSpec:
         conf = {**self.conf, "share.acknowledgement.mode": "explicit"}
         if self.max_records is not None:  # acquire no more than the task may handle (librdkafka's default: 500)
             conf.setdefault("max.poll.records", max(1, min(500, self.max_records)))
-        consumer = ShareConsumer(conf)
+        assigned = _AssignmentWatch(conf)
+        consumer = ShareConsumer(assigned.conf)
         consumer.set_acknowledgement_commit_callback(on_commit)
         consumer.subscribe(self.topics)
+        if self.together:
+            BarrierTaskContext.get().barrier()  # every task has subscribed: they join the group together
         handler, retryable, poison = self.handler, self.retryable, self.poison
         seq = 0
         last_record = time.monotonic()
@@ -200,7 +236,9 @@ class _TaskSpec:
                     break
                 msgs = consumer.poll(self.poll_timeout)
                 if not msgs:
-                    if time.monotonic() - last_record >= self.idle_timeout:
+                    if not assigned.yet and time.monotonic() - started < JOIN_TIMEOUT:
+                        last_record = time.monotonic()  # idle counts from the assignment on
+                    elif time.monotonic() - last_record >= self.idle_timeout:
                         stats["stop"] = "idle"
                         break
                     continue

@@ -17,6 +17,9 @@ about.
 ``kafka_ref`` (``tests/reference.py``): a reference Apache Kafka 4.4.0 started once for the whole run
 and shared by the xdist workers.
 
+librdkafka's log lines go to Python logging (``tests/client_logs.py``): into the failing test's report
+and ``librdkafka.log`` under pytest's base temporary directory, not among the progress dots.
+
 The one client-leak check: every librdkafka client (confluent-kafka's Producer, Consumer,
 ShareConsumer, AdminClient) runs one ``rdk:main`` thread from its creation until it is closed or
 destroyed. After each test, and at the end of each module, no more of these threads may run than
@@ -35,6 +38,7 @@ import traceback
 import pytest
 
 from broker.testing import BrokerProcess
+from tests import client_logs
 from tests.reference import kafka_ref  # noqa: F401  (the reference Apache Kafka 4.4 session fixture)
 from tests.keycloak import keycloak  # noqa: F401  (the OpenID Connect provider of the OAUTHBEARER tests)
 from tests.missing_inputs import (  # noqa: F401  (hooks: a skip for a missing input fails under CI)
@@ -62,6 +66,17 @@ def _import_generated_codecs() -> None:
 
 
 _import_generated_codecs()
+client_logs.install()  # before the test modules import the client classes
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _librdkafka_log_file(tmp_path_factory):
+    """librdkafka's lines of the whole run (of this xdist worker) in ``librdkafka.log`` under pytest's base
+    temporary directory; each test's are also in its report when it fails."""
+    handler = client_logs.log_to_file(tmp_path_factory.getbasetemp() / "librdkafka.log")
+    yield
+    client_logs.LOGGER.removeHandler(handler)
+    handler.close()
 
 
 WORKERS_ENV = "SHAREBROKER_TEST_WORKERS"

@@ -135,9 +135,10 @@ need_venv() {
     quietly "$PYTHON" -m venv "$VENV"
 }
 
-# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, mkdocs, ...).
+# The package itself, editable, with the test extra (pytest, the Kafka clients, pyspark, mkdocs, ...); pip's
+# output (its notices and warnings, even with -q) goes to the set-up log like apt-get's.
 need_python_packages() {
-    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    quietly "$VENV/bin/python" -m pip install -q -e '.[test]'
 }
 
 # The OAUTHBEARER tests (tests/integration/test_security_oauth_keycloak.py) run Keycloak, an OpenID Connect

@@ -177,12 +177,12 @@ def _commit(c) -> dict:
 
 # ------------------------------------------------------------------------------------ scenarios
 
-def _share_story_setup(s: Side) -> tuple[str, str]:
+def _share_story_setup(s: Side, lock_ms: int = LOCK_MS) -> tuple[str, str]:
     """A topic with ten records in one batch and a share group reading it from the earliest offset,
-    with 2 s locks and a delivery-count limit of 2; returns (topic, group)."""
+    with ``lock_ms`` locks (2 s) and a delivery-count limit of 2; returns (topic, group)."""
     topic, group = s.names["topic"], s.names["group"]
     s.create_topic(topic)
-    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
+    s.group_configs(group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(lock_ms),
                             "share.delivery.count.limit": "2"})
     s.produce(topic, 10)
     return topic, group
@@ -862,8 +862,10 @@ def share_story_classes() -> tuple[str, str]:
 def java_share_consumer(s: Side) -> dict:
     """Kafka 4.4's own ``KafkaShareConsumer`` (explicit mode; java/ShareStory.java): ten records,
     ACCEPT 0-3, RELEASE 4-5, REJECT 6-7, ACCEPT 8-9; then the redelivered 4 (RELEASE: archived at the
-    limit of 2) and 5 (ACCEPT); the lag at the end."""
-    topic, group = _share_story_setup(s)
+    limit of 2) and 5 (ACCEPT); the lag at the end. No record of this story comes back by a lock's expiry,
+    so the locks last 30 s (Kafka's default): a JVM slowed by a busy machine between a poll and its commit must not see
+    its acknowledgements refused (InvalidRecordStateException) for locks that ran out meanwhile."""
+    topic, group = _share_story_setup(s, lock_ms=30_000)
     cp, classes = share_story_classes()
     done = subprocess.run(["java", "-Xmx128m", "-cp", f"{cp}{os.pathsep}{classes}", "ShareStory", s.bootstrap, group,
                            topic, "10:0-3=ACCEPT,4-5=RELEASE,6-7=REJECT", "2:4=RELEASE"],

@@ -89,6 +89,7 @@ PIPE_GROUP, PIPE_TXN_ID = "torture-pipeline", "torture-pipeline-txn"
 TOPIC_CONFIGS = {"segment.bytes": str(1 << 20), "index.interval.bytes": "1"}  # 1 MiB: the least allowed
 PAD = b"." * 2000  # ~2 KB values: a partition's 1 MiB segment rolls every ~500 records (~5 s)
 DISK_BUDGET = 0.6  # the run ends early once the data fill this share of the filesystem
+STALL_LOG_LINES = 40  # of the broker's log, printed with a stall (what the coordinators were doing)
 BROKER_CONFIG = {
     # small internal segments: their rolls happen during the faults too
     "offsets.topic.segment.bytes": str(64 << 10),
@@ -738,7 +739,9 @@ class Torture:
             time.sleep(0.05)
         stuck = [r.name for r in self.roles if r.is_alive() and r.progress <= base[r.name]]
         self.stalls.append(f"{what}: no progress within {self.recovery_s} s for {stuck}")
-        self.log(f"STALL {self.stalls[-1]}")
+        self.log(f"STALL {self.stalls[-1]}; the broker's last log lines:")
+        for line in (self.broker.log_lines[-STALL_LOG_LINES:] if self.broker else []):
+            self.log(f"  | {line}")
         return False
 
     def restart(self, mode: str) -> None:

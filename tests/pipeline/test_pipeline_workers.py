@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
+from confluent_kafka.admin import NewTopic
 from pyspark import cloudpickle
 
 from pipeline.workers import run_share_workers
+from tests.support import describe_share_group, unique, until
 
 # handlers and exception classes of this module travel to the Python workers by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -144,3 +147,76 @@ def test_killed_worker_and_handler_failures_lose_nothing(spark, broker, kafka, t
     for i in poison_reject:
         assert i not in by_record
     assert kafka.leftovers(group, topic) == [], "records were left neither accepted nor archived"
+
+
+class LateStart:
+    """A handler whose copy in task 1 arrives ``delay`` seconds late: unpickling it (what a Spark task
+    does first) waits, as a Python worker starting on a busy machine does. Each call is logged as
+    ``task,time``, and so is the moment each task got its copy."""
+
+    def __init__(self, log: str, delay: float):
+        self.log, self.delay = log, delay
+
+    def __getstate__(self):
+        return {"log": self.log, "delay": self.delay}
+
+    def __setstate__(self, state):
+        from pyspark import TaskContext
+
+        self.__dict__.update(state)
+        ctx = TaskContext.get()
+        if ctx is not None:
+            if ctx.partitionId() == 1:
+                time.sleep(self.delay)  # the late start itself, not a wait for an outcome
+            self._write(f"start,{ctx.partitionId()},{time.time()}")
+
+    def _write(self, line: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(line + "\n")
+
+    def __call__(self, rec):
+        from pyspark import TaskContext
+
+        self._write(f"record,{TaskContext.get().partitionId()},{time.time()}")
+        return rec.value.decode()
+
+
+def test_together_no_task_polls_before_every_task_has_started(spark, broker, kafka, tmp_path):
+    """``together=True``: task 1 starts 8 s after task 0 (its handler arrives late), and yet no record
+    is handled before task 1 has started, so both can share the one partition; without it task 0 alone
+    would have done the work by then (the demo's second task polled nothing on a busy machine)."""
+    topic = kafka.topic(1, "together")
+    group = kafka.group()
+    n = 200
+    kafka.produce(topic, ({"value": b"%d" % i} for i in range(n)), per_flush=10)
+    log = str(tmp_path / "calls.log")
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group, "max.poll.records": 10}
+    res = run_share_workers(spark, conf, [topic], LateStart(log, 8.0), workers=2, idle_timeout=3, together=True)
+    assert res.totals["accepted"] == n, res.table()
+    lines = [line.split(",") for line in open(log).read().split()]
+    starts = {int(task): float(t) for kind, task, t in lines if kind == "start"}
+    first_record = min(float(t) for kind, _, t in lines if kind == "record")
+    assert set(starts) == {0, 1}
+    assert first_record >= starts[1], f"a record was handled {starts[1] - first_record:.1f} s before task 1 started"
+
+
+def test_idle_time_counts_from_the_assignment(spark, broker, kafka):
+    """A task's idle stop counts from the moment the group assigned it partitions: a worker subscribed to
+    a topic that is created only after twice its idle timeout (a group that takes that long to assign,
+    as a busy broker may) still handles its records instead of stopping idle with none."""
+    topic, group = unique("late"), kafka.group()
+    idle = 2.0
+    n = 50
+
+    def create_later():
+        until(lambda: describe_share_group(broker.bootstrap, group).members, 60, "the worker in the group")
+        time.sleep(2 * idle)  # the scenario: no partition to assign for longer than the idle timeout
+        kafka.admin.create_topics([NewTopic(topic, 1)])[topic].result(15)
+        kafka.produce(topic, ({"value": b"%d" % i} for i in range(n)), per_flush=10)
+
+    creator = threading.Thread(target=create_later, daemon=True)
+    creator.start()
+    res = run_share_workers(spark, {"bootstrap.servers": broker.bootstrap, "group.id": group}, [topic],
+                            lambda rec: rec.value.decode(), workers=1, idle_timeout=idle)
+    creator.join(60)
+    assert res.totals["accepted"] == n, res.table()
