@@ -461,8 +461,9 @@ def client_metrics_configs(s: Side) -> dict:
            "duplicate_metric": alter(n["sub"], metrics="a,a", match=match),
            "set": alter(n["sub"], metrics="org.apache.kafka.producer.,org.apache.kafka.consumer.",
                         interval_ms="1000", match=match)}
-    out["described"] = until(lambda: (d := describe(n["sub"]))["results"][0]["configs"]["match"]["value"] and d, 15,
-                             "the subscription described")
+    # Kafka answers DescribeConfigs from its metadata image, which may not have the last alter yet: wait for it
+    out["described"] = until(lambda: (d := describe(n["sub"]))["results"][0]["configs"]["interval.ms"]["value"]
+                             == "1000" and d, 15, "the subscription described as set")
     out["described_unset"] = describe(n["unset"])
     out["listed_v1"] = listed(1)
     out["listed_v0"] = listed(0)
