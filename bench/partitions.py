@@ -191,7 +191,9 @@ def scale(kind: str, args) -> list[dict]:
                 p.poll(0)
         p.flush(600)
         rows.append(snapshot(b, "produced one record to each", time.perf_counter() - t0, note=f"failed {len(failed)}"))
+        t0 = time.perf_counter()
         b.stop()
+        rows.append({"step": "stopped (SIGTERM)", "s": time.perf_counter() - t0})
         t0 = b.start()
         if isinstance(b, Ours):
             accept = time.perf_counter() - t0

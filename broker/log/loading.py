@@ -21,6 +21,8 @@ CHECKPOINT_FILE = "checkpoint"
 class LogLoading:
     """The start-up half of ``PartitionLog``; its state is ``PartitionLog``'s (see ``__init__`` there)."""
 
+    __slots__ = ()
+
     def _load(self, clean: bool) -> None:
         cfg = self.config
         now = self.clock()

@@ -82,6 +82,15 @@ def _now_ms() -> int:
 
 
 class PartitionLog(LogLoading, LogSyncing):
+    # one object per partition: 50,000 partitions on a broker (issue 33) save about 1.3 KB each without a __dict__
+    __slots__ = ("_bases", "_bg", "_ckpt_failing", "_ckpt_ms", "_ckpt_written", "_closed", "_failing",
+                 "_flushing", "_hw", "_last_flush_ms", "_leo", "_log_start", "_mark", "_next_flush",
+                 "_pending_flush", "_read_failing", "_recovery_point", "_roll_jitter", "_segments",
+                 "_snapshots", "_spare", "_spare_pending", "_spare_retry_at", "_unflushed",
+                 "_unsynced_markers", "clock", "config", "damage", "dir", "durable", "leader_epoch", "offline",
+                 "on_durable", "partition", "producer_id_expiration_ms", "producer_state",
+                 "producer_state_load", "startup_shortfall", "storage_errors", "topic")
+
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
