@@ -99,11 +99,7 @@ class Ours:
 
 class Kafka:
     def __init__(self, heap: str):
-        sys.path.insert(0, str(peers.REPO_ROOT))
-        from tests.kafka_ref import launcher
-        self.disk = peers.KafkaOnDisk(timeout=900)
-        self.disk.ref.heap = heap
-        self._launcher = launcher
+        self.disk = peers.KafkaOnDisk(timeout=900, heap=heap)
 
     def start(self) -> float:
         t0 = time.perf_counter()
