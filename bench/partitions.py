@@ -142,8 +142,8 @@ def snapshot(b, step: str, seconds: float, **extra) -> dict:
     return row
 
 
-def all_led(bs: str, topics: list[str], per: int, timeout: float) -> None:
-    admin = AdminClient({"bootstrap.servers": bs})
+def all_led(b, topics: list[str], per: int, timeout: float) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -153,8 +153,8 @@ def all_led(bs: str, topics: list[str], per: int, timeout: float) -> None:
                 return
         except Exception:  # noqa: BLE001 -- not answering yet
             pass
-        if time.monotonic() > deadline:
-            raise TimeoutError("partitions not all led")
+        if time.monotonic() > deadline or not b.alive():
+            raise TimeoutError("partitions not all led" + ("" if b.alive() else ": the broker exited"))
         time.sleep(0.5)
 
 
@@ -170,14 +170,22 @@ def scale(kind: str, args) -> list[dict]:
         t0, slowest = time.perf_counter(), 0.0
         for i, name in enumerate(topics):
             t1 = time.perf_counter()
-            admin.create_topics([NewTopic(name, per, 1)], operation_timeout=300, request_timeout=300)[name].result(600)
+            try:
+                admin.create_topics([NewTopic(name, per, 1)], operation_timeout=300,
+                                    request_timeout=300)[name].result(600)
+            except Exception as e:  # noqa: BLE001 -- what the broker does at this scale is the figure
+                rows.append(snapshot(b, f"CreateTopics {i + 1} failed", time.perf_counter() - t0, note=str(e)[:120]))
+                return rows
             slowest = max(slowest, time.perf_counter() - t1)
             if not b.alive():
                 rows.append(snapshot(b, f"died creating topic {i + 1}", time.perf_counter() - t0))
                 return rows
-        all_led(b.bootstrap, topics, per, 900)
+        all_led(b, topics, per, 900)
         rows.append(snapshot(b, f"created {n_topics * per:,} partitions", time.perf_counter() - t0,
                              note=f"slowest CreateTopics {slowest:.2f} s"))
+        if not b.alive():
+            rows.append(snapshot(b, "exited after the creation", 0.0))
+            return rows
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 200000})
         t0, failed = time.perf_counter(), []
         for name in topics:
@@ -195,7 +203,7 @@ def scale(kind: str, args) -> list[dict]:
             accept = time.perf_counter() - t0
         else:
             accept = float("nan")
-        all_led(b.bootstrap, topics, per, 900)
+        all_led(b, topics, per, 900)
         rows.append(snapshot(b, "restarted (all led)", time.perf_counter() - t0, note=f"accepting {accept:.2f} s"))
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "parts-bench", "enable.auto.commit": False,
@@ -242,7 +250,7 @@ def latency(kind: str, args) -> list[dict]:
             t = time.perf_counter()
             admin.create_topics([NewTopic("big", args.per_topic, 1)], operation_timeout=300,
                                 request_timeout=300)["big"].result(600)
-            all_led(b.bootstrap, ["big"], args.per_topic, 300)
+            all_led(b, ["big"], args.per_topic, 300)
             phases["CreateTopics"] = (t, time.perf_counter())
             time.sleep(1.0)
             t = time.perf_counter()
