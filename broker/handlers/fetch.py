@@ -16,7 +16,7 @@ allows in one window; the record bytes read count against it, and a fetch that t
 request quota throttles is answered empty (its bytes taken back, a new fetch session not created)
 with the throttle time, the connection muted for it.
 Descriptors: the segment files a response reads stay open until it is sent; once one request has used
-as many as ``sharebroker.log.max.open.files`` (``OpenFiles.crowded``: a consumer of tens of thousands
+half as many as ``sharebroker.log.max.open.files`` (``OpenFiles.crowded``: a consumer of tens of thousands
 of partitions), its other partitions answer no records, as past MaxBytes, and come in its next fetch.
 Not implemented: follower fetches (this is a single node; ReplicaId >= 0 is
 answered like a consumer), preferred read replicas.

@@ -264,10 +264,12 @@ class OpenFiles:
             loop.call_soon(self._tick)
 
     def crowded(self) -> bool:
-        """The running callback uses as many segments as the bound allows open: a request that reads many
-        partitions (a Fetch of thousands) leaves the rest for its next one rather than meet the open-file
-        limit (the files it read stay open until its answer is sent)."""
-        return self.limit is not None and self.busy >= self.limit
+        """The running callback uses half as many segments as the bound allows open: a request that reads
+        many partitions (a Fetch of thousands) leaves the rest for its next one rather than meet the
+        open-file limit (the files it read stay open until its answer is sent, so they cannot make room;
+        with the others at the bound, the descriptors stay under 1.5 times it, room left for connections
+        and the worker's opens)."""
+        return self.limit is not None and self.busy >= self.limit // 2
 
     def forget(self, seg) -> None:
         """``seg`` is closed for good (close, delete): no longer listed."""
