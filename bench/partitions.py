@@ -123,6 +123,12 @@ class Kafka:
     def stop(self) -> None:
         self.disk.stop()
 
+    def why(self) -> str:
+        """The lines of its logs that say why it failed (the directory is removed afterwards)."""
+        keys = ("Too many open files", "Map failed", "OutOfMemory", "FATAL", "Exiting", "ERROR")
+        lines = self.disk.node.tail(4000).splitlines()
+        return "\n".join([line for line in lines if any(k in line for k in keys)][:12])
+
     def close(self) -> None:
         self.disk.stop()
         remove_later([str(self.disk.ref.directory)])
@@ -165,76 +171,86 @@ def all_led(b, topics: list[str], per: int, timeout: float) -> None:
 
 
 def scale(kind: str, args) -> list[dict]:
-    per, n_topics = args.per_topic, (args.kafka_partitions if kind == "kafka" else args.partitions) // args.per_topic
-    topics = [f"parts-{i}" for i in range(n_topics)]
+    per = args.per_topic
+    topics = [f"parts-{i}" for i in range((args.kafka_partitions if kind == "kafka" else args.partitions) // per)]
     b = open_broker(kind, args)
     rows: list[dict] = []
     try:
-        t0 = b.start()
-        rows.append(snapshot(b, "started, empty", time.perf_counter() - t0))
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        t0, slowest = time.perf_counter(), 0.0
-        for i, name in enumerate(topics):
-            t1 = time.perf_counter()
-            try:
-                admin.create_topics([NewTopic(name, per, 1)], operation_timeout=300,
-                                    request_timeout=300)[name].result(600)
-            except Exception as e:  # noqa: BLE001 -- what the broker does at this scale is the figure
-                rows.append(snapshot(b, f"CreateTopics {i + 1} failed", time.perf_counter() - t0, note=str(e)[:120]))
-                return rows
-            slowest = max(slowest, time.perf_counter() - t1)
-            if not b.alive():
-                rows.append(snapshot(b, f"died creating topic {i + 1}", time.perf_counter() - t0))
-                return rows
-        all_led(b, topics, per, 900)
-        rows.append(snapshot(b, f"created {n_topics * per:,} partitions", time.perf_counter() - t0,
-                             note=f"slowest CreateTopics {slowest:.2f} s"))
-        if not b.alive():
-            rows.append(snapshot(b, "exited after the creation", 0.0))
-            return rows
-        t0, failed = time.perf_counter(), []
-        for name in topics:  # a producer per topic: one librdkafka producer of 50,000 partitions crawls
-            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "acks": 1})
-            for part in range(per):
-                p.produce(name, b"x" * 100, partition=part,
-                          on_delivery=lambda err, _m: failed.append(err) if err else None)
-                p.poll(0)
-            p.flush(600)
-        rows.append(snapshot(b, "produced one record to each", time.perf_counter() - t0, note=f"failed {len(failed)}"))
-        t0 = time.perf_counter()
-        b.stop()
-        rows.append({"step": "stopped (SIGTERM)", "s": time.perf_counter() - t0})
-        t0 = b.start()
-        if isinstance(b, Ours):
-            accept = time.perf_counter() - t0
-        else:
-            accept = float("nan")
-        all_led(b, topics, per, 900)
-        rows.append(snapshot(b, "restarted (all led)", time.perf_counter() - t0, note=f"accepting {accept:.2f} s"))
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "parts-bench", "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 100})
-        c.assign([TopicPartition(name, part, 0) for name in topics for part in range(per)])
-        t0, got, deadline = time.perf_counter(), set(), time.monotonic() + 600
-        while len(got) < n_topics * per and time.monotonic() < deadline:
-            for m in c.consume(10000, 1.0):
-                if m.error() is None:
-                    got.add((m.topic(), m.partition()))
-        c.close()
-        rows.append(snapshot(b, "fetched from each", time.perf_counter() - t0, note=f"{len(got):,} partitions"))
-        from confluent_kafka import TopicCollection
-        t0 = time.perf_counter()
-        described = 0
-        for fut in admin.describe_topics(TopicCollection(topics), request_timeout=300).values():
-            described += len(fut.result(600).partitions)
-        rows.append(snapshot(b, "described all", time.perf_counter() - t0, note=f"{described:,} partitions"))
-        t0 = time.perf_counter()
-        for fut in admin.delete_topics(topics, operation_timeout=300, request_timeout=300).values():
-            fut.result(600)
-        rows.append(snapshot(b, "deleted all", time.perf_counter() - t0))
+        scale_steps(b, topics, per, rows)
+    except Exception as e:  # noqa: BLE001 -- what the broker does at this scale is the figure
+        rows.append(snapshot(b, "failed", float("nan"), note=f"{type(e).__name__}: {str(e)[:100]}"))
+        if isinstance(b, Kafka):
+            print(b.why(), flush=True)
     finally:
         b.close()
     return rows
+
+
+def scale_steps(b, topics: list[str], per: int, rows: list[dict]) -> None:
+    """The steps of ``scale`` on ``b``, each a row of ``rows``."""
+    n_topics = len(topics)
+    t0 = b.start()
+    rows.append(snapshot(b, "started, empty", time.perf_counter() - t0))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    t0, slowest = time.perf_counter(), 0.0
+    for i, name in enumerate(topics):
+        t1 = time.perf_counter()
+        try:
+            admin.create_topics([NewTopic(name, per, 1)], operation_timeout=300,
+                                request_timeout=300)[name].result(600)
+        except Exception as e:  # noqa: BLE001 -- what the broker does at this scale is the figure
+            rows.append(snapshot(b, f"CreateTopics {i + 1} failed", time.perf_counter() - t0, note=str(e)[:120]))
+            return
+        slowest = max(slowest, time.perf_counter() - t1)
+        if not b.alive():
+            rows.append(snapshot(b, f"died creating topic {i + 1}", time.perf_counter() - t0))
+            return
+    all_led(b, topics, per, 900)
+    rows.append(snapshot(b, f"created {n_topics * per:,} partitions", time.perf_counter() - t0,
+                         note=f"slowest CreateTopics {slowest:.2f} s"))
+    if not b.alive():
+        rows.append(snapshot(b, "exited after the creation", 0.0))
+        return
+    t0, failed = time.perf_counter(), []
+    for name in topics:  # a producer per topic: one librdkafka producer of 50,000 partitions crawls
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "acks": 1})
+        for part in range(per):
+            p.produce(name, b"x" * 100, partition=part,
+                      on_delivery=lambda err, _m: failed.append(err) if err else None)
+            p.poll(0)
+        p.flush(600)
+    rows.append(snapshot(b, "produced one record to each", time.perf_counter() - t0, note=f"failed {len(failed)}"))
+    t0 = time.perf_counter()
+    b.stop()
+    rows.append({"step": "stopped (SIGTERM)", "s": time.perf_counter() - t0})
+    t0 = b.start()
+    if isinstance(b, Ours):
+        accept = time.perf_counter() - t0
+    else:
+        accept = float("nan")
+    all_led(b, topics, per, 900)
+    rows.append(snapshot(b, "restarted (all led)", time.perf_counter() - t0, note=f"accepting {accept:.2f} s"))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "parts-bench", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(name, part, 0) for name in topics for part in range(per)])
+    t0, got, deadline = time.perf_counter(), set(), time.monotonic() + 600
+    while len(got) < n_topics * per and time.monotonic() < deadline:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                got.add((m.topic(), m.partition()))
+    c.close()
+    rows.append(snapshot(b, "fetched from each", time.perf_counter() - t0, note=f"{len(got):,} partitions"))
+    from confluent_kafka import TopicCollection
+    t0 = time.perf_counter()
+    described = 0
+    for fut in admin.describe_topics(TopicCollection(topics), request_timeout=300).values():
+        described += len(fut.result(600).partitions)
+    rows.append(snapshot(b, "described all", time.perf_counter() - t0, note=f"{described:,} partitions"))
+    t0 = time.perf_counter()
+    for fut in admin.delete_topics(topics, operation_timeout=300, request_timeout=300).values():
+        fut.result(600)
+    rows.append(snapshot(b, "deleted all", time.perf_counter() - t0))
 
 
 def latency(kind: str, args) -> list[dict]:
