@@ -3,11 +3,13 @@ number of fsyncs that does not grow with the partitions, and what they leave is 
 trusts. The file calls are counted with ``broker.log.fileio.FaultInjector``."""
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 
 from broker.log import LogManager, fileio
 from broker.log.fileio import FaultInjector
+from broker.log.manager import STAGING_SUFFIX
 from protocol.records import build_batch, record_key_values, validate_records
 
 PARTITIONS = 300
@@ -20,6 +22,13 @@ def _fill(logs: LogManager, topic: str) -> None:
         data = build_batch([(b"k", b"v%d" % plog.partition, []), (b"k", b"w", [])], timestamp=T0,
                            producer_id=100 + plog.partition, producer_epoch=0, base_sequence=0)
         plog.append(data, validate_records(data))
+
+
+def _on_worker(logs: LogManager, job) -> asyncio.Future:
+    """``job`` submitted to the log worker now (where an fsync would go); a future of its result."""
+    done = asyncio.get_running_loop().create_future()
+    logs.background.submit(job, lambda result, _exc: done.set_result(result))
+    return done
 
 
 def _fsyncs(probe: FaultInjector) -> int:
@@ -83,3 +92,39 @@ def test_deleting_a_topic_of_many_partitions_syncs_nothing_of_its_partitions(tmp
     finally:
         logs.close()
     assert fileio.fsync is os.fsync  # the injector put the real calls back
+
+
+def test_creating_and_deleting_many_partitions_lets_other_file_jobs_run_meanwhile(tmp_path):
+    """A job submitted to the worker while a topic of many partitions is made (CreateTopics) or its
+    directories removed (DeleteTopics) runs before that work is finished: the fsyncs that produce
+    acknowledgements wait for are not queued behind all of it."""
+    async def scenario():
+        logs = LogManager(str(tmp_path / "data"))
+        logs.start_background()
+        data = logs.data_dir
+
+        def count(suffix: str) -> int:
+            """Directories ending in ``suffix``; for the staging one, the partitions made so far (those
+            in it and those already moved into place)."""
+            if suffix != STAGING_SUFFIX:
+                return sum(1 for d in os.listdir(data) if d.endswith(suffix))
+            return sum(len(os.listdir(os.path.join(data, d))) if d.endswith(suffix) else d.startswith("many-")
+                       for d in os.listdir(data))
+        try:
+            creating = asyncio.ensure_future(logs.create_topic_staged("many", PARTITIONS))
+            while not any(d.endswith(STAGING_SUFFIX) for d in os.listdir(data)):
+                await asyncio.sleep(0.001)
+            made = await _on_worker(logs, lambda: count(STAGING_SUFFIX))  # an fsync would be submitted so
+            await creating
+            assert made < PARTITIONS, f"the job ran after all {made} partitions were made"
+
+            logs.delete_topic("many")
+            left = await _on_worker(logs, lambda: count("-delete"))
+            assert left > 0, "the job ran after every directory was removed"
+            await logs.barrier()
+            while count("-delete"):  # the rest goes on in pieces
+                await asyncio.sleep(0.01)
+        finally:
+            logs.close()
+
+    asyncio.run(scenario())
