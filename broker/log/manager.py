@@ -57,10 +57,10 @@ _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
 TOPIC_FORMAT_VERSION = 1  # ``version`` in meta/topics/<id>.json
 STAGING_SUFFIX = "-staging"  # data_dir/<hex>-staging/<p>/: a topic's partitions made on the worker
-OPEN_PER_CALLBACK = 64  # staged partitions moved into place and opened per event-loop callback
+OPEN_PER_CALLBACK = 16  # staged partitions moved into place and opened per event-loop callback
 # partitions made, or deleted partitions' directories removed, per worker job: a job takes a few ms (a
 # file creation can wait for the journal), and the fsyncs produce waits for run between two jobs
-STAGE_PER_JOB = 8
+STAGE_PER_JOB = 2
 
 
 def validate_topic_name(name: str) -> None:
