@@ -85,10 +85,17 @@ class MetadataClient:
 def create_topics(bs: str, topics: int, partitions: int) -> list[str]:
     names = [f"meta-{i}" for i in range(topics)]
     admin = AdminClient({"bootstrap.servers": bs})
-    for name, fut in admin.create_topics([NewTopic(n, partitions, 1) for n in names],
-                                         operation_timeout=120, request_timeout=120).items():
-        fut.result(180)
-    return names
+    for n in names:  # one request each: Kafka refuses more than 10,000 partition records in one
+        admin.create_topics([NewTopic(n, partitions, 1)], operation_timeout=120, request_timeout=120)[n].result(180)
+    deadline = time.monotonic() + 600  # Kafka answers CreateTopics before its broker has the partitions
+    while True:
+        md = admin.list_topics(timeout=60)
+        if all(n in md.topics and len(md.topics[n].partitions) == partitions
+               and all(p.leader >= 0 for p in md.topics[n].partitions.values()) for n in names):
+            return names
+        if time.monotonic() > deadline:
+            raise TimeoutError("the partitions are not all led")
+        time.sleep(1)
 
 
 def producer_latencies(bs: str, topic: str, seconds: float) -> list[float]:
