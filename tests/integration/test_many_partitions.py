@@ -1,7 +1,8 @@
 """A broker holding several times more partitions than its open-file limit (issue 33, at a test's
 scale: 600 partitions under 128 descriptors): created, produced to, stopped cleanly (one file-system
 sync, not six fsyncs per partition), restarted on the same data directory with every record
-readable, then the topic deleted (no partition fsynced, every directory gone)."""
+readable by one consumer of every partition (a Fetch of more partitions than descriptors: no storage
+error), then the topic deleted (no partition fsynced, every directory gone)."""
 from __future__ import annotations
 
 import os
