@@ -17,10 +17,12 @@ Starts one sharebroker per ``--root`` (a checkout of this repository: e.g. ``bef
   loop answers Metadata.
 
     python bench/metadata.py --root before=/tmp/meta-base --root after=. --topics 10 --partitions 1000
+    python bench/metadata.py --kafka --topics 10 --partitions 1000   # this checkout, then Kafka 4.4 (1 GiB heap)
 """
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import statistics
 import struct
@@ -83,10 +85,17 @@ class MetadataClient:
 def create_topics(bs: str, topics: int, partitions: int) -> list[str]:
     names = [f"meta-{i}" for i in range(topics)]
     admin = AdminClient({"bootstrap.servers": bs})
-    for name, fut in admin.create_topics([NewTopic(n, partitions, 1) for n in names],
-                                         operation_timeout=120, request_timeout=120).items():
-        fut.result(180)
-    return names
+    for n in names:  # one request each: Kafka refuses more than 10,000 partition records in one
+        admin.create_topics([NewTopic(n, partitions, 1)], operation_timeout=120, request_timeout=120)[n].result(180)
+    deadline = time.monotonic() + 600  # Kafka answers CreateTopics before its broker has the partitions
+    while True:
+        md = admin.list_topics(timeout=60)
+        if all(n in md.topics and len(md.topics[n].partitions) == partitions
+               and all(p.leader >= 0 for p in md.topics[n].partitions.values()) for n in names):
+            return names
+        if time.monotonic() > deadline:
+            raise TimeoutError("the partitions are not all led")
+        time.sleep(1)
 
 
 def producer_latencies(bs: str, topic: str, seconds: float) -> list[float]:
@@ -118,7 +127,11 @@ def metadata_storm(bs: str, stop: threading.Event, count: list) -> None:
 
 
 def one_root(name: str, path: str, args) -> list[dict]:
-    bp = start_root(path, name, ["--set", "sharebroker.durability=page-cache"])
+    return measure(start_root(path, name, ["--set", "sharebroker.durability=page-cache"]), name, args)
+
+
+def measure(bp: peers.BrokerProc, name: str, args) -> list[dict]:
+    """The figures of the module docstring on the started broker ``bp``; stops it."""
     rows = []
     try:
         bs = bp.bootstrap
@@ -167,10 +180,16 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=30,
                     help="timed Metadata requests after the first (at least; they go on for 2 s)")
     ap.add_argument("--seconds", type=float, default=5.0, help="producer run, alone and with Metadata load")
+    ap.add_argument("--kafka", action="store_true", help="also Apache Kafka 4.4 (tests/kafka_ref), in the same run")
+    ap.add_argument("--kafka-heap", default="-Xmx1g")
     args = ap.parse_args(argv)
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()}", flush=True)
     metadata_rows, producer_rows = [], []
-    for name, path in roots(args.root):
-        for row in one_root(name, path, args):
+    runs = [(name, lambda name=name, path=path: one_root(name, path, args)) for name, path in roots(args.root)]
+    if args.kafka:
+        runs.append(("kafka", lambda: measure(peers.start_kafka(heap=args.kafka_heap, timeout=600), "kafka", args)))
+    for _name, run in runs:
+        for row in run():
             (producer_rows if "producer" in row else metadata_rows).append(row)
             print(row, file=sys.stderr, flush=True)
     table(metadata_rows, ["root", "partitions", "bytes", "cold ms", "requests", "rtt p50 ms", "rtt p99 ms",

@@ -326,15 +326,17 @@ def start_tansu(port: Optional[int] = None, binary: Optional[str] = None, keep: 
     return _spawn("tansu", argv, port, workdir, workdir, None, keep, timeout)
 
 
-def start_kafka(port: Optional[int] = None, keep: bool = False, timeout: float = 180.0) -> BrokerProc:
+def start_kafka(port: Optional[int] = None, keep: bool = False, timeout: float = 180.0,
+                heap: Optional[str] = None) -> BrokerProc:
     """Start the reference Apache Kafka 4.4.0 (tests/kafka_ref) on 127.0.0.1; ``startup_seconds`` is
-    from the JVM's start to its first Metadata answer (the data directory is formatted before)."""
+    from the JVM's start to its first Metadata answer (the data directory is formatted before);
+    ``heap``: the JVM's heap option (default the launcher's ``-Xmx512m``)."""
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     from tests.kafka_ref.launcher import KafkaRef
 
     workdir = tempfile.mkdtemp(prefix="kafka-bench-")
-    ref = KafkaRef(workdir, start_timeout=timeout)
+    ref = KafkaRef(workdir, start_timeout=timeout, **({"heap": heap} if heap else {}))
     ref._own_dir = not keep
     node = ref.nodes[0]
     if port:
@@ -354,14 +356,14 @@ class KafkaOnDisk:
     (Kafka opens its listening socket before it serves requests, so a TCP connection alone says
     little). ``close()`` stops it and removes the directory."""
 
-    def __init__(self, settings: Optional[dict] = None, timeout: float = 300.0):
+    def __init__(self, settings: Optional[dict] = None, timeout: float = 300.0, heap: Optional[str] = None):
         if str(REPO_ROOT) not in sys.path:
             sys.path.insert(0, str(REPO_ROOT))
         from tests.kafka_ref import launcher
 
         self._launcher = launcher
         self.ref = launcher.KafkaRef(tempfile.mkdtemp(prefix="kafka-bench-disk-"), settings=settings,
-                                     start_timeout=timeout)
+                                     start_timeout=timeout, **({"heap": heap} if heap else {}))
         self.ref._own_dir = False
         self.node = self.ref.nodes[0]
         self.timeout = timeout

@@ -15,6 +15,9 @@ Quotas (``broker.quotas``, as KafkaApis): MaxBytes is capped at what ``consumer_
 allows in one window; the record bytes read count against it, and a fetch that the fetch or
 request quota throttles is answered empty (its bytes taken back, a new fetch session not created)
 with the throttle time, the connection muted for it.
+Descriptors: the segment files a response reads stay open until it is sent; once one request has used
+half as many as ``sharebroker.log.max.open.files`` (``OpenFiles.crowded``: a consumer of tens of thousands
+of partitions), its other partitions answer no records, as past MaxBytes, and come in its next fetch.
 Not implemented: follower fetches (this is a single node; ReplicaId >= 0 is
 answered like a consumer), preferred read replicas.
 """
@@ -25,6 +28,7 @@ import asyncio
 from broker.dispatch import handler
 from broker.fetch_sessions import SessionPartition
 from broker.log.errors import LogError
+from broker.log.faults import OPEN_FILES
 from broker.log.partition_log import file_spans
 from protocol.errors import Errors
 from protocol.lazy_messages import FetchResponse  # the real class once Fetch is first served (dispatch.Handler)
@@ -162,7 +166,9 @@ def _read(c, wants: list[_Want], max_bytes: int, read_committed: bool):
         if w.offset < lss or w.offset > log.log_end_offset:
             code = Errors.OFFSET_OUT_OF_RANGE
             errored = True
-        elif w.offset < upper and (total < max_bytes or not total):  # the first batch whatever MaxBytes (KIP-74)
+        elif w.offset < upper and (total < max_bytes or not total) and not OPEN_FILES.crowded():
+            # the first batch whatever MaxBytes (KIP-74); past the bound on open segment files the other
+            # partitions answer no records, as past MaxBytes (the client asks for them again)
             try:
                 batches = log.read(w.offset, min(w.max_bytes, max_bytes - total), max_offset=upper,
                                    min_one=total == 0, lazy=True)

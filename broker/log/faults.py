@@ -222,6 +222,7 @@ class OpenFiles:
         # along it); written by used(), entries leave through the releases below or forget()
         self._lru: collections.OrderedDict = collections.OrderedDict()
         self.epoch = 0  # advanced by each _tick and sweep: uses in the running callback carry the latest
+        self.busy = 0  # listed segments stamped with the current epoch (used by the running callback)
         self._swept = 0  # the epoch at the previous sweep: entries used before it are idle
         self._tick_pending = False
         self.reopened = 0  # log files opened again after their descriptor was released (a metric)
@@ -234,7 +235,7 @@ class OpenFiles:
         """Stop releasing (the descriptors stay open with their segments)."""
         self.limit = None
         self._lru.clear()
-        self.held = 0
+        self.held = self.busy = 0
 
     def add(self, seg, n: int) -> None:
         """``seg`` opened (``n`` > 0) or closed (< 0) ``n`` descriptors."""
@@ -246,10 +247,13 @@ class OpenFiles:
         if self.limit is None:
             return
         lru = self._lru
-        if seg in lru:
+        stamp = lru.get(seg)
+        if stamp is not None:
             lru.move_to_end(seg)
         else:
             self.held += seg.descriptors
+        if stamp != self.epoch:
+            self.busy += 1
         lru[seg] = self.epoch
         if not self._tick_pending:
             try:
@@ -259,15 +263,27 @@ class OpenFiles:
             self._tick_pending = True
             loop.call_soon(self._tick)
 
+    def crowded(self) -> bool:
+        """The running callback uses half as many segments as the bound allows open: a request that reads
+        many partitions (a Fetch of thousands) leaves the rest for its next one rather than meet the
+        open-file limit (the files it read stay open until its answer is sent, so they cannot make room;
+        with the others at the bound, the descriptors stay under 1.5 times it, room left for connections
+        and the worker's opens)."""
+        return self.limit is not None and self.busy >= self.limit // 2
+
     def forget(self, seg) -> None:
         """``seg`` is closed for good (close, delete): no longer listed."""
-        if self._lru.pop(seg, None) is not None:
+        stamp = self._lru.pop(seg, None)
+        if stamp is not None:
             self.held -= seg.descriptors
+            if stamp == self.epoch:
+                self.busy -= 1
 
     def _tick(self) -> None:
         """After the callbacks that used segments: a new epoch, and the bound enforced."""
         self._tick_pending = False
         self.epoch += 1
+        self.busy = 0
         self.trim()
 
     def _release_front(self, keep: Callable[[int, int], bool]) -> int:
@@ -280,6 +296,8 @@ class OpenFiles:
                 break
             del lru[seg]
             self.held -= seg.descriptors
+            if stamp == self.epoch:
+                self.busy -= 1
             seg.release_fd()
         self.released += before - self.held
         return before - self.held
@@ -298,6 +316,7 @@ class OpenFiles:
             return 0
         idle_before, self._swept = self._swept, self.epoch + 1
         self.epoch += 1
+        self.busy = 0
         return self._release_front(lambda _n, stamp: stamp >= idle_before)
 
     def make_room(self, want: int = DEFAULT_RESERVE) -> int:

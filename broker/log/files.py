@@ -39,7 +39,7 @@ def fsync_path_and_dir(path: str) -> None:
 
 
 def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
-                 on_error: Callable[[object, BaseException | None], None] | None = None) -> None:
+                 on_error: Callable[[object, BaseException | None], None] | None = None, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` (file mode ``mode``, set before any byte is written) so that a
     crash leaves either the old or the new content.
 
@@ -51,7 +51,8 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
     they are done. Between the rename and that fsync a power failure can leave the old content
     or, on file systems without ext4's rename-over data ordering (auto_da_alloc), an empty file.
     If a step here fails, the tmp file is removed, ``path`` keeps its old content and the OSError
-    is raised.
+    is raised. ``sync=False`` (synchronous only) leaves both fsyncs to the caller, who syncs the
+    whole file system once after many such writes (``LogManager.close``).
     """
     threaded = background is not None and background.threaded
     tmp = path + ".tmp"
@@ -62,7 +63,7 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
             view = memoryview(data)
             while view:
                 view = view[fileio.write(fd, view):]
-            if not threaded:
+            if sync and not threaded:
                 fileio.fsync(fd)
         finally:
             os.close(fd)
@@ -75,7 +76,7 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
         raise
     if threaded:
         background.submit(lambda: fsync_path_and_dir(path), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
-    else:
+    elif sync:
         fsync_dir(os.path.dirname(path) or ".")
 
 

@@ -21,11 +21,16 @@ CHECKPOINT_FILE = "checkpoint"
 class LogLoading:
     """The start-up half of ``PartitionLog``; its state is ``PartitionLog``'s (see ``__init__`` there)."""
 
+    __slots__ = ()
+
     def _load(self, clean: bool) -> None:
         cfg = self.config
         now = self.clock()
-        swapped = self._complete_swaps()
-        names = os.listdir(self.dir)
+        names = os.listdir(self.dir)  # one listing per partition: what start-up pays most for many of them
+        swapped = self._complete_swaps(names)
+        if swapped is None or swapped:
+            names = os.listdir(self.dir)  # files were removed or renamed
+            swapped = swapped or set()
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for n in names:
             stem = n.split(".", 1)[0]
@@ -65,17 +70,19 @@ class LogLoading:
                                    if nxt > self._recovery_point]
         self._try_checkpoint()  # a full disk must not keep the broker from starting
 
-    def _complete_swaps(self) -> set[int]:
+    def _complete_swaps(self, names: list[str]) -> set[int] | None:
         """Finish or roll back a segment replacement a crash interrupted (see partition_log.py's docstring, "Segment replacement");
-        returns the base offsets of the segments swapped in here (to be re-scanned)."""
-        names = os.listdir(self.dir)
+        returns the base offsets of the segments swapped in here (to be re-scanned), None when only leftover
+        files were removed (``names``, the directory's listing, is then out of date too)."""
         swaps = sorted(int(n.split(".", 1)[0]) for n in names
                        if n.endswith(".log" + SWAP_SUFFIX) and n.split(".", 1)[0].isdigit())
+        removed = False
         for n in names:
             stem = n.split(".", 1)[0]
             if n.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
                     n.endswith(SWAP_SUFFIX) and not (stem.isdigit() and int(stem) in swaps)):
                 os.unlink(os.path.join(self.dir, n))
+                removed = True
         for base in swaps:
             path = os.path.join(self.dir, f"{base:020d}.log{SWAP_SUFFIX}")
             fd = os.open(path, os.O_RDONLY)
@@ -91,7 +98,7 @@ class LogLoading:
             rename_segment_files(self.dir, base, SWAP_SUFFIX, "")
             log.info("%s-%d: completed the interrupted replacement by the cleaned segment at %d", self.topic,
                      self.partition, base)
-        return set(swaps)
+        return None if removed and not swaps else set(swaps)
 
     def _recover(self, clean: bool, rescan: set[int] = frozenset()) -> None:
         segs = self._segments

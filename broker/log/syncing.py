@@ -35,6 +35,8 @@ def _new_future() -> asyncio.Future:
 class LogSyncing:
     """The syncing half of ``PartitionLog``; its state is ``PartitionLog``'s (see ``__init__`` there)."""
 
+    __slots__ = ()
+
     def flush(self) -> None:
         """fsync everything written so far and advance the recovery point (synchronously). A failed
         fsync takes the partition offline (``_go_offline``) and is raised."""
