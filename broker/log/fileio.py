@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import builtins as _builtins
 import errno as _errno
+import functools as _functools
 import os as _os
 import random as _random
 import time as _time
@@ -57,24 +58,28 @@ replace = _os.replace
 dup = _os.dup
 
 
-def _bind_syncfs():
-    """Linux ``syncfs(2)`` (not in ``os``): every dirty file and the journal of the file system that
-    holds ``fd``, in one call; it reports writeback errors since Linux 5.8. None where libc lacks it."""
+@_functools.cache
+def _libc_syncfs():
+    """libc's ``syncfs`` and ctypes' ``get_errno``, bound at the first call (ctypes is not loaded at
+    start-up); None where libc lacks it."""
+    import ctypes
     try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.syncfs
+        return ctypes.CDLL(None, use_errno=True).syncfs, ctypes.get_errno
     except (OSError, AttributeError):
         return None
 
-    def syncfs(fd: int) -> None:
-        if call(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, _os.strerror(err))
-    return syncfs
 
-
-syncfs = _bind_syncfs()
+def syncfs(fd: int) -> None:
+    """Linux ``syncfs(2)`` (not in ``os``): every dirty file and the journal of the file system that
+    holds ``fd``, in one call; it reports writeback errors since Linux 5.8. OSError(ENOSYS) where libc
+    lacks it."""
+    bound = _libc_syncfs()
+    if bound is None:
+        raise OSError(_errno.ENOSYS, "syncfs(2) is not available")
+    call, get_errno = bound
+    if call(fd) != 0:
+        err = get_errno()
+        raise OSError(err, _os.strerror(err))
 
 SYNC_JOURNAL_ENV = "SHAREBROKER_SYNC_JOURNAL"
 

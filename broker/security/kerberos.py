@@ -24,8 +24,6 @@ The ``gssapi`` package (python-gssapi, the ``kerberos`` extra) is imported only 
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
 
 from broker.log.config import ConfigError
@@ -177,6 +175,9 @@ def split_rules(value: str) -> list[str]:
 
 def default_realm() -> str:
     """The default realm of the Kerberos configuration (``KRB5_CONFIG``), "" without one (as Kafka)."""
+    import ctypes
+    import ctypes.util
+
     try:  # MIT's library, which python-gssapi has loaded already
         lib = ctypes.CDLL("libkrb5.so.3")
     except OSError:
