@@ -79,6 +79,22 @@ def stored_batches(bootstrap: str, topic: str, partition: int = 0) -> list:
     return out
 
 
+def produce_refused(producer, topic: str, timeout: float = 15) -> str | None:
+    """The error name a record to ``topic`` gets from a producer that may not write there: raised by
+    ``produce()`` when the client's metadata already says so (a loaded machine answers it first), else from
+    the delivery report; None if the record was written."""
+    from confluent_kafka import KafkaException
+
+    errors = []
+    try:
+        producer.produce(topic, b"denied", on_delivery=lambda err, msg: errors.append(err))
+    except KafkaException as e:
+        return e.args[0].name()
+    producer.flush(timeout)
+    assert errors, "no delivery report"
+    return errors[0] and errors[0].name()
+
+
 def set_group_configs(bootstrap: str, group: str, **configs) -> None:
     """IncrementalAlterConfigs SET on a GROUP resource (``_`` for ``.`` in names)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource

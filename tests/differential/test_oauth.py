@@ -37,7 +37,7 @@ from tests.kafka_ref.launcher import KafkaRef, free_port
 from tests.oauth_issuer import (Issuer, broker_settings, issuer, read_values,  # noqa: F401 (issuer: a fixture)
                                 share_read_values)
 from tests.reference import skip_without_kafka
-from tests.support import set_group_configs, unique, until
+from tests.support import produce_refused, set_group_configs, unique, until
 from tests.wire import WireClient
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -166,11 +166,7 @@ def clients(s: Side) -> dict:
                 "oauth_cb": token_cb, **extra}
 
     out = {}
-    denied = []
-    p = Producer(conf(**{"message.timeout.ms": 5000}))
-    p.produce(topic, b"denied", on_delivery=lambda err, msg: denied.append(err and err.name()))
-    p.flush(15)
-    out["without_acl"] = denied
+    out["without_acl"] = [produce_refused(Producer(conf(**{"message.timeout.ms": 5000})), topic)]
     acls = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*", op,
                        AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.READ)]
     acls += [AclBinding(ResourceType.GROUP, g, ResourcePatternType.LITERAL, "User:carol", "*", AclOperation.READ,

@@ -22,7 +22,7 @@ from tests.differential.harness import assert_as_expected, differences, run_on_b
 from tests.differential.test_oauth import Side, _answer, brokers_alike
 from tests.integration.test_security_oauth_keycloak import keycloak_settings, oidc
 from tests.oauth_issuer import read_values, share_read_values
-from tests.support import set_group_configs, unique
+from tests.support import produce_refused, set_group_configs, unique
 from tests.wire import WireClient
 
 pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
@@ -55,11 +55,7 @@ def keycloak_clients(s: KeycloakSide) -> dict:
     admin = AdminClient({"bootstrap.servers": s.plaintext})  # referenced until the results are in
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     set_group_configs(s.plaintext, group, share_auto_offset_reset="earliest")
-    denied = []
-    p = Producer(s.client("alice", **{"message.timeout.ms": 5000}))
-    p.produce(topic, b"denied", on_delivery=lambda err, msg: denied.append(err and err.name()))
-    p.flush(15)
-    out["alice_without_acl"] = denied
+    out["alice_without_acl"] = [produce_refused(Producer(s.client("alice", **{"message.timeout.ms": 5000})), topic)]
     p = Producer(s.client("bob"))
     for n in range(5):
         p.produce(topic, b"v%d" % n)

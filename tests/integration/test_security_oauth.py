@@ -22,7 +22,7 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.oauth_issuer import Issuer, broker_settings, client_first_message, issuer, read_values, \
     share_read_values  # noqa: F401 (issuer: a fixture)
-from tests.support import connection_closed, create_topic, set_group_configs, unique, until
+from tests.support import connection_closed, create_topic, produce_refused, set_group_configs, unique, until
 from tests.wire import WireClient
 
 INVALID_TOKEN = b'{"status":"invalid_token"}'
@@ -230,10 +230,7 @@ def test_acls_apply_to_oauth_principals(tmp_path, issuer):
     try:
         topic = create_topic(b.address("PLAINTEXT"), prefix="oauth-acl")
         p = Producer(_oauth_conf(b, issuer, "carol", **{"message.timeout.ms": 3000}))
-        errors = []
-        p.produce(topic, b"denied", on_delivery=lambda err, msg: errors.append(err))
-        p.flush(10)
-        assert errors and errors[0] is not None and errors[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+        assert produce_refused(p, topic, 10) == "TOPIC_AUTHORIZATION_FAILED"
         admin = AdminClient(_oauth_conf(b, issuer, "admin"))
         acl = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
                          AclOperation.WRITE, AclPermissionType.ALLOW)

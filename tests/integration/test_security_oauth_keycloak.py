@@ -21,7 +21,7 @@ from tests.integration.test_security_oauth import INVALID_TOKEN, SHARE_FAST, log
 from tests.kafka_ref import launcher
 from tests.missing_inputs import missing_input
 from tests.oauth_issuer import listener_settings, read_values, share_read_values
-from tests.support import create_topic, set_group_configs, unique
+from tests.support import create_topic, produce_refused, set_group_configs, unique
 from tests.wire import WireClient
 
 pytestmark = pytest.mark.xdist_group("keycloak")  # one worker, one Keycloak (a session fixture)
@@ -80,11 +80,8 @@ def test_librdkafka_oidc_with_acls_and_reauthentication(broker, keycloak):
     topic = create_topic(broker.address("PLAINTEXT"), prefix="kc")
     group, cgroup = unique("kc-share"), unique("kc-cg")
     set_group_configs(broker.address("PLAINTEXT"), group, share_auto_offset_reset="earliest")
-    denied = []
     p = Producer(oidc(broker.address("OAUTH"), keycloak, "alice", **{"message.timeout.ms": 5000}))
-    p.produce(topic, b"denied", on_delivery=lambda err, msg: denied.append(err))
-    p.flush(15)
-    assert denied and denied[0] is not None and denied[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+    assert produce_refused(p, topic) == "TOPIC_AUTHORIZATION_FAILED"
     allow(broker, keycloak, "User:alice", ResourceType.TOPIC, topic, AclOperation.WRITE, AclOperation.READ,
           AclOperation.DESCRIBE)
     allow(broker, keycloak, "User:alice", ResourceType.GROUP, group, AclOperation.READ)
