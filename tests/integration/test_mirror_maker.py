@@ -193,8 +193,9 @@ def test_mirror_maker_2_syncs_topic_config_changes_from_kafka(mm2_cp, kafka_ref,
         target, copy = AdminClient({"bootstrap.servers": b.bootstrap}), f"src.{topic}"
 
         def synced(own: dict[str, str]):
-            """The source's own configs are ``own``; wait until the copy's are the same."""
-            assert topic_configs(source, topic)[1] == own
+            """The source's own configs are ``own`` (Kafka describes them from its metadata image, which may
+            not have the alter yet: waited for); wait until the copy's are the same."""
+            until(lambda: topic_configs(source, topic)[1] == own, 30, f"{topic}'s own configs {own} on the source")
 
             def check():
                 assert mm.alive(), f"MirrorMaker exited:\n{mm.tail()}"
