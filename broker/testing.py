@@ -20,15 +20,18 @@ installs sharebroker gets two fixtures:
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
+_IN_USE = "address already in use"
 _READY = re.compile(r"accepting connections on (\S+):(\d+)")
 _METRICS = re.compile(r"metrics on http://(\S+):(\d+)/metrics")
 _LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
@@ -37,6 +40,32 @@ _LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
 def tracebacks(lines: list[str]) -> list[str]:
     """The log lines around each Python traceback in ``lines``."""
     return ["\n".join(lines[max(i - 1, 0):i + 15]) for i, line in enumerate(lines) if "Traceback" in line]
+
+
+def listen_port(host: str = "127.0.0.1") -> int:
+    """A free port for a listener that restarts on the same port, chosen below the kernel's
+    ephemeral range: a port the kernel handed out (``bind`` to port 0) is taken again by the next
+    outgoing connection that draws it, which would keep a broker killed in a test from binding its
+    port again.  Random among free ones, so that processes choosing at once rarely choose alike
+    (``BrokerProcess.start`` chooses again if one did)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    pick, family = random.SystemRandom(), socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(100):
+        port = pick.randrange(10000, max(low, 10001))
+        with socket.socket(family) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker's listener
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(family) as s:  # nothing free down there: the kernel's choice
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 class BrokerProcess:
@@ -64,6 +93,7 @@ class BrokerProcess:
         self._drainers: list[threading.Thread] = []
         # with a ``listeners`` setting (several listeners, SASL / SSL): name -> bound port, from the log
         self.listener_ports: dict[str, int] = {}
+        self._chosen: dict[str, int] = {}  # listener name -> the port chosen for its ``:0``
 
     @property
     def bootstrap(self) -> str:
@@ -74,19 +104,36 @@ class BrokerProcess:
         return f"{self.host}:{self.listener_ports[listener.upper()]}"
 
     def _listeners_setting(self) -> str:
-        """``listeners`` with the ports learnt at the first start, so a restart keeps them."""
+        """``listeners`` with a port chosen for each ``:0`` at the first start (``listen_port``), the
+        same ports at a restart."""
         items = []
         for item in self.config["listeners"].split(","):
             name, sep, addr = item.strip().partition("://")
             host, _, port = addr.rpartition(":")
-            if sep and port == "0" and name.upper() in self.listener_ports:
-                item = f"{name}://{host}:{self.listener_ports[name.upper()]}"
+            if sep and port == "0":
+                if name.upper() not in self._chosen:
+                    self._chosen[name.upper()] = listen_port(host.strip("[]") or "0.0.0.0")
+                item = f"{name}://{host}:{self._chosen[name.upper()]}"
             items.append(item.strip())
         return ",".join(items)
 
     def start(self) -> "BrokerProcess":
+        """Start the broker; the first start of one without a port chooses its ports (``listen_port``),
+        again should another process take one first, and a restart keeps them."""
+        first = self.port == 0 and not self.listener_ports
+        for attempt in range(5):
+            try:
+                return self._start_once()
+            except RuntimeError as e:
+                if not (first and _IN_USE in str(e)) or attempt == 4:
+                    raise
+                self.port, self._chosen = 0, {}
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "BrokerProcess":
         cmd = [sys.executable, "-m", "broker", "--data-dir", str(self.data_dir)]
         if "listeners" not in self.config:
+            self.port = self.port or listen_port(self.host)
             cmd += ["--listen", f"{self.host}:{self.port}"]
         for k, v in self.config.items():
             cmd += ["--set", f"{k}={self._listeners_setting() if k == 'listeners' else v}"]

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -176,9 +175,10 @@ def compiled(sources: list[Path], cp: str, prefix: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a Kafka listener, below the ephemeral range as ours (a node restarts on it)."""
+    from broker.testing import listen_port
+
+    return listen_port()
 
 
 def new_cluster_id() -> str:
