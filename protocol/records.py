@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
 import time
 from array import array
 from bisect import bisect_right
@@ -808,16 +809,13 @@ class RecordIndex:
                 return 0
         at = p - pos + 1  # the timestamp delta, past the attributes byte
         deltas = bytes(batch[pos + at:stop:size])
-        if max(deltas) >= 0x80:
+        if not deltas.isascii():  # a byte of 0x80 or more: a timestamp delta of two bytes or more
             return 0
         columns = _offset_delta_columns(ob)
         for j in range(ob):
             if bytes(batch[pos + at + 1 + j:stop:size]) != columns[j][i0:i0 + m]:
                 return 0
-        if deltas.count(0) == m:
-            self.timestamp_deltas.frombytes(bytes(8 * m))
-        else:
-            self.timestamp_deltas.extend([(d >> 1) ^ -(d & 1) for d in deltas])
+        self.timestamp_deltas.frombytes(_int64s_of_zigzag_bytes(deltas))
         starts.extend(range(pos + size, stop + 1, size))
         return m
 
@@ -859,6 +857,29 @@ class RecordIndex:
                 self.out_of_order = n - 1
             starts.append(pos)
             n += 1
+
+
+# One-byte zigzag varints (0..127) decoded, as the low byte and the sign-extension byte of an int64.
+_ZIGZAG_LOW = bytes(((d >> 1) ^ -(d & 1)) & 0xFF for d in range(128)) + bytes(128)
+_ZIGZAG_SIGN = bytes(0xFF if d & 1 else 0 for d in range(128)) + bytes(128)
+
+
+def _int64s_of_zigzag_bytes(deltas: bytes) -> bytes:
+    """The int64s (native order, as ``array("q").frombytes`` takes them) of one-byte zigzag varints:
+    byte columns filled by strided slices, no per-record Python work."""
+    m = len(deltas)
+    out = bytearray(8 * m)
+    if deltas.count(0) != m:
+        low, sign = deltas.translate(_ZIGZAG_LOW), deltas.translate(_ZIGZAG_SIGN)
+        if sys.byteorder == "little":
+            out[0::8] = low
+            for j in range(1, 8):
+                out[j::8] = sign
+        else:
+            out[7::8] = low
+            for j in range(7):
+                out[j::8] = sign
+    return out
 
 
 # Record indexes where the offset delta's varint grows from one byte to two, and from two to three
