@@ -727,6 +727,11 @@ def uncompressed_batch(batch):
 def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count: int, body) -> bytes:
     """A batch of ``info``'s producer fields and offsets around ``body`` (bytes, or a list of
     pieces, joined once: the CRC runs over the pieces where they are)."""
+    return b"".join(_assemble_parts(info, attributes, base_ts, max_ts, count, body))
+
+
+def _assemble_parts(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count: int, body) -> list:
+    """``_assemble`` as the new header followed by the pieces, not joined."""
     pieces = body if isinstance(body, list) else [body]
     size = HEADER_SIZE + sum(len(p) for p in pieces)
     head = bytearray(HEADER_SIZE)
@@ -737,7 +742,7 @@ def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count
     for p in pieces:
         crc = crc32c(p, crc)
     _U32.pack_into(head, CRC_OFFSET, crc)
-    return b"".join([head, *pieces])
+    return [head, *pieces]
 
 
 # ------------------------------------------------------ contiguous record slices
@@ -900,6 +905,12 @@ def _offset_delta_columns(width: int) -> tuple[bytes, ...]:
 
 
 def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None):
+    """:func:`slice_batch_parts` as one bytes (``batch`` itself when every record is kept)."""
+    parts = slice_batch_parts(batch, ranges, index)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def slice_batch_parts(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None) -> list:
     """The records at the offsets of ``ranges`` ((first, last) ascending, non-overlapping, inside
     the batch) of an uncompressed v2 batch, as a batch of their own: what :func:`filter_batch`
     keeps, but only the kept records are read (their framing, never their bodies) when the
@@ -907,12 +918,14 @@ def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None 
     them); ``index`` (a :class:`RecordIndex` of this batch) is reused across calls. A batch that
     is not dense, or whose offset deltas are not 0, 1, 2..., goes through ``filter_batch``.
 
-    Returns ``batch`` itself when every record is kept, else new bytes. Raises ``RecordsError``."""
+    Returns the batch as a list of chunks to be sent one after the other, not joined: ``[batch]``
+    when every record is kept; else a new header and the kept records' bytes where they lie in
+    ``batch`` (memoryviews of it), or one new bytes (the filter). Raises ``RecordsError``."""
     mv = batch if isinstance(batch, memoryview) else memoryview(batch)
     info = BatchInfo(0, HEADER.unpack_from(mv, 0))
     base = info.base_offset
     if info.compression != COMPRESSION_NONE or info.records_count != info.last_offset_delta + 1:
-        return _filter_offsets(batch, ranges, base)
+        return [_filter_offsets(batch, ranges, base)]
     if index is None:
         index = RecordIndex(mv)
     pieces, count, max_delta = [], 0, None
@@ -921,16 +934,16 @@ def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None 
         ka, kb = lo - base, hi - base
         sa, sb = index.start(mv, ka), index.start(mv, kb + 1)
         if index.out_of_order <= kb:
-            return _filter_offsets(batch, ranges, base)
+            return [_filter_offsets(batch, ranges, base)]
         top = max(ts[ka:kb + 1])
         if max_delta is None or top > max_delta:
             max_delta = top
         pieces.append(mv[sa:sb])
         count += kb - ka + 1
     if count == info.records_count:
-        return batch
+        return [batch]
     max_ts = info.max_timestamp if info.timestamp_type == LOG_APPEND_TIME else info.base_timestamp + max_delta
-    return _assemble(info, info.attributes, info.base_timestamp, max_ts, count, pieces)
+    return _assemble_parts(info, info.attributes, info.base_timestamp, max_ts, count, pieces)
 
 
 def _filter_offsets(batch, ranges: list[tuple[int, int]], base: int):
