@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
 import time
 from array import array
 from bisect import bisect_right
@@ -726,6 +727,11 @@ def uncompressed_batch(batch):
 def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count: int, body) -> bytes:
     """A batch of ``info``'s producer fields and offsets around ``body`` (bytes, or a list of
     pieces, joined once: the CRC runs over the pieces where they are)."""
+    return b"".join(_assemble_parts(info, attributes, base_ts, max_ts, count, body))
+
+
+def _assemble_parts(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count: int, body) -> list:
+    """``_assemble`` as the new header followed by the pieces, not joined."""
     pieces = body if isinstance(body, list) else [body]
     size = HEADER_SIZE + sum(len(p) for p in pieces)
     head = bytearray(HEADER_SIZE)
@@ -736,7 +742,7 @@ def _assemble(info: BatchInfo, attributes: int, base_ts: int, max_ts: int, count
     for p in pieces:
         crc = crc32c(p, crc)
     _U32.pack_into(head, CRC_OFFSET, crc)
-    return b"".join([head, *pieces])
+    return [head, *pieces]
 
 
 # ------------------------------------------------------ contiguous record slices
@@ -808,16 +814,13 @@ class RecordIndex:
                 return 0
         at = p - pos + 1  # the timestamp delta, past the attributes byte
         deltas = bytes(batch[pos + at:stop:size])
-        if max(deltas) >= 0x80:
+        if not deltas.isascii():  # a byte of 0x80 or more: a timestamp delta of two bytes or more
             return 0
         columns = _offset_delta_columns(ob)
         for j in range(ob):
             if bytes(batch[pos + at + 1 + j:stop:size]) != columns[j][i0:i0 + m]:
                 return 0
-        if deltas.count(0) == m:
-            self.timestamp_deltas.frombytes(bytes(8 * m))
-        else:
-            self.timestamp_deltas.extend([(d >> 1) ^ -(d & 1) for d in deltas])
+        self.timestamp_deltas.frombytes(_int64s_of_zigzag_bytes(deltas))
         starts.extend(range(pos + size, stop + 1, size))
         return m
 
@@ -861,6 +864,29 @@ class RecordIndex:
             n += 1
 
 
+# One-byte zigzag varints (0..127) decoded, as the low byte and the sign-extension byte of an int64.
+_ZIGZAG_LOW = bytes(((d >> 1) ^ -(d & 1)) & 0xFF for d in range(128)) + bytes(128)
+_ZIGZAG_SIGN = bytes(0xFF if d & 1 else 0 for d in range(128)) + bytes(128)
+
+
+def _int64s_of_zigzag_bytes(deltas: bytes) -> bytes:
+    """The int64s (native order, as ``array("q").frombytes`` takes them) of one-byte zigzag varints:
+    byte columns filled by strided slices, no per-record Python work."""
+    m = len(deltas)
+    out = bytearray(8 * m)
+    if deltas.count(0) != m:
+        low, sign = deltas.translate(_ZIGZAG_LOW), deltas.translate(_ZIGZAG_SIGN)
+        if sys.byteorder == "little":
+            out[0::8] = low
+            for j in range(1, 8):
+                out[j::8] = sign
+        else:
+            out[7::8] = low
+            for j in range(7):
+                out[j::8] = sign
+    return out
+
+
 # Record indexes where the offset delta's varint grows from one byte to two, and from two to three
 # (runs stop there: the records past it are a byte longer); records past the second are walked one by one.
 _OFFSET_DELTA_SPLIT = (64, 8192)
@@ -879,6 +905,12 @@ def _offset_delta_columns(width: int) -> tuple[bytes, ...]:
 
 
 def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None):
+    """:func:`slice_batch_parts` as one bytes (``batch`` itself when every record is kept)."""
+    parts = slice_batch_parts(batch, ranges, index)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def slice_batch_parts(batch, ranges: list[tuple[int, int]], index: RecordIndex | None = None) -> list:
     """The records at the offsets of ``ranges`` ((first, last) ascending, non-overlapping, inside
     the batch) of an uncompressed v2 batch, as a batch of their own: what :func:`filter_batch`
     keeps, but only the kept records are read (their framing, never their bodies) when the
@@ -886,12 +918,14 @@ def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None 
     them); ``index`` (a :class:`RecordIndex` of this batch) is reused across calls. A batch that
     is not dense, or whose offset deltas are not 0, 1, 2..., goes through ``filter_batch``.
 
-    Returns ``batch`` itself when every record is kept, else new bytes. Raises ``RecordsError``."""
+    Returns the batch as a list of chunks to be sent one after the other, not joined: ``[batch]``
+    when every record is kept; else a new header and the kept records' bytes where they lie in
+    ``batch`` (memoryviews of it), or one new bytes (the filter). Raises ``RecordsError``."""
     mv = batch if isinstance(batch, memoryview) else memoryview(batch)
     info = BatchInfo(0, HEADER.unpack_from(mv, 0))
     base = info.base_offset
     if info.compression != COMPRESSION_NONE or info.records_count != info.last_offset_delta + 1:
-        return _filter_offsets(batch, ranges, base)
+        return [_filter_offsets(batch, ranges, base)]
     if index is None:
         index = RecordIndex(mv)
     pieces, count, max_delta = [], 0, None
@@ -900,16 +934,16 @@ def slice_batch(batch, ranges: list[tuple[int, int]], index: RecordIndex | None 
         ka, kb = lo - base, hi - base
         sa, sb = index.start(mv, ka), index.start(mv, kb + 1)
         if index.out_of_order <= kb:
-            return _filter_offsets(batch, ranges, base)
+            return [_filter_offsets(batch, ranges, base)]
         top = max(ts[ka:kb + 1])
         if max_delta is None or top > max_delta:
             max_delta = top
         pieces.append(mv[sa:sb])
         count += kb - ka + 1
     if count == info.records_count:
-        return batch
+        return [batch]
     max_ts = info.max_timestamp if info.timestamp_type == LOG_APPEND_TIME else info.base_timestamp + max_delta
-    return _assemble(info, info.attributes, info.base_timestamp, max_ts, count, pieces)
+    return _assemble_parts(info, info.attributes, info.base_timestamp, max_ts, count, pieces)
 
 
 def _filter_offsets(batch, ranges: list[tuple[int, int]], base: int):

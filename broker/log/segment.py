@@ -103,7 +103,7 @@ class Segment:
                  "_max_ts", "_max_ts_offset", "bytes_since_index", "rolling_timestamp",
                  "created_ms", "_writes_indexes", "max_index_entries", "max_time_entries", "next_offset",
                  "_idx_written", "_time_written", "interval", "suffix", "_maps", "_torn", "_torn_tail",
-                 "check", "damage", "check_mtime")
+                 "check", "damage", "check_mtime", "_index_changes", "_index_synced")
 
     def __init__(self, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,
                  suffix: str = ""):
@@ -131,6 +131,12 @@ class Segment:
         # _write_pending_indexes, _rewrite_indexes and set on load/recovery)
         self._idx_written = 0
         self._time_written = 0
+        # changes made to the index files (counted by every method that writes, cuts, replaces or
+        # renames them) and how many of them the last fsync of the files covered (-1: never synced
+        # by this object); sync_job fsyncs the index files only when they changed since, so a small
+        # append that adds no index entry costs one fsync (each one a device flush), not three
+        self._index_changes = 0
+        self._index_synced = -1
         self.bytes_since_index = 0
         self.rolling_timestamp = -1  # max timestamp of the first batch (Kafka's rollingBasedTimestamp)
         self.created_ms = now_ms
@@ -411,6 +417,7 @@ class Segment:
             finally:
                 os.close(fd)
             fileio.replace(tmp, self.path(suffix))
+            self._index_changes += 1
         self._idx_written, self._time_written = len(self.idx_rel), len(self.time_ts)
 
     def open_for_append(self) -> None:
@@ -432,6 +439,7 @@ class Segment:
         if n_idx == i0 and n_time == t0:
             return
         fds: list[int] = []
+        self._index_changes += 1
         try:
             try:
                 for suffix in (".index", ".timeindex"):
@@ -466,6 +474,7 @@ class Segment:
         next append try again first (the files are opened O_APPEND: data after the size this
         object knows would put the next batch at the wrong position)."""
         opened: list[int] = []
+        self._index_changes += 1
         try:
             if not self._closed:
                 fileio.ftruncate(self.fd, self.size)  # opened again if released since the failed write
@@ -693,6 +702,8 @@ class Segment:
     def sync_job(self):
         """A job that fsyncs this segment's log and index files as they are now.
 
+        The index files are left out when nothing changed them since the last fsync of them
+        (``_index_changes``): an fsync here is a device cache flush even for a clean file.
         The job opens the files by the names they have now, when it runs (on the worker),
         and closes them after the fsync: it never uses one of the segment's descriptor
         numbers, which may be closed and reused meanwhile, and a queue of fsync jobs holds no
@@ -704,8 +715,16 @@ class Segment:
         if self._closed:
             return lambda: None
         self._write_pending_indexes()
+        changes = self._index_changes
+        if changes == self._index_synced:  # the index files are as the last fsync left them
+            paths = [self.log_path]
+            return lambda: _fsync_paths(paths)
         paths = [self.path(suffix) for suffix in SEGMENT_SUFFIXES]
-        return lambda: _fsync_paths(paths)
+
+        def job() -> None:
+            _fsync_paths(paths)
+            self._index_synced = changes  # on the worker: one int, read on the loop by the next sync_job
+        return job
 
     def open_fds(self) -> list[int]:
         """The log file's descriptor (opened again if it was released), for an fsync that borrows
@@ -741,6 +760,7 @@ class Segment:
         (index files first, the log file last; open descriptors stay valid)."""
         rename_segment_files(self.dir, self.base_offset, self.suffix, new_suffix)
         self.suffix = new_suffix
+        self._index_changes += 1
 
     def delete(self, background=None) -> None:
         """Close and remove the files; with ``background`` the unlinks run there.

@@ -21,8 +21,8 @@ fetched it yet (its assignment would sit idle). A member whose last fetch got mo
 MaxRecords (whole batches) is not waiting for this one.
 
 What goes out: an uncompressed v2 batch that is only partly acquired is sent as a sub-batch
-holding just the acquired records (``protocol.records.slice_batch``: same base offset and
-offset deltas, header and CRC rewritten, record bytes copied); a compressed one whole, with
+holding just the acquired records (``protocol.records.slice_batch_parts``: same base offset and
+offset deltas, header and CRC rewritten, the record bytes sent from where they lie); a compressed one whole, with
 the acquired ranges, as Kafka's record_limit does (every client drops the records outside
 AcquiredRecords). The record index of a big batch is cached (``RecordIndexCache``) so that
 handing out a 10,000-record batch 50 records at a time walks its records once, not 200 times,
@@ -39,7 +39,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
-from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch
+from protocol.records import RecordIndex, RecordsError, batch_body, read_header, scan_records, slice_batch_parts
 
 from broker.log.refs import BatchRef
 from broker.share.fetched import last_of_batch_with
@@ -234,15 +234,23 @@ class ResponseRecords:
     `sub_batches` (fair acquisition on) an uncompressed v2 batch partly acquired becomes a
     sub-batch of its acquired records (a batch met again in a later acquire of the same
     request is rebuilt with the union, since a client skips a second batch with the same
-    offsets). ``records`` is what the response carries, ``size`` its bytes."""
+    offsets). A sub-batch is a new header followed by the acquired records' bytes where they lie
+    in the log batch: chunks the socket write takes one after the other, never joined into a
+    copy. ``records`` is what the response carries (the chunks of every batch, in order),
+    ``batches`` the same one bytes per batch (tests), ``size`` their bytes."""
 
-    __slots__ = ("_key", "_cache", "_sub", "_by_base", "records", "size")
+    __slots__ = ("_key", "_cache", "_sub", "_by_base", "_parts", "records", "size")
 
     def __init__(self, key: tuple, cache: RecordIndexCache, sub_batches: bool):
         self._key, self._cache, self._sub = key, cache, sub_batches
         self._by_base: dict[int, tuple[Any, list[tuple[int, int]], int]] = {}  # base -> (ref, ranges, position)
-        self.records: list = []
+        self._parts: list[list] = []  # the chunks of each batch, in answer order
+        self.records: list = []  # the chunks of every batch: the response's records (kept as one list object)
         self.size = 0
+
+    @property
+    def batches(self) -> list:
+        return [p[0] if len(p) == 1 else b"".join(p) for p in self._parts]
 
     def add(self, refs: Sequence[Any], acquired: Sequence[tuple[int, int, int]]) -> int:
         """Add the batches of one acquire; returns the bytes added."""
@@ -258,29 +266,30 @@ class ResponseRecords:
             seen = self._by_base.get(lo)
             if seen is not None:
                 ranges = _union(seen[1] + ranges)
-            data = self._bytes(ref, ranges)
+            parts = self._chunks(ref, ranges)
             if seen is None:
-                self._by_base[lo] = (ref, ranges, len(self.records))
-                self.records.append(data)
+                self._by_base[lo] = (ref, ranges, len(self._parts))
+                self._parts.append(parts)
             else:
-                self.size -= len(self.records[seen[2]])
-                self.records[seen[2]] = data
+                self.size -= sum(len(c) for c in self._parts[seen[2]])
+                self._parts[seen[2]] = parts
                 self._by_base[lo] = (ref, ranges, seen[2])
-            self.size += len(data)
+            self.size += sum(len(c) for c in parts)
+        self.records[:] = [c for p in self._parts for c in p]
         return self.size - before
 
-    def _bytes(self, ref: Any, ranges: list[tuple[int, int]]):
+    def _chunks(self, ref: Any, ranges: list[tuple[int, int]]) -> list:
         data = ref.data
         if not self._sub or (len(ranges) == 1 and ranges[0] == (ref.base_offset, ref.last_offset)):
-            return data
+            return [data]
         try:
             info = read_header(data)
             if info.compression or info.magic != 2:
-                return data  # compressed: the whole batch and the acquired ranges (Kafka's record_limit)
+                return [data]  # compressed: the whole batch and the acquired ranges (Kafka's record_limit)
             index = self._cache.get(self._key + (ref.base_offset,), data) if info.records_count > 64 else None
-            return slice_batch(data, ranges, index)
+            return slice_batch_parts(data, ranges, index)
         except (RecordsError, struct.error):
-            return data  # a batch that does not parse goes out as stored; the client decides
+            return [data]  # a batch that does not parse goes out as stored; the client decides
 
 
 def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -360,9 +360,36 @@ class SharePartitionManager:
                 info = self.logs.topic_by_id(p.topic_id)
                 if info is not None:
                     keys.append(("log", info.name, p.partition))
-            if not await self.watchers.wait(keys, deadline):
-                await self._acquire(group, member, parts, req)
-                return
+            # A wake-up wakes every fetch waiting on the partition (an acknowledgement that frees room in
+            # a full record-lock window wakes all the members waiting for it; one of them takes the room):
+            # the others see that nothing changed for them and wait on, without a pass (Kafka's
+            # DelayedShareFetch.tryComplete asks canAcquireRecords first).
+            while True:
+                if not await self.watchers.wait(keys, deadline):
+                    await self._acquire(group, member, parts, req)
+                    return
+                if self._may_acquire(group, parts):
+                    break
+
+    def _may_acquire(self, group: str, parts: list[PartitionResult]) -> bool:
+        """Whether a pass of ``_acquire`` over ``parts`` could acquire or fail anything: False only when
+        every partition is loaded and has nothing new to acquire, or no room for it and nothing to
+        redeliver (the first check of ``_acquire``'s read loop), with its log start where the SPSO
+        already follows it."""
+        for part in parts:
+            sp = self.partitions.get((group, part.topic_id, part.partition))
+            if sp is None or sp.status != "ACTIVE":
+                return True
+            _name, plog = self.topic_log(part.topic_id, part.partition)
+            if plog is None or plog.log_start_offset > sp.start_offset:
+                return True
+            offset = sp.next_fetch_offset()
+            if offset < sp.end_offset:
+                return True
+            upper = plog.last_stable_offset if sp.config.read_committed else plog.high_watermark
+            if offset < upper and sp.in_flight_count < sp.config.partition_max_record_locks:
+                return True
+        return False
 
     async def _acquire(self, group: str, member: str, parts: list[PartitionResult], req: Any) -> int:
         """One pass over ``parts`` within MaxRecords (the whole request), BatchSize, ShareAcquireMode

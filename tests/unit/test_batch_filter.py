@@ -273,13 +273,14 @@ def _uniform(n, size=1024, dt=lambda i: 0, value=lambda i, size: b"v" * size):
 @pytest.mark.parametrize("batch", [
     _uniform(970),                                                    # one producer batch of 1 KiB values
     _uniform(300, dt=lambda i: i // 40),                              # small timestamp deltas
+    _uniform(300, dt=lambda i: 30 - (i * 37) % 64),                   # negative ones too (odd zigzag bytes)
     _uniform(300, dt=lambda i: 0 if i < 150 else 70),                 # a two-byte timestamp delta from 150 on
     _uniform(300, value=lambda i, size: b"v" * (size + (i == 200))),  # one record a byte longer
     _uniform(300, dt=lambda i: 70 * (i == 150), value=lambda i, size: b"v" * (size - (i == 150))),  # same length
     _uniform(9000, 20, dt=lambda i: i // 1000),                       # offset deltas of 1, 2 and 3 bytes
     _uniform(70, 5),
     kp_batch(BIG),
-], ids=["1k", "ts-deltas", "long-ts-delta", "odd-length", "long-ts-delta-same-length", "9000", "tiny", "mixed"])
+], ids=["1k", "ts-deltas", "negative-ts-deltas", "long-ts-delta", "odd-length", "long-ts-delta-same-length", "9000", "tiny", "mixed"])
 def test_a_record_index_finds_what_the_record_by_record_walk_finds(batch):
     ref = _walked_one_by_one(batch)
     for step in (1, 7, 500, ref.count):  # pieces of several sizes, as share fetches ask

@@ -439,6 +439,38 @@ def test_durable_mode_syncs_what_recovery_found_before_showing_it(tmp_path):
     plog.close()
 
 
+def test_fsync_leaves_out_index_files_nothing_changed(tmp_path, monkeypatch):
+    """An fsync is a device cache flush even for a file with nothing dirty: a small append that adds no
+    index entry syncs the log file only; one whose index entries changed syncs the index files too."""
+    synced: list[str] = []
+    real = fileio.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.path.realpath(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(fileio, "fsync", fsync)
+    plog = open_durable(tmp_path / "t-0")
+    producer = Producer()
+    producer.send(plog)  # the segment's first sync covers its new files
+    steps = []
+    for _ in range(80):
+        seg = plog.segments[-1]
+        before = (seg._idx_written, seg._time_written)
+        synced.clear()
+        producer.send(plog)  # a durable log without a background worker syncs in the append
+        plog.flush()
+        indexed = (seg._idx_written, seg._time_written) != before
+        steps.append(indexed)
+        names = {n.rsplit(".", 1)[1] for n in synced if n.startswith("0")}  # (not the checkpoint, the directory)
+        assert names == ({"index", "log", "timeindex"} if indexed else {"log"}), (len(steps), synced)
+    assert True in steps and False in steps  # both kinds of step were met
+    plog.close()
+    reopened = open_durable(tmp_path / "t-0")
+    assert stored(reopened) == producer.expected(reopened)
+    reopened.close()
+
+
 def test_rolled_segment_is_flushed_at_the_roll(tmp_path):
     """Kafka's UnifiedLog.roll schedules flushUptoOffsetExclusive(new base) at once; the rolled segment
     reached the disk only at the next maintenance pass (5 minutes by default)."""

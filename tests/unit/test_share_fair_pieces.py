@@ -200,21 +200,24 @@ def test_response_records_send_sub_batches_of_partly_acquired_batches():
     small, big, gz = batch(10, 0), batch(1000, 10), batch(1000, 1010, R.COMPRESSION_GZIP)
     out = ResponseRecords((b"t", 0), RecordIndexCache(), sub_batches=True)
     added = out.add([small, big, gz], [(0, 59, 1), (1010, 1019, 1)])
-    assert out.records[0] is small.data                        # wholly acquired: as stored
-    assert offsets(out.records[1]) == list(range(10, 60))       # partly: just the acquired records
-    assert out.records[2] is gz.data                            # compressed: whole, ranges filter it
-    assert added == out.size == sum(len(r) for r in out.records)
+    assert out.batches[0] is small.data                        # wholly acquired: as stored
+    assert offsets(out.batches[1]) == list(range(10, 60))       # partly: just the acquired records
+    assert out.batches[2] is gz.data                            # compressed: whole, ranges filter it
+    assert added == out.size == sum(len(r) for r in out.records) == sum(len(b) for b in out.batches)
+    # the sub-batch is its new header, then the acquired records' bytes where they lie: not copied
+    assert b"".join(out.records) == b"".join(out.batches) and len(out.records) == 4
+    assert isinstance(out.records[2], memoryview) and out.records[2].obj is big.data
     # The same log batch met again in this request: one batch holding the union.
     out.add([big], [(100, 109, 2)])
-    assert len(out.records) == 3 and offsets(out.records[1]) == list(range(10, 60)) + list(range(100, 110))
-    assert out.size == sum(len(r) for r in out.records)
+    assert len(out.batches) == 3 and offsets(out.batches[1]) == list(range(10, 60)) + list(range(100, 110))
+    assert out.size == sum(len(r) for r in out.records) and b"".join(out.records) == b"".join(out.batches)
 
 
 def test_response_records_without_fair_acquisition_are_whole_batches():
     big = batch(1000)
     out = ResponseRecords((b"t", 0), RecordIndexCache(), sub_batches=False)
     out.add([big], [(0, 49, 1)])
-    assert out.records == [big.data]
+    assert out.records == out.batches == [big.data]
 
 
 def test_the_record_index_of_a_big_batch_is_cached_and_checked():
@@ -223,7 +226,7 @@ def test_the_record_index_of_a_big_batch_is_cached_and_checked():
     for k in range(0, 1000, 50):
         out = ResponseRecords((b"t", 0), cache, sub_batches=True)
         out.add([BatchRef(bytes(big.data))], [(k, k + 49, 1)])   # a fresh copy per read, as the log gives
-        assert offsets(out.records[0]) == list(range(k, k + 50))
+        assert offsets(out.batches[0]) == list(range(k, k + 50))
     index = cache.get((b"t", 0, 0), big.data)
     assert len(cache) == 1 and index.walked == 1000               # walked once in all
     # A batch rewritten under the same base offset (log cleaner) is indexed again.

@@ -307,6 +307,46 @@ async def test_a_full_record_lock_window_is_not_read_again(env):
         GroupConfigs.values["share.partition.max.record.locks"] = 2000
 
 
+async def test_waiters_woken_with_nothing_to_take_wait_on_without_a_pass(env):
+    """An acknowledgement that frees room in a full record-lock window wakes every member waiting on the
+    partition; one takes the room. A woken fetch that can take nothing (window full, nothing to redeliver)
+    waits on without a pass over its partitions (Kafka's tryComplete asks canAcquireRecords first)."""
+    mgr, logs = env
+    GroupConfigs.values["share.partition.max.record.locks"] = 10
+    try:
+        log = logs.info.logs[1]  # one batch of 10 records
+        holder = Connection()
+        assert acquired(await fetch(mgr, holder, 0, partitions=(1,))) == {1: [(0, 9, 1)]}  # the window is full
+        passes = []
+        real_acquire = mgr._acquire
+
+        async def counted(group, member, parts, req):
+            passes.append(member)
+            return await real_acquire(group, member, parts, req)
+
+        mgr._acquire = counted
+        req = fetch_req(0, partitions=(1,), max_wait_ms=5_000)
+        req.member_id = "m2"
+        waiting = asyncio.ensure_future(mgr.fetch(req, wanted(req), set(), Connection()))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert passes == ["m2"] and not waiting.done()                 # its first pass found no room
+        log.append(5)
+        for key in [("log", "t", 1), ("share", GROUP, TOPIC, 1), ("share", GROUP, TOPIC, 1)]:
+            mgr.watchers.notify(key)                                   # new data, state changes: no room yet
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert passes == ["m2"] and not waiting.done()
+        A = ShareAcknowledgeRequest                                    # the holder accepts 0-4: room for 5
+        batches = [A.AcknowledgementBatch(first_offset=0, last_offset=4, acknowledge_types=[1])]
+        ack = A(group_id=GROUP, member_id=MEMBER, share_session_epoch=1, topics=[])
+        assert (await mgr.acknowledge(ack, {(TOPIC, 1): batches}, {})).partitions == [(TOPIC, 1, Errors.NONE)]
+        res = await asyncio.wait_for(waiting, 1)
+        assert acquired(res) == {1: [(10, 14, 1)]} and passes == ["m2", "m2"]
+    finally:
+        GroupConfigs.values["share.partition.max.record.locks"] = 2000
+
+
 async def test_a_fetch_acquires_while_its_piggy_backed_acks_are_persisted(env):
     """As Kafka 4.4's handleShareFetchRequest, which combines the acknowledgement and the fetch futures:
     the fetch does not wait for the share-state write of its acknowledgements before it acquires; its
