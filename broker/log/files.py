@@ -18,7 +18,11 @@ log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: str) -> None:
-    fd = fileio.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+    fd = fileio.open(path, flags)
     try:
         fileio.fsync(fd)
     finally:
