@@ -150,7 +150,7 @@ class LogManager:
         """
         if not self.background.threaded:
             loop = loop or asyncio.get_running_loop()
-            self.background = Background(loop)
+            self.background = Background(loop, merge_in=self.data_dir)  # partitions' queued fsyncs: one syncfs
             self.admin = Background(loop, name="log-admin")
             for plog in self.all_logs():
                 plog.set_background(self.background)
