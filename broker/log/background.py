@@ -168,7 +168,9 @@ class Background:
         try:
             self.syncfs_calls += 1
             fileio.syncfs(self._syncfs_fd)
-            return True
+            # Linux's syncfs returns 0 on a read-only file system without writing anything (an ext4 remounted
+            # read-only after an error may still hold dirty pages): the jobs' own fsyncs say what happened
+            return not os.fstatvfs(self._syncfs_fd).f_flag & os.ST_RDONLY
         except OSError as e:
             if e.errno == errno.ENOSYS:  # no syncfs here after all: one fsync per job from now on
                 os.close(self._syncfs_fd)
