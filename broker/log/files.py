@@ -12,6 +12,7 @@ import os
 from typing import Callable
 
 from . import fileio
+from .background import Sync
 from .faults import STORAGE
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,8 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
             pass
         raise
     if threaded:
-        background.submit(lambda: fsync_path_and_dir(path), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
+        # only fsyncs: queued beside partitions' fsyncs it may share their syncfs (background.py, "Merged syncs")
+        background.submit(Sync(lambda: fsync_path_and_dir(path)), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
     elif sync:
         fsync_dir(os.path.dirname(path) or ".")
 
