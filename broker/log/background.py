@@ -24,7 +24,9 @@ writeback error on that file system since then (Linux 5.8 and later; earlier ker
 ``syncfs`` and the test-only sync journal keep one fsync per job). When it fails, each job of the run
 runs its own fsyncs, so only the partition whose file failed sees the error (a file's own writeback
 error is still unseen by a per-file fsync after ``syncfs`` reported the file system's): a failed
-``syncfs`` is never taken as a success.
+``syncfs`` is never taken as a success. Merging then stops until the broker restarts: the error may
+belong to a file of a partition outside the run, and only that file's own fsync reports it, so from
+then on every job fsyncs its files (and ``LogManager.close`` does too, instead of its ``syncfs``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class Background:
         self.pending = 0  # jobs submitted and not yet finished (loop-thread view)
         self.merged = 0  # Sync jobs covered by a syncfs (a metric)
         self.syncfs_calls = 0
+        self.syncfs_failed: OSError | None = None  # set by the worker when a syncfs failed: merging stopped
         self._merge_in = merge_in
         self._syncfs_fd: int | None = None
         if merge_in is not None and fileio.syncfs is not None and syncfs_reports_errors():
@@ -163,25 +166,28 @@ class Background:
                 self._post(callback, None, None)
 
     def _syncfs(self) -> bool:
-        """One ``syncfs`` for a run of Sync jobs: True when it succeeded; a failure is reported (the jobs
-        then run their own fsyncs)."""
+        """One ``syncfs`` for a run of Sync jobs: True when it succeeded. Otherwise merging stops (module
+        docstring), a failure is reported, and the jobs run their own fsyncs."""
         try:
             self.syncfs_calls += 1
             fileio.syncfs(self._syncfs_fd)
             # Linux's syncfs returns 0 on a read-only file system without writing anything (an ext4 remounted
             # read-only after an error may still hold dirty pages): the jobs' own fsyncs say what happened
-            return not os.fstatvfs(self._syncfs_fd).f_flag & os.ST_RDONLY
+            if not os.fstatvfs(self._syncfs_fd).f_flag & os.ST_RDONLY:
+                return True
+            failure = OSError(errno.EROFS, "the file system is read-only")
         except OSError as e:
-            if e.errno == errno.ENOSYS:  # no syncfs here after all: one fsync per job from now on
-                os.close(self._syncfs_fd)
-                self._syncfs_fd = None
-            else:
-                try:
-                    self._loop.call_soon_threadsafe(STORAGE.report, "syncing the file system (merged fsyncs)",
-                                                    self._merge_in, e)
-                except RuntimeError:  # loop closed
-                    pass
-            return False
+            failure = e
+        os.close(self._syncfs_fd)
+        self._syncfs_fd = None  # one fsync per job from now on
+        if failure.errno != errno.ENOSYS:  # ENOSYS: no syncfs here after all, not a fault
+            self.syncfs_failed = failure
+            try:
+                self._loop.call_soon_threadsafe(STORAGE.report, "syncing the file system (merged fsyncs: off "
+                                                "until a restart)", self._merge_in, failure)
+            except RuntimeError:  # loop closed
+                pass
+        return False
 
     def _run_one(self, job: Job, callback: Callback | None) -> None:
         try:

@@ -63,12 +63,19 @@ def test_queued_fsyncs_of_many_partitions_share_one_syncfs(logs):
     assert logs.background.merged == PARTITIONS
 
 
-def test_a_failed_syncfs_falls_back_to_each_partitions_fsyncs(logs):
+def test_a_failed_syncfs_falls_back_to_each_partitions_fsyncs_and_stops_merging(logs):
     calls = _append_to_each(logs, fail_at=1, error=errno.EIO, sticky=True, operations=("syncfs",))
     assert calls["syncfs"] == 1, calls  # then each partition's own fsyncs: every append durable all the same
     assert [logs.get_log(f"t{i}", 0).high_watermark for i in range(PARTITIONS)] == [1] * PARTITIONS
     assert all(logs.get_log(f"t{i}", 0).offline is None for i in range(PARTITIONS))
-    assert logs.background.merged == 0
+    assert logs.background.merged == 0 and logs.background.syncfs_failed.errno == errno.EIO
+    # the error may be another partition's: only its own fsync reports it, so every fsync is per file from now
+    # on, the clean shutdown's included
+    calls = _append_to_each(logs)
+    assert calls["syncfs"] == 0 and calls["fsync"] >= 3 * PARTITIONS, calls
+    with FaultInjector() as probe:
+        assert logs.close() is None
+    assert "syncfs" not in {op for op, _target in probe.calls}
 
 
 def test_fewer_queued_fsyncs_than_merge_at_are_fsynced_each(logs, monkeypatch):
