@@ -132,3 +132,36 @@ def test_a_created_topic_is_synced_before_the_answer_in_three_fsyncs_and_a_faile
         assert [d for d in os.listdir(data_dir) if d.startswith("v") and not d.startswith("v1-")] == []
     finally:
         again.close()
+
+
+def test_a_deleted_topics_directories_go_a_few_per_loop_callback_and_its_name_is_free_at_once(tmp_path):
+    data_dir = str(tmp_path / "data")
+
+    def left(name):
+        return [d for d in os.listdir(data_dir) if d.rsplit("-", 1)[0] == name]
+
+    async def scenario():
+        logs = LogManager(data_dir, durable=True)
+        logs.start_background()
+        try:
+            await logs.create_topic_staged("t", 100)
+            data = build_batch([(b"k", b"old", [])])
+            await logs.get_log("t", 99).append(data, validate_records(data)).durable
+            logs.delete_topic("t")
+            await asyncio.sleep(0)
+            assert 0 < len(left("t")) < 100  # renamed away a few per loop callback, not 100 in one
+            info = await logs.create_topic_staged("t", 100)  # at once: what is left of the old one goes first
+            assert info.partitions == 100 and logs.get_log("t", 99).log_end_offset == 0
+            logs.delete_topic("t")
+            assert logs.create_topic("t", 3).partitions == 3 and sorted(left("t")) == ["t-0", "t-1", "t-2"]
+            logs.delete_topic("t")
+        finally:
+            logs.close()  # with the deletion under way: its directories are renamed away before the lock goes
+        assert left("t") == []
+
+    asyncio.run(scenario())
+    again = LogManager(data_dir, durable=True)
+    try:
+        assert "t" not in again.topics and not [d for d in os.listdir(data_dir) if d.endswith("-delete")]
+    finally:
+        again.close()
