@@ -475,7 +475,7 @@ class LogManager:
             plog.abandon()  # nothing fsynced: the files go
         self._deleting[name] = [plog.dir for plog in info.logs]
         if self.admin.threaded:
-            asyncio.get_running_loop().call_soon(self._rename_away, name)
+            self._rename_away(name)  # the first directories now (a small topic's all), the rest in later callbacks
         else:
             self._finish_deleting(name)
 
