@@ -636,7 +636,7 @@ class LogManager:
         data directory's file system: the fsyncs of ``close`` in one call, whatever the number of
         partitions (Kafka flushes each log on a pool of ``num.recovery.threads.per.data.dir`` threads
         instead; 50,000 partitions at a few ms per fsync would take minutes). False where ``syncfs`` is
-        missing (and under the test-only sync journal) or failed: each partition then fsyncs its own
+        missing or failed: each partition then fsyncs its own
         files, so a failing one is found and reported (its error is still unseen by a per-file fsync)."""
         if fileio.syncfs is None:
             return False
