@@ -21,12 +21,13 @@ commit, where each fsync forces a commit of its own: 1,000 partitions took 1.4 s
 ``syncfs`` on the development machine). The order of jobs is kept: the run ends at the first job that is
 not a ``Sync``. ``syncfs`` goes through a descriptor opened when the worker started, so it reports every
 writeback error on that file system since then (Linux 5.8 and later; earlier kernels and a libc without
-``syncfs`` keep one fsync per job; the test-only sync journal notes a ``syncfs`` as an fsync of every file). When it fails, each job of the run
-runs its own fsyncs, so only the partition whose file failed sees the error (a file's own writeback
-error is still unseen by a per-file fsync after ``syncfs`` reported the file system's): a failed
-``syncfs`` is never taken as a success. Merging then stops until the broker restarts: the error may
-belong to a file of a partition outside the run, and only that file's own fsync reports it, so from
-then on every job fsyncs its files (and ``LogManager.close`` does too, instead of its ``syncfs``).
+``syncfs`` keep one fsync per job; the test-only sync journal notes a ``syncfs`` as an fsync of every
+file). When it fails, each job of the run runs its own fsyncs, so only the partition whose file failed
+sees the error (a file's own writeback error is still unseen by a per-file fsync after ``syncfs``
+reported the file system's): a failed ``syncfs`` is never taken as a success. Merging then stops until
+the broker restarts: the error may belong to a file of a partition outside the run, and only that
+file's own fsync reports it, so from then on every job fsyncs its files (and ``LogManager.close`` does
+too, instead of its ``syncfs``).
 """
 
 from __future__ import annotations

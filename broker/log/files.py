@@ -81,7 +81,8 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
         raise
     if threaded:
         # only fsyncs: queued beside partitions' fsyncs it may share their syncfs (background.py, "Merged syncs")
-        background.submit(Sync(lambda: fsync_path_and_dir(path)), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
+        background.submit(Sync(lambda: fsync_path_and_dir(path)),
+                          on_error or (lambda r, exc: log_bg_error(r, exc, path)))
     elif sync:
         fsync_dir(os.path.dirname(path) or ".")
 
