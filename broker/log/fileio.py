@@ -32,7 +32,10 @@ it only has to survive kill -9, which the page cache does), keyed by inode:
 
 - ``new DEV INO``: a file opened with ``O_CREAT`` that is empty (or ``O_TRUNC``): its inode is a new file;
 - ``ok DEV INO SIZE``: an fsync succeeded; SIZE, taken before it started, is covered by it;
-- ``fail DEV INO SIZE``: an fsync failed with the file SIZE long; ``trunc DEV INO SIZE``: a ftruncate.
+- ``fail DEV INO SIZE``: an fsync failed with the file SIZE long; ``trunc DEV INO SIZE``: a ftruncate;
+- a ``syncfs`` that succeeded writes an ``ok`` line for every file below the directory it was called on,
+  with the size each had before it started (a failed one writes nothing: no file is known to be affected;
+  a faults rule for ``fsync`` fails it too).
 
 A harness then models a power cut from the journal alone (``tests/integration/storage_torture.py``,
 ``PowerCut``). With it, ``PATH.faults`` holding ``ERRNO RATE OPS`` (e.g. ``EIO 0.02 write,fsync``) makes
@@ -151,12 +154,28 @@ class _SyncJournal:
             real_ftruncate(fd, length)
             self.note("trunc", fd, length)
 
-        names.update(open=j_open, write=j_write, fsync=j_fsync, ftruncate=j_ftruncate)
+        real_syncfs = names["syncfs"]
+
+        def j_syncfs(fd):
+            before = []  # (device, inode, size) of every file below the directory, before the sync starts
+            for d, _dirs, files in _os.walk(_os.readlink(f"/proc/self/fd/{fd}")):
+                for name in files:
+                    try:
+                        st = _os.stat(_os.path.join(d, name))
+                    except OSError:  # removed meanwhile
+                        continue
+                    before.append(f"ok {st.st_dev} {st.st_ino} {st.st_size}\n")
+            err = self.fault("fsync")  # a rule for fsyncs holds for syncfs, the fsync of every file
+            if err is not None:
+                raise OSError(err, f"{_os.strerror(err)} (injected: {SYNC_JOURNAL_ENV} faults)")
+            real_syncfs(fd)
+            _os.write(self.fd, "".join(before).encode())
+
+        names.update(open=j_open, write=j_write, fsync=j_fsync, ftruncate=j_ftruncate, syncfs=j_syncfs)
 
 
 if _os.environ.get(SYNC_JOURNAL_ENV):
     _SyncJournal(_os.environ[SYNC_JOURNAL_ENV]).install(globals())
-    syncfs = None  # the journal models a power cut from per-file fsyncs: the callers fsync each file instead
 
 OPERATIONS = ("open", "write", "fsync", "ftruncate", "rename", "replace", "dup", "syncfs")
 _ORIGINAL = {name: globals()[name] for name in OPERATIONS}

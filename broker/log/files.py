@@ -12,13 +12,18 @@ import os
 from typing import Callable
 
 from . import fileio
+from .background import Sync
 from .faults import STORAGE
 
 log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: str) -> None:
-    fd = fileio.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+    fd = fileio.open(path, flags)
     try:
         fileio.fsync(fd)
     finally:
@@ -75,7 +80,9 @@ def atomic_write(path: str, data: bytes, background=None, mode: int = 0o644,
             pass
         raise
     if threaded:
-        background.submit(lambda: fsync_path_and_dir(path), on_error or (lambda r, exc: log_bg_error(r, exc, path)))
+        # only fsyncs: queued beside partitions' fsyncs it may share their syncfs (background.py, "Merged syncs")
+        background.submit(Sync(lambda: fsync_path_and_dir(path)),
+                          on_error or (lambda r, exc: log_bg_error(r, exc, path)))
     elif sync:
         fsync_dir(os.path.dirname(path) or ".")
 

@@ -42,7 +42,7 @@ from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirForm
 from .background import Background, Inline
 from .faults import FD_RESERVE, OPEN_FILES, STORAGE
 from . import fileio
-from .files import atomic_write, fsync_dir, log_bg_error
+from .files import atomic_write, fsync_dir, fsync_path, log_bg_error
 from .loading import CHECKPOINT_FILE
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 from .segment import SEGMENT_SUFFIXES, segment_name
@@ -57,11 +57,11 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
 TOPIC_FORMAT_VERSION = 1  # ``version`` in meta/topics/<id>.json
-STAGING_SUFFIX = "-staging"  # data_dir/<hex>-staging/<p>/: a topic's partitions made on the worker
+STAGING_SUFFIX = "-staging"  # data_dir/<hex>-staging/<p>/: a topic's partitions made on the admin worker
 OPEN_PER_CALLBACK = 16  # staged partitions moved into place and opened per event-loop callback
-# partitions made, or deleted partitions' directories removed, per worker job: a job takes a few ms (a
-# file creation can wait for the journal), and the fsyncs produce waits for run between two jobs
-STAGE_PER_JOB = 2
+# partitions made, or deleted partitions' directories removed, per admin-worker job: other topic work
+# (another CreateTopics, a topic's metadata sync) submitted meanwhile runs between two jobs
+STAGE_PER_JOB = 16
 
 
 def validate_topic_name(name: str) -> None:
@@ -112,11 +112,15 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.background: Background | Inline = Inline()  # start_background() moves file syncs off the loop
+        # the files of whole topics (a new topic's partitions and syncs, deleted topics' directories, topic
+        # metadata) on a second worker: the fsyncs acknowledgements wait for never queue behind them
+        self.admin: Background | Inline = Inline()
         self._defaults = dict(default_configs or {})
         LogConfig.from_mapping(self._defaults)  # fail early on bad broker defaults
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._creating: set[str] = set()  # names of topics create_topic_staged is making (reserved)
+        self._deleting: dict[str, list[str]] = {}  # deleted topics' directories still to rename away (_rename_away)
         os.makedirs(self.data_dir, exist_ok=True)
         self._lock_fd = self._lock()
         earlier = stored is None and meta_properties.has_data(self.data_dir)
@@ -137,22 +141,27 @@ class LogManager:
         self._last_producer_expiry = self.clock()
 
     def start_background(self, loop=None) -> Background:
-        """From now on run fsyncs, checkpoint/metadata syncs and file removal on one worker thread.
+        """From now on run fsyncs, checkpoint syncs and segment file work on one worker thread (returned),
+        and the files of whole topics (``self.admin``: CreateTopics' partitions and syncs, deleted topics'
+        directories, topic metadata) on a second one, so that a produce's fsync never waits behind a
+        1,000-partition topic's file work.
 
         Call once from the event loop after start-up (``logs.start_background()``);
-        ``close()`` drains and stops it. Without it everything stays synchronous.
+        ``close()`` drains and stops them. Without it everything stays synchronous.
         """
         if not self.background.threaded:
-            import asyncio
-
-            self.background = Background(loop or asyncio.get_running_loop())
+            loop = loop or asyncio.get_running_loop()
+            self.background = Background(loop, merge_in=self.data_dir)  # partitions' queued fsyncs: one syncfs
+            self.admin = Background(loop, name="log-admin")
             for plog in self.all_logs():
                 plog.set_background(self.background)
         return self.background
 
     def barrier(self):
         """Awaitable: every fsync / metadata sync / removal requested so far has finished."""
-        return self.background.barrier()
+        if not self.admin.threaded:
+            return self.background.barrier()
+        return asyncio.gather(self.background.barrier(), self.admin.barrier())
 
     # ------------------------------------------------------------ start-up
     def _lock(self) -> int:
@@ -257,10 +266,10 @@ class LogManager:
         return doomed
 
     def _remove_doomed(self, paths: list[str]) -> None:
-        """Remove renamed directories on the worker, ``STAGE_PER_JOB`` per job, the next job submitted
-        when one is done (a topic of thousands of partitions would hold the fsyncs queued after it for
-        seconds). A removal left unfinished at shutdown is done at the next start."""
-        if not self.background.threaded:
+        """Remove renamed directories on the admin worker, ``STAGE_PER_JOB`` per job, the next job
+        submitted when one is done (a topic of thousands of partitions would hold the topic work queued
+        after it for seconds). A removal left unfinished at shutdown is done at the next start."""
+        if not self.admin.threaded:
             for path in paths:
                 shutil.rmtree(path, ignore_errors=True)
             return
@@ -269,13 +278,13 @@ class LogManager:
         def remove() -> None:
             for path in piece:
                 shutil.rmtree(path, ignore_errors=True)
-        self.background.submit(remove, lambda _r, _e: self._remove_doomed(rest) if rest else None)
+        self.admin.submit(remove, lambda _r, _e: self._remove_doomed(rest) if rest else None)
 
     def _meta_path(self, info: TopicInfo) -> str:
         return os.path.join(self._topics_dir, f"{info.topic_id.hex}.json")
 
     def _persist(self, info: TopicInfo) -> None:
-        atomic_write(self._meta_path(info), info.to_json(), self.background)
+        atomic_write(self._meta_path(info), info.to_json(), self.admin)
 
     # --------------------------------------------------------------- topics
     @property
@@ -300,6 +309,7 @@ class LogManager:
                      topic_id: uuid.UUID | None = None) -> TopicInfo:
         """Create a topic; raises LogError (17/36/37/56) or ConfigError (40): all or nothing."""
         overrides = self._check_new_topic(name, partitions, configs)
+        self._finish_deleting(name)
         info = TopicInfo(name, topic_id or new_topic_id(), overrides)
         cfg = self._config_for(overrides)
         self._add_logs(info, partitions, cfg)
@@ -323,20 +333,23 @@ class LogManager:
     async def create_topic_staged(self, name: str, partitions: int,
                                   configs: Mapping[str, object] | None = None) -> TopicInfo:
         """``create_topic`` for a request served on the event loop, which it does not stall: the
-        partitions' files are made on the worker (creating a file can wait for the file system's
-        journal while fsyncs run), under ``<hex>-staging`` (removed at start-up if a crash leaves it),
-        then each partition directory is renamed into place and opened here, ``OPEN_PER_CALLBACK`` of
-        them per loop callback. The name is reserved meanwhile (another create of it: TOPIC_ALREADY_EXISTS)
-        and the topic appears whole when its metadata is written. All or nothing, as ``create_topic``."""
+        partitions' files are made on the admin worker (creating a file can wait for the file system's
+        journal), under ``<hex>-staging`` (removed at start-up if a crash leaves it), then each partition
+        directory is renamed into place and opened here, ``OPEN_PER_CALLBACK`` of them per loop callback,
+        and the topic is made durable (``_persist_durably``) before this returns. The name is reserved
+        meanwhile (another create of it: TOPIC_ALREADY_EXISTS) and the topic appears whole when its
+        metadata is synced. All or nothing, as ``create_topic``. Nothing of this runs on the worker of
+        the fsyncs that acknowledgements wait for."""
         if not self.background.threaded:
             return self.create_topic(name, partitions, configs)
         overrides = self._check_new_topic(name, partitions, configs)
+        self._finish_deleting(name)
         self._creating.add(name)
         staging = os.path.join(self.data_dir, f"{uuid.uuid4().hex}{STAGING_SUFFIX}")
         try:
             try:
                 for first in range(0, partitions, STAGE_PER_JOB):
-                    await self._on_worker(lambda first=first: _stage_partitions(
+                    await self._on_admin(lambda first=first: _stage_partitions(
                         staging, first, min(first + STAGE_PER_JOB, partitions)))
             except OSError as e:
                 STORAGE.report("creating a partition", staging, e)
@@ -358,24 +371,49 @@ class LogManager:
                 self._undo_logs(info, 0)
                 raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions 0..{partitions - 1} of "
                                                     f"{name}: {e.strerror or e}") from None
-            self._persist_or_undo(info, 0)
+            await self._persist_durably(info)
         finally:
             self._creating.discard(name)
-            self.background.submit(lambda: shutil.rmtree(staging, ignore_errors=True))
-        self._topics[name] = info
-        self._by_id[info.topic_id] = info
+            self.admin.submit(lambda: shutil.rmtree(staging, ignore_errors=True))
         return info
 
-    def _on_worker(self, job) -> asyncio.Future:
-        """``job`` on the worker; a future of its result. Long work goes in pieces, each submitted when
-        the previous one is done, so the fsyncs that acknowledgements wait for, submitted meanwhile,
-        run between them (the worker is FIFO)."""
+    async def _persist_durably(self, info: TopicInfo) -> None:
+        """Write a new topic's metadata and make the topic durable, then register it: one fsync of the data
+        directory (every partition directory renamed into it), then of the metadata file and its directory,
+        on the admin worker. The partitions' files need no fsync of their own: a partition directory or file
+        that a power cut loses is made again, empty, when the topic is loaded, and a partition's first fsync
+        covers its directory (Kafka's ``LocalLog.flush``). So 3 fsyncs whatever the partition count, where
+        one per file and directory would be 5 per partition. A failed sync is never taken as durable: the
+        partitions are removed and KAFKA_STORAGE_ERROR raised."""
+        path = self._meta_path(info)
+        try:
+            atomic_write(path, info.to_json(), sync=False)  # tmp + rename; the fsyncs follow on the worker
+            await self._on_admin(lambda: _sync_new_topic(self.data_dir, path))
+        except OSError as e:
+            STORAGE.report("syncing a new topic", path, e)
+            self._undo_logs(info, 0)
+            _remove_quietly(path)
+            _remove_quietly(path + ".tmp")
+            topics_dir = self._topics_dir
+            self.admin.submit(lambda: fsync_dir(topics_dir), log_bg_error)
+            raise LogError(KAFKA_STORAGE_ERROR, f"cannot create {info.name}: syncing its "
+                                                f"{info.partitions} partitions failed: {e.strerror or e}") from None
+        except asyncio.CancelledError:  # the request went away: the topic is written, its sync still runs
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+            raise
+        self._topics[info.name] = info
+        self._by_id[info.topic_id] = info
+
+    def _on_admin(self, job) -> asyncio.Future:
+        """``job`` on the admin worker; a future of its result. Long work goes in pieces, each submitted
+        when the previous one is done, so other topics' work submitted meanwhile runs between them."""
         done = asyncio.get_running_loop().create_future()
 
         def finished(result, exc) -> None:
             if not done.done():
                 done.set_exception(exc) if exc is not None else done.set_result(result)
-        self.background.submit(job, finished)
+        self.admin.submit(job, finished)
         return done
 
     def _add_logs(self, info: TopicInfo, total: int, cfg: LogConfig) -> None:
@@ -428,16 +466,46 @@ class LogManager:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         self._by_id.pop(info.topic_id, None)
         os.unlink(self._meta_path(info))
-        if self.background.threaded:
+        if self.admin.threaded:
             topics_dir = self._topics_dir
-            self.background.submit(lambda: fsync_dir(topics_dir), log_bg_error)
+            self.admin.submit(lambda: fsync_dir(topics_dir), log_bg_error)
         else:
             fsync_dir(self._topics_dir)
-        doomed = []
         for plog in info.logs:
             plog.abandon()  # nothing fsynced: the files go
-            doomed.append(self._rename_doomed(plog.dir))
-        self._remove_doomed(doomed)
+        self._deleting[name] = [plog.dir for plog in info.logs]
+        if self.admin.threaded:
+            self._rename_away(name)  # the first directories now (a small topic's all), the rest in later callbacks
+        else:
+            self._finish_deleting(name)
+
+    def _rename_away(self, name: str, remove: bool = True, chain: bool = True) -> None:
+        """Rename ``OPEN_PER_CALLBACK`` directories of the deleted topic ``name`` to ``*-delete`` (removed on
+        the admin worker), the rest in a later loop callback: 1,000 renames at once held the loop 20-30 ms.
+        A create of the same name renames what is left first (``_finish_deleting``). A directory that cannot
+        be renamed is reported and left for the next start-up (it belongs to no topic then)."""
+        dirs = self._deleting.pop(name, None)
+        if not dirs:
+            return
+        piece, rest = dirs[:OPEN_PER_CALLBACK], dirs[OPEN_PER_CALLBACK:]
+        doomed = []
+        for path in piece:
+            try:
+                doomed.append(self._rename_doomed(path))
+            except OSError as e:
+                STORAGE.report("renaming a deleted partition's directory", path, e)
+        if rest:
+            self._deleting[name] = rest
+            if chain:
+                asyncio.get_running_loop().call_soon(self._rename_away, name)
+        if remove:
+            self._remove_doomed(doomed)
+
+    def _finish_deleting(self, name: str, remove: bool = True) -> None:
+        """Every directory of a deleted topic ``name`` still to be renamed, now (a topic of that name is being
+        created, or the broker closes: then the ``*-delete`` directories are left for the next start-up)."""
+        while name in self._deleting:
+            self._rename_away(name, remove, chain=False)
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
         info = self._topics.get(name)
@@ -520,14 +588,19 @@ class LogManager:
         line saying why the shutdown was not clean."""
         if self._lock_fd is None:
             return None
-        try:
-            self.background.close()  # a failed job was reported by its own callback
-        except Exception as e:
-            STORAGE.report("draining the file worker", self.data_dir, e)
-        self.background = Inline()
+        # a syncfs failed while running: a partition's unseen writeback error is reported only to its own fsync
+        trust_syncfs = getattr(self.background, "syncfs_failed", None) is None
+        for name in list(self._deleting):
+            self._finish_deleting(name, remove=False)
+        for worker in (self.admin, self.background):
+            try:
+                worker.close()  # a failed job was reported by its own callback
+            except Exception as e:
+                STORAGE.report("draining the file worker", self.data_dir, e)
+        self.background = self.admin = Inline()
         failed: list[tuple[PartitionLog, OSError]] = []
         logs = list(self.all_logs())
-        synced = self._sync_for_close(logs, failed)
+        synced = trust_syncfs and self._sync_for_close(logs, failed)
         for plog in logs:
             if plog.closed:
                 continue
@@ -563,7 +636,7 @@ class LogManager:
         data directory's file system: the fsyncs of ``close`` in one call, whatever the number of
         partitions (Kafka flushes each log on a pool of ``num.recovery.threads.per.data.dir`` threads
         instead; 50,000 partitions at a few ms per fsync would take minutes). False where ``syncfs`` is
-        missing (and under the test-only sync journal) or failed: each partition then fsyncs its own
+        missing or failed: each partition then fsyncs its own
         files, so a failing one is found and reported (its error is still unseen by a per-file fsync)."""
         if fileio.syncfs is None:
             return False
@@ -608,6 +681,13 @@ def _stage_partitions(staging: str, first: int, end: int) -> None:
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _sync_new_topic(data_dir: str, meta_path: str) -> None:
+    """On the admin worker: the fsyncs that make a created topic durable (``_persist_durably``)."""
+    fsync_dir(data_dir)
+    fsync_path(meta_path)
+    fsync_dir(os.path.dirname(meta_path))
 
 
 def _remove_quietly(path: str) -> None:

@@ -16,6 +16,7 @@ import errno
 import logging
 
 from . import fileio
+from .background import Sync
 from .errors import KAFKA_STORAGE_ERROR, LogError
 from .faults import OPEN_FILES, OUT_OF_FDS, STORAGE, SYNC_FDS
 from .files import fsync_dir
@@ -184,7 +185,7 @@ class LogSyncing:
             if lent:
                 SYNC_FDS.give_back(lent)
             self._flush_done(target, segments, fut, exc, mark)
-        self._bg.submit(run, done)
+        self._bg.submit(run if lent else Sync(run), done)  # by name: others' queued beside it may share a syncfs
 
     def _retry_flush(self, lend: bool = False) -> None:
         if not self._closed and self.offline is None and not self._flushing and (

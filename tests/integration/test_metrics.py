@@ -249,3 +249,18 @@ def test_rebalance_count_moves_when_members_join_and_leave(broker):
             moved(protocol, first, count, f"{protocol}: a rebalance when a member leaves")
         finally:
             first.close()
+
+
+def test_fsyncs_of_many_partitions_produced_to_at_once_share_a_syncfs(broker):
+    """A Produce request to 64 partitions queues 64 fsyncs on the worker at once (durable mode, the
+    default): all but the first are covered by one syncfs (broker/log/background.py, "Merged syncs")."""
+    topic = unique("wide")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 64, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(64):
+        p.produce(topic, b"v", partition=i)
+    assert p.flush(30) == 0
+    s = scrape(broker.metrics_url)
+    assert value(s, "sharebroker_log_syncfs_calls_total") >= 1
+    assert value(s, "sharebroker_log_merged_syncs_total") >= 4

@@ -372,6 +372,7 @@ if [ "$1" = install ]; then
             chromium) cmds="chromium" ;;
             chromium-driver) cmds="chromedriver" ;;
             kcat) cmds="kcat" ;;
+            strace) cmds="strace" ;;
             krb5-kdc) cmds="krb5kdc" ;;
             krb5-admin-server) cmds="kadmin.local" ;;
             krb5-user) cmds="kinit" ;;
@@ -444,7 +445,7 @@ def test_the_test_script_sets_up_a_fresh_machine_then_runs_pytest(tmp_path):
     assert as_root == ["sudo apt-get update -qq", f"{install} openjdk-17-jdk-headless", f"{install} maven",
                        f"{install} chromium chromium-driver",
                        "sudo install -m 0755 .../x/usr/bin/promtool /usr/local/bin/promtool",
-                       f"{install} kcat",
+                       f"{install} kcat", f"{install} strace",
                        f"{install} krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit",
                        f"{install} nodejs npm"]
     assert "apt-get download -qq prometheus" in calls(env)

@@ -49,12 +49,18 @@ assert fileio.fsync is not os.fsync
 """
 
 
-def test_power_cut_keeps_what_fsyncs_covered(tmp_path):
-    data, journal = tmp_path / "data", tmp_path / "journal"
+def _run_journalled(tmp_path, scenario: str) -> tuple[Path, PowerCut]:
+    """``scenario`` in a child process with the journal on, writing in ``tmp_path/data``."""
+    data = tmp_path / "data"
     data.mkdir()
-    cut = PowerCut(journal)
-    subprocess.run([sys.executable, "-c", SCENARIO, str(data)], check=True, timeout=60,
+    cut = PowerCut(tmp_path / "journal")
+    subprocess.run([sys.executable, "-c", scenario, str(data)], check=True, timeout=60,
                    env={**os.environ, **cut.env, "PYTHONPATH": os.getcwd()})
+    return data, cut
+
+
+def test_power_cut_keeps_what_fsyncs_covered(tmp_path):
+    data, cut = _run_journalled(tmp_path, SCENARIO)
     (data / "outside").write_bytes(b"x" * 5)  # not through the layer: never synced
     summary = cut.cut(data)
     assert (data / "synced").read_bytes() == b"a" * 100
@@ -72,3 +78,21 @@ def test_the_journal_is_off_unless_asked_for():
     if not os.environ.get(fileio.SYNC_JOURNAL_ENV):
         assert (fileio.open, fileio.write, fileio.fsync, fileio.ftruncate) == (
             os.open, os.write, os.fsync, os.ftruncate)
+
+
+SYNCFS_SCENARIO = r"""
+import os, sys
+from broker.log import fileio
+d = sys.argv[1]
+fd = fileio.open(os.path.join(d, "merged"), os.O_WRONLY | os.O_CREAT, 0o644)
+fileio.write(fd, b"a" * 100)
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+fileio.syncfs(dfd)                 # covers every file below d as it was when it started
+fileio.write(fd, b"b" * 50)         # after it: not covered
+"""
+
+
+def test_a_syncfs_under_the_journal_covers_every_file_below_its_directory(tmp_path):
+    data, cut = _run_journalled(tmp_path, SYNCFS_SCENARIO)
+    cut.cut(data)
+    assert (data / "merged").read_bytes() == b"a" * 100
