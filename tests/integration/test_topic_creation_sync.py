@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.testing import BrokerProcess
+from tests.missing_inputs import missing_input
 from tests.support import until
 
 MKDIR = 83  # x86_64 syscall number of mkdir, as /proc/PID/task/TID/syscall shows it
@@ -26,7 +27,7 @@ MKDIR = 83  # x86_64 syscall number of mkdir, as /proc/PID/task/TID/syscall show
 def _strace(pid: int, *args: str) -> subprocess.Popen:
     """strace attached to every thread of ``pid`` with ``args``; returns once every thread is traced."""
     if shutil.which("strace") is None:
-        pytest.skip("strace is not installed (tools/test.sh installs it)")
+        missing_input("strace (tools/test.sh installs it)")
     proc = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
