@@ -876,14 +876,9 @@ def _int64s_of_zigzag_bytes(deltas: bytes) -> bytes:
     out = bytearray(8 * m)
     if deltas.count(0) != m:
         low, sign = deltas.translate(_ZIGZAG_LOW), deltas.translate(_ZIGZAG_SIGN)
-        if sys.byteorder == "little":
-            out[0::8] = low
-            for j in range(1, 8):
-                out[j::8] = sign
-        else:
-            out[7::8] = low
-            for j in range(7):
-                out[j::8] = sign
+        low_at = 0 if sys.byteorder == "little" else 7  # the column of each int64's low byte
+        for j in range(8):
+            out[j::8] = low if j == low_at else sign
     return out
 
 
