@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Iterable
 
 from coordinator.assignors import get_share_assignor
 from protocol.errors import Errors, KafkaError
@@ -117,6 +118,12 @@ class ShareGroup(ModernGroup):
         super().__init__(group_id)
         self.members: dict[str, ShareMember] = {}
         self.initialized: dict[bytes, tuple[str, set[int]]] = {}  # topic id -> (name, partitions)
+        # What every heartbeat asks of the whole group, computed on first use after a change: the topics
+        # the members subscribe to (dropped by the replay of member records) and the partitions the target
+        # assignment gives anyone, by topic id (dropped by the replay of target records). Never changed in
+        # place: a draft shares them with the committed group until its own replay drops them.
+        self._names: set[str] | None = None
+        self._targeted: dict[bytes, set[int]] | None = None
 
     def copy(self) -> "ShareGroup":
         """A draft whose member and target maps are its own but whose members, targets and initialized
@@ -126,6 +133,25 @@ class ShareGroup(ModernGroup):
         g.__dict__.update(self.__dict__)
         g.members, g.target = dict(self.members), dict(self.target)
         return g
+
+    def subscribed_topic_names(self, members: Iterable | None = None) -> set[str]:
+        if members is not None:
+            return super().subscribed_topic_names(members)
+        names = self._names
+        if names is None:
+            names = self._names = super().subscribed_topic_names()
+        return set(names)
+
+    def targeted_partitions(self) -> dict[bytes, set[int]]:
+        """The partitions the target assignment gives some member, by topic id (do not change it)."""
+        out = self._targeted
+        if out is None:
+            out = {}
+            for parts in self.target.values():
+                for t, ps in parts.items():
+                    out.setdefault(t, set()).update(ps)
+            self._targeted = out
+        return out
 
     def state_name(self) -> str:
         return "Stable" if self.members else "Empty"
@@ -146,6 +172,10 @@ class ShareGroup(ModernGroup):
     def replay(self, rec) -> None:
         """Apply one ShareGroup* record (creation and deletion are the coordinator's)."""
         t, v = rec.record_type, rec.value
+        if t == 10 or t == 14:
+            self._names = None
+        elif t == 13:
+            self._targeted = None
         if t == 11:  # ShareGroupMetadata
             if v is not None:
                 self.replay_group_epoch(v)
@@ -458,7 +488,7 @@ class ShareGroupManager:
         # leaves it to its second write.  A target that assigns nothing moved nothing: the interval does
         # not hold the next one back.
         now = self.c.now_ms()
-        empty = not any(ps for parts in g.target.values() for ps in parts.values())
+        empty = not any(g.targeted_partitions().values())
         if not follow_up and ((empty and self._forming_until(g, now) > now) or self._uninitialized_of(g, mid)):
             pass
         elif g.group_epoch > g.assignment_epoch and (
@@ -540,10 +570,7 @@ class ShareGroupManager:
         if not g.members or not g.initialized:
             return False
         names = g.subscribed_topic_names()
-        assigned: dict[bytes, set[int]] = {}
-        for parts in g.target.values():
-            for t, ps in parts.items():
-                assigned.setdefault(t, set()).update(ps)
+        assigned = g.targeted_partitions()
         return any(name in names and assigned.get(tid) != ps for tid, (name, ps) in g.initialized.items())
 
     def assignor_name(self, gid: str) -> str:
@@ -605,7 +632,7 @@ class ShareGroupManager:
         for mid, new in (self._target_changes(draft) if changes is None else changes).items():
             self._emit(draft, records, R.share_target_member(gid, mid, new))
         self._emit(draft, records, R.share_target_epoch(gid, draft.group_epoch, now))
-        if gid in self._forming and any(ps for parts in draft.target.values() for ps in parts.values()):
+        if gid in self._forming and any(draft.targeted_partitions().values()):
             self._forming.pop(gid).close(self.timers)  # the group has formed
 
     def _uninitialized_of(self, g: ShareGroup, mid: str) -> set[bytes]:

@@ -287,3 +287,40 @@ async def test_a_heartbeats_draft_leaves_the_committed_group_as_it_was():
     assert "s1" not in draft.members and "s1" not in draft.target
     assert g.members["s1"] is m and r.error_code == 0
     assert (m.client_id, m.member_epoch, m.assigned, g.target) == before
+
+
+async def test_what_heartbeats_ask_of_the_whole_group_follows_its_records():
+    """A share group keeps its subscribed topics and its targeted partitions between heartbeats (a heartbeat
+    of a 64-member group does not walk the 64 members); each is the walk's answer after every change of
+    subscription, membership and target, and a draft's replay leaves the committed group's alone."""
+    from coordinator.group.modern import ModernGroup
+
+    env = Env()
+    foo, bar = env.cluster.topic_id("foo"), env.cluster.topic_id("bar")
+
+    def check(names, targeted=None):
+        g = env.coord.groups["sg"]
+        assert g.subscribed_topic_names() == ModernGroup.subscribed_topic_names(g) == names
+        walked: dict = {}
+        for parts in g.target.values():
+            for t, ps in parts.items():
+                walked.setdefault(t, set()).update(ps)
+        assert g.targeted_partitions() == walked
+        assert targeted is None or walked == targeted
+
+    r1 = await env.share_hb("sg", "s1", topics=["foo"])
+    check({"foo"}, {foo: {0, 1, 2}})
+    r2 = await env.share_hb("sg", "s2", topics=["bar"])
+    check({"foo", "bar"}, {foo: {0, 1, 2}, bar: {0, 1}})
+    committed = env.coord.groups["sg"]
+    draft = committed.copy()
+    draft.replay(type("Rec", (), {"record_type": 10, "key": type("K", (), {"member_id": "s1"})(), "value": None})())
+    assert draft.subscribed_topic_names() == {"bar"} and committed.subscribed_topic_names() == {"foo", "bar"}
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=["foo"])
+    check({"foo"})
+    assert bar not in env.coord.groups["sg"].targeted_partitions()
+    leave = await env.share_hb("sg", "s1", epoch=-1, topics=None)
+    assert leave.error_code == 0 and r1.error_code == 0
+    check({"foo"})
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    check({"foo"}, {foo: {0, 1, 2}})
