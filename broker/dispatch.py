@@ -55,6 +55,21 @@ class Deferred:
         self.wait = wait
         self.finish = finish
 
+
+class Encoded:
+    """A response body encoded before, sent as it is: what a handler returns for an answer that repeats
+    byte for byte (ApiVersions). It has no ``throttle_time_ms`` for client quotas to fill in, so a handler
+    returns one only for a request that no quota counts (``ctx.quota`` None)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def encode_into(self, b: bytearray, version: int, sp=None) -> None:
+        b += self.body
+
+
 # Kafka's AclOperation and ResourceType names (org.apache.kafka.common.acl / resource).
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, \
     IDEMPOTENT_WRITE = ("READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
@@ -106,6 +121,7 @@ class Handler:
 
 
 HANDLERS: list[Handler | None] = [None] * 128
+REGISTERED = [0]  # handlers registered so far: what a cache of ApiVersions answers is keyed on
 
 
 def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | None = None,
@@ -118,6 +134,7 @@ def handler(api_key: ApiKey, versions: tuple[int, int], advertise_from: int | No
             raise ValueError(f"two handlers for {ApiKey(api_key).name}")
         if fast is not None and acl:
             raise ValueError(f"{ApiKey(api_key).name}: a fast path skips the declared acl")
+        REGISTERED[0] += 1
         HANDLERS[api_key] = Handler(int(api_key), versions, fn,
                                     lo if advertise_from is None else advertise_from, tuple(acl), fast)
         return fn

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from broker.dispatch import handler
+from broker.dispatch import REGISTERED, Encoded, handler
 from broker.server import api_version_entries
 from protocol.errors import Errors
 from protocol.lazy_messages import ApiVersionsResponse
@@ -38,6 +38,10 @@ FEATURES = {
 }
 FEATURES_EPOCH = 1
 
+# the successful answer by version, encoded once: every client connection asks (librdkafka's share consumer
+# opens three); keyed on the handlers registered, of which it lists the ranges
+_ANSWERS: dict[tuple[int, int], Encoded] = {}
+
 
 @handler(ApiKey.API_VERSIONS, versions=(0, 5))
 async def api_versions(ctx, req):
@@ -52,13 +56,26 @@ async def api_versions(ctx, req):
             return ApiVersionsResponse(error_code=Errors.INVALID_REQUEST, api_keys=[])
         if req.cluster_id != node.cluster_id or req.node_id != node.node_id:  # KIP-1242
             return ApiVersionsResponse(error_code=Errors.REBOOTSTRAP_REQUIRED, api_keys=[])
+    if ctx.quota is not None:  # its throttle time goes into the answer
+        return answer(ctx.api_version)
+    key = (ctx.api_version, REGISTERED[0])
+    done = _ANSWERS.get(key)
+    if done is None:
+        b = bytearray()
+        answer(ctx.api_version).encode_into(b, ctx.api_version)
+        done = _ANSWERS[key] = Encoded(bytes(b))
+    return done
+
+
+def answer(version: int) -> ApiVersionsResponse:
+    """The successful answer at ``version``."""
     resp = ApiVersionsResponse(api_keys=api_version_entries())
-    if ctx.api_version >= 3:
+    if version >= 3:
         # below v4 a feature whose minimum is 0 is left out: older clients fail to read it (KAFKA-17492,
         # ApiVersionsResponse.maybeFilterSupportedFeatureKeys)
         resp.supported_features = [
             ApiVersionsResponse.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
-            for n, (lo, hi, _) in FEATURES.items() if lo > 0 or ctx.api_version >= 4]
+            for n, (lo, hi, _) in FEATURES.items() if lo > 0 or version >= 4]
         resp.finalized_features_epoch = FEATURES_EPOCH
         resp.finalized_features = [
             ApiVersionsResponse.FinalizedFeatureKey(name=n, max_version_level=lvl, min_version_level=lvl)
