@@ -2,12 +2,14 @@
 
 Per run: start the broker (ours, with ``--metrics``; or ``--root DIR`` for each source tree to
 compare, runs interleaved), create an empty topic of P partitions, then start N
-confluent_kafka.ShareConsumers (one thread each) that subscribe and poll.  The join is over when
+confluent_kafka.ShareConsumers (one thread each) that, once all are made, subscribe and poll (so they join
+within ``group.share.initial.assignment.delay.ms`` of each other, in one assignment round, as a
+deployment starting together does; without that, how many join late varies from run to run).  The join is over when
 ShareGroupDescribe shows N members that each hold an assignment; the script then lets them poll
 ``--settle`` seconds more (their first ShareFetches, long polls on the empty topic).
 
-Prints per run the broker's CPU (utime+stime of /proc/PID/stat, ms) at the end of the join and
-after the settle time, the join's wall time, and the broker's request counts by API over the run
+Prints per run the broker's CPU (utime+stime of /proc/PID/stat, ms, in 10 ms ticks; and the finer
+run time of its threads from /proc/PID/task/*/schedstat) at the end of the join and after the settle time, the join's wall time, and the broker's request counts by API over the run
 (``kafka_network_requestmetrics_requests_total``; the script's own ShareGroupDescribe polls, one per
 ``--describe-every`` seconds, are among them); then the median per tree.
 
@@ -56,6 +58,19 @@ def request_counts(metrics: str) -> dict[str, int]:
     return counts
 
 
+def run_ns(pid: int) -> int:
+    """The broker's threads' time on a CPU in ns (/proc/PID/task/*/schedstat): utime+stime come in
+    10 ms ticks, too coarse for a join of ~100 ms (a thread that ended meanwhile is not counted)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
 def start(root: str, keep: bool) -> tuple[peers.BrokerProc, str]:
     """Our broker from the source tree ``root``, its metrics on a free port."""
     port, mport = peers.free_port(), peers.free_port()
@@ -68,9 +83,14 @@ def start(root: str, keep: bool) -> tuple[peers.BrokerProc, str]:
     return peers._spawn("ours", argv, port, workdir, root, env, keep, 30.0), f"{peers.LOOPBACK}:{mport}"
 
 
-def worker(bootstrap: str, group: str, topic: str, stop: threading.Event, errors: list[str]) -> None:
+def worker(bootstrap: str, group: str, topic: str, ready: threading.Barrier, stop: threading.Event,
+           errors: list[str]) -> None:
     try:
         sc = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 4})
+        try:
+            ready.wait(60)  # every consumer made: they subscribe together, in one assignment round
+        except threading.BrokenBarrierError:
+            pass
         sc.subscribe([topic])
         while not stop.is_set():
             try:
@@ -100,12 +120,12 @@ def py_spy(pid: int, out: str, gil: bool) -> subprocess.Popen:
 def one_run(bp: peers.BrokerProc, metrics: str, args, run: str) -> dict:
     topic, group = C.unique("join"), C.unique("join-group")
     C.create_topic(bp.bootstrap, topic, args.partitions)
-    stop, errors = threading.Event(), []
+    stop, errors, ready = threading.Event(), [], threading.Barrier(args.consumers)
     spy = py_spy(bp.pid, f"{args.py_spy}.{run}", args.gil) if args.py_spy else None
     admin = AdminClient(bp.bootstrap)
-    counts0, cpu0 = request_counts(metrics), bp.cpu()
+    counts0, cpu0, ns0 = request_counts(metrics), bp.cpu(), run_ns(bp.pid)
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(bp.bootstrap, group, topic, stop, errors), daemon=True)
+    threads = [threading.Thread(target=worker, args=(bp.bootstrap, group, topic, ready, stop, errors), daemon=True)
                for _ in range(args.consumers)]
     for t in threads:
         t.start()
@@ -115,9 +135,9 @@ def one_run(bp: peers.BrokerProc, metrics: str, args, run: str) -> dict:
             stop.set()
             raise RuntimeError(f"not every member assigned after {args.timeout}s; errors: {errors[:3]}")
         time.sleep(args.describe_every)
-    join_s, cpu_join = time.perf_counter() - t0, bp.cpu()
+    join_s, cpu_join, ns_join = time.perf_counter() - t0, bp.cpu(), run_ns(bp.pid)
     time.sleep(args.settle)
-    cpu_settled = bp.cpu()
+    cpu_settled, ns_settled = bp.cpu(), run_ns(bp.pid)
     counts1 = request_counts(metrics)
     if spy:
         spy.send_signal(signal.SIGINT)
@@ -129,6 +149,7 @@ def one_run(bp: peers.BrokerProc, metrics: str, args, run: str) -> dict:
     if errors:
         print(f"!! errors: {errors[:3]}", file=sys.stderr)
     return {"join_s": join_s, "cpu_join_ms": 1000 * (cpu_join - cpu0), "cpu_settled_ms": 1000 * (cpu_settled - cpu0),
+            "run_join_ms": (ns_join - ns0) / 1e6, "run_settled_ms": (ns_settled - ns0) / 1e6,
             "requests": {k: counts1.get(k, 0) - counts0.get(k, 0) for k in counts1 if counts1.get(k, 0) != counts0.get(k, 0)}}
 
 
@@ -168,13 +189,16 @@ def main(argv=None) -> int:
             results[root].append(row)
             reqs = " ".join(f"{k}={v}" for k, v in sorted(row["requests"].items()))
             print(f"run {i + 1} {root}: join {row['join_s']:.2f}s cpu {row['cpu_join_ms']:.0f} ms "
-                  f"(+settle {row['cpu_settled_ms']:.0f} ms) requests {sum(row['requests'].values())}: {reqs}",
+                  f"(+settle {row['cpu_settled_ms']:.0f} ms) schedstat {row['run_join_ms']:.1f} ms "
+                  f"(+settle {row['run_settled_ms']:.1f} ms) requests {sum(row['requests'].values())}: {reqs}",
                   flush=True)
     for root, rows in results.items():
         if rows:
-            med = {k: statistics.median(r[k] for r in rows) for k in ("join_s", "cpu_join_ms", "cpu_settled_ms")}
+            med = {k: statistics.median(r[k] for r in rows)
+                   for k in ("join_s", "cpu_join_ms", "cpu_settled_ms", "run_join_ms", "run_settled_ms")}
             print(f"median of {len(rows)} {root}: join {med['join_s']:.2f}s cpu {med['cpu_join_ms']:.0f} ms "
-                  f"(+settle {med['cpu_settled_ms']:.0f} ms)")
+                  f"(+settle {med['cpu_settled_ms']:.0f} ms) schedstat {med['run_join_ms']:.1f} ms "
+                  f"(+settle {med['run_settled_ms']:.1f} ms)")
     return 0
 
 
