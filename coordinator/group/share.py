@@ -118,17 +118,19 @@ class ShareGroup(ModernGroup):
         super().__init__(group_id)
         self.members: dict[str, ShareMember] = {}
         self.initialized: dict[bytes, tuple[str, set[int]]] = {}  # topic id -> (name, partitions)
-        # What every heartbeat asks of the whole group, computed on first use after a change: the topics
-        # the members subscribe to (dropped by the replay of member records) and the partitions the target
-        # assignment gives anyone, by topic id (dropped by the replay of target records). Never changed in
-        # place: a draft shares them with the committed group until its own replay drops them.
-        self._names: set[str] | None = None
+        # What every heartbeat asks of the whole group, kept so that a heartbeat of a 64-member group does
+        # not walk the 64 members: how many members subscribe to each topic (moved by the replay of member
+        # records), and the partitions the target assignment gives anyone, by topic id (computed on first
+        # use, dropped by the replay of target records). Never changed in place: a draft shares them with
+        # the committed group until its own replay replaces them.
+        self._subscribers: dict[str, int] = {}
         self._targeted: dict[bytes, set[int]] | None = None
 
     def copy(self) -> "ShareGroup":
         """A draft whose member and target maps are its own but whose members, targets and initialized
         partitions are the committed group's until ``replay`` replaces them (it never changes one in
         place): a heartbeat of a 64-member group copies two maps, not 64 members."""
+        self.targeted_partitions()  # computed on the committed group, for every draft until the target changes
         g = object.__new__(ShareGroup)
         g.__dict__.update(self.__dict__)
         g.members, g.target = dict(self.members), dict(self.target)
@@ -137,10 +139,19 @@ class ShareGroup(ModernGroup):
     def subscribed_topic_names(self, members: Iterable | None = None) -> set[str]:
         if members is not None:
             return super().subscribed_topic_names(members)
-        names = self._names
-        if names is None:
-            names = self._names = super().subscribed_topic_names()
-        return set(names)
+        return set(self._subscribers)
+
+    def _subscribe(self, old: ShareMember | None, new: ShareMember | None) -> None:
+        """Move the subscriber counts from member ``old``'s topics to ``new``'s (None: no member)."""
+        counts = dict(self._subscribers)
+        for name in set(old.subscribed_topic_names) if old is not None else ():
+            if counts[name] == 1:
+                del counts[name]
+            else:
+                counts[name] -= 1
+        for name in set(new.subscribed_topic_names) if new is not None else ():
+            counts[name] = counts.get(name, 0) + 1
+        self._subscribers = counts
 
     def targeted_partitions(self) -> dict[bytes, set[int]]:
         """The partitions the target assignment gives some member, by topic id (do not change it)."""
@@ -172,28 +183,28 @@ class ShareGroup(ModernGroup):
     def replay(self, rec) -> None:
         """Apply one ShareGroup* record (creation and deletion are the coordinator's)."""
         t, v = rec.record_type, rec.value
-        if t == 10 or t == 14:
-            self._names = None
-        elif t == 13:
-            self._targeted = None
         if t == 11:  # ShareGroupMetadata
             if v is not None:
                 self.replay_group_epoch(v)
         elif t == 10:  # member metadata
             mid = rec.key.member_id
+            old = self.members.get(mid)
             if v is None:
-                self.members.pop(mid, None)
+                if old is not None:
+                    del self.members[mid]
+                    self._subscribe(old, None)
                 return
-            m = self.members.get(mid)
-            m = m.copy() if m is not None else ShareMember(mid)
+            m = old.copy() if old is not None else ShareMember(mid)
             m.rack_id, m.client_id, m.client_host = v.rack_id, v.client_id, v.client_host
             m.subscribed_topic_names = list(v.subscribed_topic_names)
             self.members[mid] = m
+            self._subscribe(old, m)
         elif t == 12:  # target assignment metadata
             if v is not None:
                 self.replay_target_epoch(v)
         elif t == 13:  # target assignment member
             self.replay_target_member(rec.key.member_id, v)
+            self._targeted = None
         elif t == 14:  # current member assignment (Kafka's getOrMaybeCreateMember: any record order)
             m = self.members.get(rec.key.member_id)
             if v is not None:

@@ -290,9 +290,10 @@ async def test_a_heartbeats_draft_leaves_the_committed_group_as_it_was():
 
 
 async def test_what_heartbeats_ask_of_the_whole_group_follows_its_records():
-    """A share group keeps its subscribed topics and its targeted partitions between heartbeats (a heartbeat
-    of a 64-member group does not walk the 64 members); each is the walk's answer after every change of
-    subscription, membership and target, and a draft's replay leaves the committed group's alone."""
+    """A share group keeps its subscribed topics (a count per topic) and its targeted partitions between
+    heartbeats (a heartbeat of a 64-member group does not walk the 64 members); each is the walk's answer
+    after every change of subscription, membership and target and after a restart, and a draft's replay
+    leaves the committed group's alone."""
     from coordinator.group.modern import ModernGroup
 
     env = Env()
@@ -322,5 +323,12 @@ async def test_what_heartbeats_ask_of_the_whole_group_follows_its_records():
     leave = await env.share_hb("sg", "s1", epoch=-1, topics=None)
     assert leave.error_code == 0 and r1.error_code == 0
     check({"foo"})
-    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    r2 = await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)  # the new target
+    await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)
+    kept = env.coord.groups["sg"]._targeted
+    assert kept is not None  # computed once on the committed group, not on each heartbeat's draft
+    await env.share_hb("sg", "s2", epoch=r2.member_epoch, topics=None)  # no target record: kept
+    assert env.coord.groups["sg"]._targeted is kept
+    check({"foo"}, {foo: {0, 1, 2}})
+    env = await env.restart()  # the same from the replay of the log
     check({"foo"}, {foo: {0, 1, 2}})
