@@ -59,10 +59,10 @@ def test_a_durable_append_is_not_queued_behind_a_topic_creation(tmp_path, monkey
     stuck, release = threading.Event(), threading.Event()
     real = manager_mod._stage_partitions
 
-    def gated(staging, first, end):
+    def gated(staging, paths):
         stuck.set()
         assert release.wait(30)
-        real(staging, first, end)
+        real(staging, paths)
     monkeypatch.setattr(manager_mod, "_stage_partitions", gated)
 
     async def scenario():
