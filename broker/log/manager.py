@@ -43,7 +43,7 @@ from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirForm
 from .background import Background, Inline
 from .faults import FD_RESERVE, OPEN_FILES, STORAGE
 from . import fileio
-from .files import atomic_write, fsync_dir, fsync_path, log_bg_error
+from .files import atomic_write, fsync_dir, log_bg_error
 from .loading import stage_partition
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
@@ -437,7 +437,7 @@ class LogManager:
     async def _persist_durably(self, info: TopicInfo, new: list[PartitionLog], before: bytes | None) -> None:
         """Write and sync the metadata of ``info`` with ``new`` partitions added, on the admin worker
         (``_write_topic_durably``): one fsync of the data directory (every new partition directory moved
-        into it), then of the metadata file and its directory. The partitions' files need no fsync of their
+        into it), then of the metadata file (before its rename into place) and its directory. The partitions' files need no fsync of their
         own: a partition directory or file that a power cut loses is made again, empty, when the topic is
         loaded, and a partition's first fsync covers its directory (Kafka's ``LocalLog.flush``). So 3 fsyncs
         whatever the partition count, where one per file and directory would be 5 per partition. A failed
@@ -445,12 +445,12 @@ class LogManager:
         partitions are removed and KAFKA_STORAGE_ERROR raised."""
         path, data = self._meta_path(info), info.to_json(len(info.logs) + len(new))
         try:
-            await self._on_admin(lambda: _write_topic_durably(self.data_dir, path, data))
+            await self._on_admin(lambda: _write_topic_durably(self.data_dir, path, data, before))
         except OSError as e:
             STORAGE.report("syncing a new topic" if before is None else "syncing new partitions", path, e)
             for plog in new:
                 plog.abandon()
-            await self._on_admin(lambda: _undo_topic_write(path, before, [plog.dir for plog in new]))
+            await self._on_admin(lambda: _remove_all([plog.dir for plog in new]))
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create {info.name}: syncing its "
                                                 f"{len(new)} new partitions failed: {e.strerror or e}") from None
         except asyncio.CancelledError:  # the request went away: the metadata is written, its sync still runs
@@ -755,27 +755,27 @@ def _remove_all(paths: list[str]) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _write_topic_durably(data_dir: str, path: str, data: bytes) -> None:
-    """On the admin worker: a topic's metadata written (tmp, rename) and made durable with the partition
-    directories moved into ``data_dir`` (``LogManager._persist_durably``)."""
-    atomic_write(path, data, sync=False)
+def _write_topic_durably(data_dir: str, path: str, data: bytes, before: bytes | None) -> None:
+    """On the admin worker: the partition directories moved into ``data_dir`` made durable, then a topic's
+    metadata (tmp, fsync, rename, fsync of its directory: ``LogManager._persist_durably``). If a sync fails
+    the metadata is as it was (``before``; None: no file) and the OSError raised."""
     fsync_dir(data_dir)
-    fsync_path(path)
-    fsync_dir(os.path.dirname(path))
+    try:
+        atomic_write(path, data)
+    except OSError:
+        _restore(path, before)
+        raise
 
 
-def _undo_topic_write(path: str, before: bytes | None, dirs: list[str]) -> None:
-    """On the admin worker, after ``_write_topic_durably`` failed: the metadata as it was (``before``;
-    None: no file), the new partitions' directories removed. Not synced: the sync just failed."""
-    if before is None:
-        _remove_quietly(path)
-    else:
-        try:
+def _restore(path: str, before: bytes | None) -> None:
+    """The metadata file ``path`` back to ``before`` (None: removed), after a failed sync (so not synced)."""
+    try:
+        if before is None:
+            _remove_quietly(path)
+        else:
             atomic_write(path, before, sync=False)
-        except OSError as e:
-            log.error("cannot write back the metadata %s: %s", path, e)
-    _remove_quietly(path + ".tmp")
-    _remove_all(dirs)
+    except OSError as e:
+        log.error("cannot write back the metadata %s: %s", path, e)
 
 
 def _unlink_durably(path: str, data: bytes) -> None:
@@ -785,10 +785,7 @@ def _unlink_durably(path: str, data: bytes) -> None:
     try:
         fsync_dir(os.path.dirname(path))
     except OSError:
-        try:
-            atomic_write(path, data, sync=False)
-        except OSError as e:
-            log.error("cannot write back the metadata %s: %s", path, e)
+        _restore(path, data)
         raise
 
 
