@@ -394,7 +394,7 @@ class LogManager:
             except OSError as e:
                 STORAGE.report("deleting a topic's metadata", path, e)
                 raise LogError(KAFKA_STORAGE_ERROR, f"cannot delete {name}: {e.strerror or e}") from None
-            self._drop_topic(info)
+            self._drop_topic(info, on_admin=True)
 
     @contextlib.asynccontextmanager
     async def _changing(self, name: str):
@@ -529,15 +529,21 @@ class LogManager:
             fsync_dir(self._topics_dir)
         self._drop_topic(info)
 
-    def _drop_topic(self, info: TopicInfo) -> None:
+    def _drop_topic(self, info: TopicInfo, on_admin: bool = False) -> None:
         """The in-memory half of a deletion, once the metadata file is gone: the partitions closed without
-        writing and their directories renamed away and removed."""
+        writing and their directories renamed away and removed. ``on_admin``: the renames too run on the
+        admin worker, in one job (no file system call here), so a create of the same name, whose files are
+        made on that worker after it, finds them gone; every create at run time is staged there."""
         name = info.name
         del self._topics[name]
         self._by_id.pop(info.topic_id, None)
         for plog in info.logs:
             plog.abandon()  # nothing fsynced: the files go
-        self._deleting[name] = [plog.dir for plog in info.logs]
+        dirs = [plog.dir for plog in info.logs]
+        if on_admin:
+            self.admin.submit(lambda: _rename_all_doomed(dirs), self._renamed_away)
+            return
+        self._deleting[name] = dirs
         if self.admin.threaded:
             self._rename_away(name)  # the first directories now (a small topic's all), the rest in later callbacks
         else:
@@ -564,6 +570,16 @@ class LogManager:
                 asyncio.get_running_loop().call_soon(self._rename_away, name)
         if remove:
             self._remove_doomed(doomed)
+
+    def _renamed_away(self, result: tuple[list[str], list[tuple[str, OSError]]] | None, exc) -> None:
+        """On the loop, after ``_rename_all_doomed``: failures reported, the renamed directories removed."""
+        if exc is not None:
+            STORAGE.report("renaming a deleted topic's directories", self.data_dir, exc)
+            return
+        doomed, failed = result
+        for path, e in failed:
+            STORAGE.report("renaming a deleted partition's directory", path, e)
+        self._remove_doomed(doomed)
 
     def _finish_deleting(self, name: str, remove: bool = True) -> None:
         """Every directory of a deleted topic ``name`` still to be renamed, now (a topic of that name is being
@@ -748,6 +764,18 @@ def _stage_partitions(staging: str, paths: list[str]) -> None:
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _rename_all_doomed(dirs: list[str]) -> tuple[list[str], list[tuple[str, OSError]]]:
+    """On the admin worker: ``dirs`` renamed to ``*-delete``; returns the new names and the failures (a
+    directory left is removed at the next start-up: it belongs to no topic then)."""
+    doomed, failed = [], []
+    for path in dirs:
+        try:
+            doomed.append(LogManager._rename_doomed(path))
+        except OSError as e:
+            failed.append((path, e))
+    return doomed, failed
 
 
 def _remove_all(paths: list[str]) -> None:

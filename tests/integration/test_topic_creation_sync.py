@@ -195,7 +195,7 @@ def _loop_file_calls(broker: BrokerProcess, out, act) -> list[str]:
     return [line for line in out.read_text().splitlines() if line.strip()]
 
 
-def test_the_event_loop_makes_no_file_system_call_per_created_partition(tmp_path):
+def test_the_event_loop_makes_no_file_system_call_per_created_or_deleted_partition(tmp_path):
     with BrokerProcess(tmp_path / "data") as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert admin.create_topics([NewTopic("warm", 1, 1)])["warm"].exception(60) is None
@@ -207,6 +207,12 @@ def test_the_event_loop_makes_no_file_system_call_per_created_partition(tmp_path
         assert len(big) <= len(small) + 5, big[:40]
         assert len(big) <= 10, big[:40]
         assert len(admin.list_topics(timeout=10).topics["big"].partitions) == 400
+
+        deleted = _loop_file_calls(broker, tmp_path / "delete.strace",
+                                   lambda: admin.delete_topics(["big"])["big"].exception(120))
+        assert len(deleted) <= 10, deleted[:40]
+        until(lambda: not [d for d in os.listdir(tmp_path / "data") if d.startswith("big-") or d.endswith("-delete")],
+              60, "the deleted topic's directories removed")
 
 
 def test_delete_topics_whose_sync_fails_answers_kafka_storage_error_and_keeps_the_topic(tmp_path):
