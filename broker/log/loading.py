@@ -33,6 +33,21 @@ def stage_partition(path: str) -> None:
         os.close(fd)
 
 
+def unstage_partition(path: str) -> None:
+    """Remove a partition directory ``stage_partition`` made (or began), never written since: its files are
+    known, so no listing is needed, and no descriptor (at the open-file limit too). Anything else in it
+    (ENOTEMPTY) raises."""
+    for name in [segment_name(0, suffix) for suffix in SEGMENT_SUFFIXES] + [CHECKPOINT_FILE]:
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+
+
 class LogLoading:
     """The start-up half of ``PartitionLog``; its state is ``PartitionLog``'s (see ``__init__`` there)."""
 

@@ -44,7 +44,7 @@ from .background import Background, Inline
 from .faults import FD_RESERVE, OPEN_FILES, STORAGE
 from . import fileio
 from .files import atomic_write, fsync_dir, log_bg_error
-from .loading import stage_partition
+from .loading import stage_partition, unstage_partition
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -426,10 +426,10 @@ class LogManager:
             for plog in logs:
                 plog.abandon()
             if not isinstance(e, OSError):  # the request went away
-                self.admin.submit(lambda: _remove_all(paths), log_bg_error)
+                self.admin.submit(lambda: _remove_staged(paths), log_bg_error)
                 raise
             STORAGE.report("creating a partition", staging, e)
-            await self._on_admin(lambda: _remove_all(paths))
+            await self._on_admin(lambda: _remove_staged(paths))
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions {first}..{end - 1} of {info.name}: "
                                                 f"{e.strerror or e}") from None
         return logs
@@ -450,7 +450,7 @@ class LogManager:
             STORAGE.report("syncing a new topic" if before is None else "syncing new partitions", path, e)
             for plog in new:
                 plog.abandon()
-            await self._on_admin(lambda: _remove_all([plog.dir for plog in new]))
+            await self._on_admin(lambda: _remove_staged([plog.dir for plog in new]))
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create {info.name}: syncing its "
                                                 f"{len(new)} new partitions failed: {e.strerror or e}") from None
         except asyncio.CancelledError:  # the request went away: the metadata is written, its sync still runs
@@ -752,6 +752,7 @@ def _stage_partitions(staging: str, paths: list[str]) -> None:
     ``staging`` and renamed into place (a stale directory of that name renamed away and removed first), so
     the loop opens it without a system call. On failure those of ``paths`` made are removed and the
     OSError raised."""
+    made = staging
     try:
         for path in paths:
             made = os.path.join(staging, os.path.basename(path))
@@ -760,10 +761,10 @@ def _stage_partitions(staging: str, paths: list[str]) -> None:
                 shutil.rmtree(LogManager._rename_doomed(path), ignore_errors=True)
             fileio.rename(made, path)
     except OSError:
-        _remove_all(paths)
+        _remove_staged([made, *paths])
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_staged([staging])
 
 
 def _rename_all_doomed(dirs: list[str]) -> tuple[list[str], list[tuple[str, OSError]]]:
@@ -778,9 +779,15 @@ def _rename_all_doomed(dirs: list[str]) -> tuple[list[str], list[tuple[str, OSEr
     return doomed, failed
 
 
-def _remove_all(paths: list[str]) -> None:
+def _remove_staged(paths: list[str]) -> None:
+    """Partition directories ``stage_partition`` made (and the staging directory) removed without a
+    descriptor where they hold only what it made (``unstage_partition``), so an undo at the open-file
+    limit leaves nothing; anything else with ``rmtree``."""
     for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            unstage_partition(path)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_topic_durably(data_dir: str, path: str, data: bytes, before: bytes | None) -> None:
