@@ -14,7 +14,8 @@ brokers are spawned: they inherit it). ``scale`` (per broker kind, one after the
 
 ``latency``: a producer sends a 100-byte record every 2 ms (acks=1, linger 0) to an existing
 one-partition topic; meanwhile another client creates a ``--per-topic``-partition topic, then
-deletes it. Delivery latency p50/p99/max of the records sent during each operation (and alone).
+deletes it. Delivery latency p50/p99/max of the records sent during each operation (and alone);
+with ``--stall-ms N`` ours logs event-loop stalls of N ms or more and the run counts them.
 
     python bench/partitions.py scale --kind ours --kind kafka --partitions 50000
     python bench/partitions.py latency --kind ours --kind kafka
@@ -143,7 +144,24 @@ def remove_later(paths: list[str]) -> None:
 def open_broker(kind: str, args) -> Ours | Kafka:
     if kind == "kafka":
         return Kafka(args.kafka_heap)
-    return Ours(["--set", "sharebroker.durability=page-cache"] if kind == "ours-pagecache" else [])
+    extra = ["--set", "sharebroker.durability=page-cache"] if kind == "ours-pagecache" else []
+    if args.stall_ms:
+        extra += ["--set", f"sharebroker.loop.stall.log.ms={args.stall_ms}"]
+    return Ours(extra)
+
+
+def loop_stalls(b) -> str:
+    """Ours: how many event-loop stalls its log reports once started (``--stall-ms``; start-up's left
+    out), the longest, and how long the loop thread was blocked in the kernel in the worst of them."""
+    if not isinstance(b, Ours) or b.bp is None:
+        return ""
+    with open(b.bp.log_path, errors="replace") as f:
+        log = f.readlines()
+    first = next((i for i, line in enumerate(log) if "coordinators loaded" in line), 0)
+    lines = [line for line in log[first:] if "event loop stalled" in line]
+    ms = [int(line.split("stalled ", 1)[1].split(" ", 1)[0]) for line in lines]
+    blocked = [int(line.split("blocked ", 1)[1].split(" ", 1)[0]) for line in lines if "blocked " in line]
+    return f"{len(lines)} loop stalls, longest {max(ms, default=0)} ms, most blocked {max(blocked, default=0)} ms"
 
 
 def snapshot(b, step: str, seconds: float, **extra) -> dict:
@@ -304,6 +322,8 @@ def latency(kind: str, args) -> list[dict]:
                          "p50 ms": statistics.median(lat) if lat else float("nan"),
                          "p99 ms": percentile(lat, 99), "max ms": lat[-1] if lat else float("nan")})
             print(rows[-1], file=sys.stderr, flush=True)
+        if args.stall_ms:
+            print(f"{kind}: {loop_stalls(b)}", flush=True)
         return rows
     finally:
         b.close()
@@ -319,6 +339,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nofile", type=int, default=20000, help="open-file limit of the brokers")
     ap.add_argument("--kafka-heap", default="-Xmx1g")
     ap.add_argument("--alone", type=float, default=3.0, help="latency: seconds of the producer alone first")
+    ap.add_argument("--stall-ms", type=int, default=0,
+                    help="latency, ours: log event-loop stalls of this many ms and count them (0: off)")
     args = ap.parse_args(argv)
     args.kafka_partitions = args.kafka_partitions or args.partitions
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

@@ -75,7 +75,8 @@ class Broker:
                               producer_id_expiration_ms=config.get_int("producer.id.expiration.ms", 86400000),
                               producer_id_expiration_check_interval_ms=config.get_int(
                                   "producer.id.expiration.check.interval.ms", 600000), node_id=node_id,
-                              durable=config.get("sharebroker.durability", "fsync") == "fsync")
+                              durable=config.get("sharebroker.durability", "fsync") == "fsync",
+                              syncfs=config.get_bool("sharebroker.log.syncfs.enable", True))
         except (DataDirLockedError, DataDirFormatError) as e:
             raise StartupError(str(e)) from None
         except ValueError as e:

@@ -55,6 +55,8 @@ BROKER_KEYS: dict[str, ConfigDef] = dict([
     # when an acknowledgement means "on disk" (README "Durability"): fsync (the default) or page-cache (Kafka's)
     _k("sharebroker.durability", STRING, choices=("fsync", "page-cache")),
     _k("sharebroker.log.max.open.files", INT, minimum=1),  # broker/log/faults.py OpenFiles (default: half the limit)
+    # false: no syncfs(2) of the data directory's file system (merged syncs, clean shutdown), each file its own fsync
+    _k("sharebroker.log.syncfs.enable", BOOLEAN),
     _k("log.retention.check.interval.ms", LONG, minimum=1),
     _k("log.retention.minutes", INT),
     _k("log.retention.hours", INT),

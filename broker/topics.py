@@ -109,16 +109,18 @@ class Topics:
             _warn_storage(e)
             raise
 
-    def add_partitions(self, name: str, count: int) -> None:
+    async def add_partitions(self, name: str, count: int) -> None:
+        """CreatePartitions: answered once the new partition count is durable (``LogManager.add_partitions_staged``)."""
         try:
-            self.logs.add_partitions(name, count)
+            await self.logs.add_partitions_staged(name, count)
         except LogError as e:
             _warn_storage(e)
             raise
 
-    def delete(self, name: str) -> None:
+    async def delete(self, name: str) -> None:
+        """DeleteTopics: the topic goes once its deletion is durable (``LogManager.delete_topic_durably``)."""
         info = self.logs.topic(name)
-        self.logs.delete_topic(name)
+        await self.logs.delete_topic_durably(name)
         for fn in self._delete_listeners:
             fn(name, info.topic_id.bytes)
         for p in range(info.partitions):

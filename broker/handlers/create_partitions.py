@@ -84,7 +84,7 @@ async def create_partitions(ctx, req):
             out.append(_R(name=t.name))
             continue
         try:
-            c.topics.add_partitions(t.name, t.count)
+            await c.topics.add_partitions(t.name, t.count)
             out.append(_R(name=t.name))
         except LogError as e:
             out.append(_R(name=t.name, error_code=e.code, error_message=str(e)))

@@ -64,7 +64,7 @@ async def delete_topics(ctx, req):
                           error_message="The throttling quota has been exceeded."))
             continue
         try:
-            c.topics.delete(info.name)
+            await c.topics.delete(info.name)
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes))
         except LogError as e:
             out.append(_R(name=info.name, topic_id=info.topic_id.bytes, error_code=e.code, error_message=str(e)))

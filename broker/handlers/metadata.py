@@ -3,7 +3,9 @@
 Topics by name, or by id from v10 (librdkafka resolves share-group assignments by
 id); an unknown id gets UNKNOWN_TOPIC_ID.  A null topic list means all topics.
 Unknown names are created when ``auto.create.topics.enable`` is true and the
-request allows it (always before v4), with ``num.partitions`` partitions.  The
+request allows it (always before v4), with ``num.partitions`` partitions, answered once the
+topic is durable (as CreateTopics; KAFKA_STORAGE_ERROR if that fails, LEADER_NOT_AVAILABLE while
+another request creates it).  The
 broker's address is that of the listener the request came on.
 
 Authorization, as KafkaApis.handleTopicMetadataRequest: topics the principal may
@@ -187,10 +189,10 @@ async def metadata(ctx, req):
                         if not (allowed_cluster(ctx, "CREATE") or allowed(ctx, "CREATE", "TOPIC", t.name)):
                             topics.append(_denied(v, t.name))
                             continue
-                        try:
-                            info = c.topics.create(t.name, c.config.get_int("num.partitions", 1), {})
-                        except LogError as e:
-                            code = e.code
+                        try:  # answered once the topic is durable, as CreateTopics
+                            info = await c.topics.create_staged(t.name, c.config.get_int("num.partitions", 1), {})
+                        except LogError as e:  # being created by another request: Kafka's answer meanwhile
+                            code = Errors.LEADER_NOT_AVAILABLE if e.code == Errors.TOPIC_ALREADY_EXISTS else e.code
                     if info is None:
                         topics.append(entry_bytes(v, _T(error_code=code, name=t.name)))
                         continue

@@ -24,6 +24,7 @@ No tasks are created here: the server calls ``maintenance()`` from a loop timer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import json
@@ -42,10 +43,9 @@ from .errors import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, DataDirForm
 from .background import Background, Inline
 from .faults import FD_RESERVE, OPEN_FILES, STORAGE
 from . import fileio
-from .files import atomic_write, fsync_dir, fsync_path, log_bg_error
-from .loading import CHECKPOINT_FILE
+from .files import atomic_write, fsync_dir, log_bg_error
+from .loading import stage_partition, unstage_partition
 from .partition_log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PartitionLog
-from .segment import SEGMENT_SUFFIXES, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600000
 TOPIC_FORMAT_VERSION = 1  # ``version`` in meta/topics/<id>.json
 STAGING_SUFFIX = "-staging"  # data_dir/<hex>-staging/<p>/: a topic's partitions made on the admin worker
-OPEN_PER_CALLBACK = 16  # staged partitions moved into place and opened per event-loop callback
+OPEN_PER_CALLBACK = 16  # deleted partitions' directories renamed away per event-loop callback
 # partitions made, or deleted partitions' directories removed, per admin-worker job: other topic work
 # (another CreateTopics, a topic's metadata sync) submitted meanwhile runs between two jobs
 STAGE_PER_JOB = 16
@@ -85,9 +85,11 @@ class TopicInfo:
     def partitions(self) -> int:
         return len(self.logs)
 
-    def to_json(self) -> bytes:
+    def to_json(self, partitions: int | None = None) -> bytes:
+        """The metadata file's content; ``partitions``: the count to write, if not the current one."""
         return json.dumps({"version": TOPIC_FORMAT_VERSION, "name": self.name, "topic_id": str(self.topic_id),
-                           "partitions": len(self.logs), "configs": self.configs}, sort_keys=True).encode()
+                           "partitions": len(self.logs) if partitions is None else partitions,
+                           "configs": self.configs}, sort_keys=True).encode()
 
     def __repr__(self) -> str:
         return f"TopicInfo({self.name}, id={self.topic_id}, partitions={len(self.logs)})"
@@ -98,10 +100,13 @@ class LogManager:
                  clock: Callable[[], int] | None = None,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
                  producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
-                 node_id: int = 1, durable: bool = False):
+                 node_id: int = 1, durable: bool = False, syncfs: bool = True):
         self.data_dir = os.path.abspath(data_dir)
         # durable mode: appends are answered and shown to consumers once fsynced (PartitionLog, README "Durability")
         self.durable = durable
+        # False (``sharebroker.log.syncfs.enable``): no syncfs(2), which would also write other programs' dirty
+        # data on a shared file system: queued fsyncs are not merged, close fsyncs each partition
+        self.syncfs = syncfs
         self.on_durable: Callable[[str, int], None] | None = None  # (topic, partition): its high watermark moved
         # Both raise DataDirFormatError before anything in the directory is written.
         stored = meta_properties.verify(self.data_dir, node_id)
@@ -120,6 +125,8 @@ class LogManager:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._creating: set[str] = set()  # names of topics create_topic_staged is making (reserved)
+        # topic name -> done when the change of it under way (added partitions, deletion) is answered
+        self._changes: dict[str, asyncio.Future] = {}
         self._deleting: dict[str, list[str]] = {}  # deleted topics' directories still to rename away (_rename_away)
         os.makedirs(self.data_dir, exist_ok=True)
         self._lock_fd = self._lock()
@@ -151,7 +158,8 @@ class LogManager:
         """
         if not self.background.threaded:
             loop = loop or asyncio.get_running_loop()
-            self.background = Background(loop, merge_in=self.data_dir)  # partitions' queued fsyncs: one syncfs
+            # partitions' queued fsyncs: one syncfs
+            self.background = Background(loop, merge_in=self.data_dir if self.syncfs else None)
             self.admin = Background(loop, name="log-admin")
             for plog in self.all_logs():
                 plog.set_background(self.background)
@@ -235,7 +243,7 @@ class LogManager:
                 log.warning("removing directory %s: it belongs to no known topic partition", full)
                 self._remove_dir(full)
 
-    def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool) -> PartitionLog:
+    def _open_log(self, topic: str, partition: int, cfg: LogConfig, clean: bool, staged: bool = False) -> PartitionLog:
         """Open (load or create) one partition; then the segment files open are trimmed to the bound
         (``faults.OpenFiles``: a load holds no read's descriptor), so loading or creating any number
         of partitions keeps at most that many open."""
@@ -246,7 +254,7 @@ class LogManager:
                             clock=self.clock, clean_shutdown=clean,
                             producer_id_expiration_ms=self.producer_id_expiration_ms,
                             background=self.background if self.background.threaded else None,
-                            durable=self.durable, on_durable=durable)
+                            durable=self.durable, on_durable=durable, staged=staged)
         OPEN_FILES.trim()
         return plog
 
@@ -333,77 +341,124 @@ class LogManager:
     async def create_topic_staged(self, name: str, partitions: int,
                                   configs: Mapping[str, object] | None = None) -> TopicInfo:
         """``create_topic`` for a request served on the event loop, which it does not stall: the
-        partitions' files are made on the admin worker (creating a file can wait for the file system's
-        journal), under ``<hex>-staging`` (removed at start-up if a crash leaves it), then each partition
-        directory is renamed into place and opened here, ``OPEN_PER_CALLBACK`` of them per loop callback,
-        and the topic is made durable (``_persist_durably``) before this returns. The name is reserved
-        meanwhile (another create of it: TOPIC_ALREADY_EXISTS) and the topic appears whole when its
-        metadata is synced. All or nothing, as ``create_topic``. Nothing of this runs on the worker of
-        the fsyncs that acknowledgements wait for."""
+        partitions are made on the admin worker (``_stage_partitions``: creating a file can wait for the
+        file system's journal) and installed here with no system call, and the topic is made durable
+        (``_persist_durably``) before this returns. The name is reserved meanwhile (another create of it:
+        TOPIC_ALREADY_EXISTS) and the topic appears whole when its metadata is synced. All or nothing, as
+        ``create_topic``. Nothing of this runs on the worker of the fsyncs that acknowledgements wait for."""
         if not self.background.threaded:
             return self.create_topic(name, partitions, configs)
         overrides = self._check_new_topic(name, partitions, configs)
         self._finish_deleting(name)
         self._creating.add(name)
-        staging = os.path.join(self.data_dir, f"{uuid.uuid4().hex}{STAGING_SUFFIX}")
         try:
-            try:
-                for first in range(0, partitions, STAGE_PER_JOB):
-                    await self._on_admin(lambda first=first: _stage_partitions(
-                        staging, first, min(first + STAGE_PER_JOB, partitions)))
-            except OSError as e:
-                STORAGE.report("creating a partition", staging, e)
-                raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions 0..{partitions - 1} of {name}: "
-                                                    f"{e.strerror or e}") from None
             info = TopicInfo(name, new_topic_id(), overrides)
-            cfg = self._config_for(overrides)
-            try:
-                for p in range(partitions):
-                    if p and p % OPEN_PER_CALLBACK == 0:
-                        await asyncio.sleep(0)
-                    path = os.path.join(self.data_dir, f"{name}-{p}")
-                    if os.path.exists(path):
-                        self._remove_dir(path)  # stale leftovers must not resurface as data
-                    fileio.rename(os.path.join(staging, str(p)), path)
-                    info.logs.append(self._open_log(name, p, cfg, clean=True))
-            except OSError as e:
-                STORAGE.report("creating a partition", os.path.join(self.data_dir, f"{name}-{len(info.logs)}"), e)
-                self._undo_logs(info, 0)
-                raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions 0..{partitions - 1} of "
-                                                    f"{name}: {e.strerror or e}") from None
-            await self._persist_durably(info)
+            new = await self._stage_logs(info, 0, partitions, self._config_for(overrides))
+            await self._persist_durably(info, new, None)
         finally:
             self._creating.discard(name)
-            self.admin.submit(lambda: shutil.rmtree(staging, ignore_errors=True))
+        info.logs.extend(new)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
         return info
 
-    async def _persist_durably(self, info: TopicInfo) -> None:
-        """Write a new topic's metadata and make the topic durable, then register it: one fsync of the data
-        directory (every partition directory renamed into it), then of the metadata file and its directory,
-        on the admin worker. The partitions' files need no fsync of their own: a partition directory or file
-        that a power cut loses is made again, empty, when the topic is loaded, and a partition's first fsync
-        covers its directory (Kafka's ``LocalLog.flush``). So 3 fsyncs whatever the partition count, where
-        one per file and directory would be 5 per partition. A failed sync is never taken as durable: the
-        partitions are removed and KAFKA_STORAGE_ERROR raised."""
-        path = self._meta_path(info)
+    async def add_partitions_staged(self, name: str, new_total: int) -> TopicInfo:
+        """``add_partitions`` for a request served on the event loop: the new partitions are made as
+        ``create_topic_staged`` makes a topic's, and they appear once the metadata naming them is synced
+        (Kafka's controller answers once the record is committed). A failure answers KAFKA_STORAGE_ERROR
+        and leaves the topic as it was, its metadata file included."""
+        if not self.background.threaded:
+            return self.add_partitions(name, new_total)
+        async with self._changing(name):
+            info = self._checked_increase(name, new_total)
+            before = info.to_json()
+            new = await self._stage_logs(info, len(info.logs), new_total, self._config_for(info.configs))
+            await self._persist_durably(info, new, before)
+            info.logs.extend(new)
+        return info
+
+    async def delete_topic_durably(self, name: str) -> None:
+        """``delete_topic`` for a request served on the event loop: the metadata file is removed and its
+        directory fsynced on the admin worker before the topic goes (Kafka's controller answers once the
+        record is committed). If that fails the file is written back, the topic stays, and
+        KAFKA_STORAGE_ERROR is raised."""
+        if not self.admin.threaded:
+            return self.delete_topic(name)
+        async with self._changing(name):
+            info = self._topics.get(name)
+            if info is None:
+                raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            path, data = self._meta_path(info), info.to_json()
+            try:
+                await self._on_admin(lambda: _unlink_durably(path, data))
+            except OSError as e:
+                STORAGE.report("deleting a topic's metadata", path, e)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot delete {name}: {e.strerror or e}") from None
+            self._drop_topic(info, on_admin=True)
+
+    @contextlib.asynccontextmanager
+    async def _changing(self, name: str):
+        """One change of topic ``name`` (partitions added, the topic deleted) at a time: a second one
+        waits for the first to be answered, then sees what it did."""
+        while name in self._changes:
+            await asyncio.shield(self._changes[name])
+        done = self._changes[name] = asyncio.get_running_loop().create_future()
         try:
-            atomic_write(path, info.to_json(), sync=False)  # tmp + rename; the fsyncs follow on the worker
-            await self._on_admin(lambda: _sync_new_topic(self.data_dir, path))
+            yield
+        finally:
+            del self._changes[name]
+            done.set_result(None)
+
+    async def _stage_logs(self, info: TopicInfo, first: int, end: int, cfg: LogConfig) -> list[PartitionLog]:
+        """Partitions ``first``..``end - 1`` of ``info``: made and moved into place on the admin worker,
+        ``STAGE_PER_JOB`` per job, and opened here without a system call (``PartitionLog(staged=True)``).
+        Not yet in ``info``. On failure those made are removed and KAFKA_STORAGE_ERROR raised."""
+        staging = os.path.join(self.data_dir, f"{uuid.uuid4().hex}{STAGING_SUFFIX}")
+        paths = [os.path.join(self.data_dir, f"{info.name}-{p}") for p in range(first, end)]
+        logs: list[PartitionLog] = []
+        try:
+            for i in range(0, len(paths), STAGE_PER_JOB):
+                piece = paths[i:i + STAGE_PER_JOB]
+                await self._on_admin(lambda piece=piece: _stage_partitions(staging, piece))
+                for p in range(first + i, first + i + len(piece)):
+                    logs.append(self._open_log(info.name, p, cfg, clean=True, staged=True))
+        except BaseException as e:
+            for plog in logs:
+                plog.abandon()
+            if not isinstance(e, OSError):  # the request went away
+                self.admin.submit(lambda: _remove_staged(paths), log_bg_error)
+                raise
+            STORAGE.report("creating a partition", staging, e)
+            await self._on_admin(lambda: _remove_staged(paths))
+            raise LogError(KAFKA_STORAGE_ERROR, f"cannot create partitions {first}..{end - 1} of {info.name}: "
+                                                f"{e.strerror or e}") from None
+        return logs
+
+    async def _persist_durably(self, info: TopicInfo, new: list[PartitionLog], before: bytes | None) -> None:
+        """Write and sync the metadata of ``info`` with ``new`` partitions added, on the admin worker
+        (``_write_topic_durably``): one fsync of the data directory (every new partition directory moved
+        into it), then of the metadata file (before its rename into place) and its directory. The partitions' files need no fsync of their
+        own: a partition directory or file that a power cut loses is made again, empty, when the topic is
+        loaded, and a partition's first fsync covers its directory (Kafka's ``LocalLog.flush``). So 3 fsyncs
+        whatever the partition count, where one per file and directory would be 5 per partition. A failed
+        sync is never taken as durable: the metadata goes back to ``before`` (removed if None), the new
+        partitions are removed and KAFKA_STORAGE_ERROR raised."""
+        path, data = self._meta_path(info), info.to_json(len(info.logs) + len(new))
+        try:
+            await self._on_admin(lambda: _write_topic_durably(self.data_dir, path, data, before))
         except OSError as e:
-            STORAGE.report("syncing a new topic", path, e)
-            self._undo_logs(info, 0)
-            _remove_quietly(path)
-            _remove_quietly(path + ".tmp")
-            topics_dir = self._topics_dir
-            self.admin.submit(lambda: fsync_dir(topics_dir), log_bg_error)
+            STORAGE.report("syncing a new topic" if before is None else "syncing new partitions", path, e)
+            for plog in new:
+                plog.abandon()
+            await self._on_admin(lambda: _remove_staged([plog.dir for plog in new]))
             raise LogError(KAFKA_STORAGE_ERROR, f"cannot create {info.name}: syncing its "
-                                                f"{info.partitions} partitions failed: {e.strerror or e}") from None
-        except asyncio.CancelledError:  # the request went away: the topic is written, its sync still runs
-            self._topics[info.name] = info
-            self._by_id[info.topic_id] = info
+                                                f"{len(new)} new partitions failed: {e.strerror or e}") from None
+        except asyncio.CancelledError:  # the request went away: the metadata is written, its sync still runs
+            info.logs.extend(new)
+            if before is None:
+                self._topics[info.name] = info
+                self._by_id[info.topic_id] = info
             raise
-        self._topics[info.name] = info
-        self._by_id[info.topic_id] = info
 
     def _on_admin(self, job) -> asyncio.Future:
         """``job`` on the admin worker; a future of its result. Long work goes in pieces, each submitted
@@ -461,19 +516,34 @@ class LogManager:
                     STORAGE.report("removing a refused partition", path, e)
 
     def delete_topic(self, name: str) -> None:
-        info = self._topics.pop(name, None)
+        """Delete a topic, its metadata file's removal synced on the admin worker after this returns
+        (``delete_topic_durably`` waits for it)."""
+        info = self._topics.get(name)
         if info is None:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        self._by_id.pop(info.topic_id, None)
         os.unlink(self._meta_path(info))
         if self.admin.threaded:
             topics_dir = self._topics_dir
             self.admin.submit(lambda: fsync_dir(topics_dir), log_bg_error)
         else:
             fsync_dir(self._topics_dir)
+        self._drop_topic(info)
+
+    def _drop_topic(self, info: TopicInfo, on_admin: bool = False) -> None:
+        """The in-memory half of a deletion, once the metadata file is gone: the partitions closed without
+        writing and their directories renamed away and removed. ``on_admin``: the renames too run on the
+        admin worker, in one job (no file system call here), so a create of the same name, whose files are
+        made on that worker after it, finds them gone; every create at run time is staged there."""
+        name = info.name
+        del self._topics[name]
+        self._by_id.pop(info.topic_id, None)
         for plog in info.logs:
             plog.abandon()  # nothing fsynced: the files go
-        self._deleting[name] = [plog.dir for plog in info.logs]
+        dirs = [plog.dir for plog in info.logs]
+        if on_admin:
+            self.admin.submit(lambda: _rename_all_doomed(dirs), self._renamed_away)
+            return
+        self._deleting[name] = dirs
         if self.admin.threaded:
             self._rename_away(name)  # the first directories now (a small topic's all), the rest in later callbacks
         else:
@@ -501,6 +571,16 @@ class LogManager:
         if remove:
             self._remove_doomed(doomed)
 
+    def _renamed_away(self, result: tuple[list[str], list[tuple[str, OSError]]] | None, exc) -> None:
+        """On the loop, after ``_rename_all_doomed``: failures reported, the renamed directories removed."""
+        if exc is not None:
+            STORAGE.report("renaming a deleted topic's directories", self.data_dir, exc)
+            return
+        doomed, failed = result
+        for path, e in failed:
+            STORAGE.report("renaming a deleted partition's directory", path, e)
+        self._remove_doomed(doomed)
+
     def _finish_deleting(self, name: str, remove: bool = True) -> None:
         """Every directory of a deleted topic ``name`` still to be renamed, now (a topic of that name is being
         created, or the broker closes: then the ``*-delete`` directories are left for the next start-up)."""
@@ -508,15 +588,19 @@ class LogManager:
             self._rename_away(name, remove, chain=False)
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        info = self._checked_increase(name, new_total)
+        before = len(info.logs)
+        self._add_logs(info, new_total, self._config_for(info.configs))
+        self._persist_or_undo(info, before)
+        return info
+
+    def _checked_increase(self, name: str, new_total: int) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:
             raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         if new_total <= len(info.logs):
             raise LogError(INVALID_PARTITIONS, f"Topic currently has {len(info.logs)} partitions, {new_total} "
                                                f"would not be an increase.")
-        before = len(info.logs)
-        self._add_logs(info, new_total, self._config_for(info.configs))
-        self._persist_or_undo(info, before)
         return info
 
     def set_topic_configs(self, name: str, configs: Mapping[str, object]) -> TopicInfo:
@@ -589,7 +673,7 @@ class LogManager:
         if self._lock_fd is None:
             return None
         # a syncfs failed while running: a partition's unseen writeback error is reported only to its own fsync
-        trust_syncfs = getattr(self.background, "syncfs_failed", None) is None
+        trust_syncfs = self.syncfs and getattr(self.background, "syncfs_failed", None) is None
         for name in list(self._deleting):
             self._finish_deleting(name, remove=False)
         for worker in (self.admin, self.background):
@@ -663,31 +747,81 @@ class LogManager:
             os.close(fd)
 
 
-def _stage_partitions(staging: str, first: int, end: int) -> None:
-    """On the worker: ``staging/<p>`` for ``first`` <= p < ``end``, each an empty partition as
-    ``PartitionLog`` makes one (the first segment's three files, a checkpoint), so opening it creates no
-    file. On failure what was made is removed and the OSError raised."""
+def _stage_partitions(staging: str, paths: list[str]) -> None:
+    """On the admin worker: each of ``paths`` made an empty partition (``loading.stage_partition``) under
+    ``staging`` and renamed into place (a stale directory of that name renamed away and removed first), so
+    the loop opens it without a system call. On failure those of ``paths`` made are removed and the
+    OSError raised."""
+    made = staging
     try:
-        for p in range(first, end):
-            d = os.path.join(staging, str(p))
-            os.makedirs(d)
-            for suffix in SEGMENT_SUFFIXES:
-                os.close(fileio.open(os.path.join(d, segment_name(0, suffix)), os.O_WRONLY | os.O_CREAT, 0o644))
-            fd = fileio.open(os.path.join(d, CHECKPOINT_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                fileio.write(fd, b"v1 0 0\n")
-            finally:
-                os.close(fd)
+        for path in paths:
+            made = os.path.join(staging, os.path.basename(path))
+            stage_partition(made)
+            if os.path.lexists(path):  # stale leftovers must not resurface as data
+                shutil.rmtree(LogManager._rename_doomed(path), ignore_errors=True)
+            fileio.rename(made, path)
     except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_staged([made, *paths])
+        raise
+    finally:
+        _remove_staged([staging])
+
+
+def _rename_all_doomed(dirs: list[str]) -> tuple[list[str], list[tuple[str, OSError]]]:
+    """On the admin worker: ``dirs`` renamed to ``*-delete``; returns the new names and the failures (a
+    directory left is removed at the next start-up: it belongs to no topic then)."""
+    doomed, failed = [], []
+    for path in dirs:
+        try:
+            doomed.append(LogManager._rename_doomed(path))
+        except OSError as e:
+            failed.append((path, e))
+    return doomed, failed
+
+
+def _remove_staged(paths: list[str]) -> None:
+    """Partition directories ``stage_partition`` made (and the staging directory) removed without a
+    descriptor where they hold only what it made (``unstage_partition``), so an undo at the open-file
+    limit leaves nothing; anything else with ``rmtree``."""
+    for path in paths:
+        try:
+            unstage_partition(path)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_topic_durably(data_dir: str, path: str, data: bytes, before: bytes | None) -> None:
+    """On the admin worker: the partition directories moved into ``data_dir`` made durable, then a topic's
+    metadata (tmp, fsync, rename, fsync of its directory: ``LogManager._persist_durably``). If a sync fails
+    the metadata is as it was (``before``; None: no file) and the OSError raised."""
+    fsync_dir(data_dir)
+    try:
+        atomic_write(path, data)
+    except OSError:
+        _restore(path, before)
         raise
 
 
-def _sync_new_topic(data_dir: str, meta_path: str) -> None:
-    """On the admin worker: the fsyncs that make a created topic durable (``_persist_durably``)."""
-    fsync_dir(data_dir)
-    fsync_path(meta_path)
-    fsync_dir(os.path.dirname(meta_path))
+def _restore(path: str, before: bytes | None) -> None:
+    """The metadata file ``path`` back to ``before`` (None: removed), after a failed sync (so not synced)."""
+    try:
+        if before is None:
+            _remove_quietly(path)
+        else:
+            atomic_write(path, before, sync=False)
+    except OSError as e:
+        log.error("cannot write back the metadata %s: %s", path, e)
+
+
+def _unlink_durably(path: str, data: bytes) -> None:
+    """On the admin worker: a deleted topic's metadata file removed and its directory synced; if the sync
+    fails the file is written back (``data``) and the OSError raised."""
+    os.unlink(path)
+    try:
+        fsync_dir(os.path.dirname(path))
+    except OSError:
+        _restore(path, data)
+        raise
 
 
 def _remove_quietly(path: str) -> None:

@@ -94,7 +94,9 @@ class PartitionLog(LogLoading, LogSyncing):
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig | dict | None = None, *,
                  clock: Callable[[], int] | None = None, clean_shutdown: bool = False,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, leader_epoch: int = 0,
-                 background=None, durable: bool = False, on_durable: Callable[[], None] | None = None):
+                 background=None, durable: bool = False, on_durable: Callable[[], None] | None = None,
+                 staged: bool = False):
+        """``staged``: ``dir_path`` was just made by ``loading.stage_partition``; nothing is read."""
         self.dir = dir_path
         self.topic = topic
         self.partition = partition
@@ -141,6 +143,11 @@ class PartitionLog(LogLoading, LogSyncing):
         self._read_failing = 0  # reads failed since the last one that succeeded (likewise)
         self._ckpt_failing = 0  # checkpoint writes failed since the last one that succeeded (likewise)
         self.damage = DamageWatch(f"{topic}-{partition}", self._bg)  # damage at rest; see damage.py
+        if staged:
+            self._load_staged()
+            if durable:
+                self._set_durable_mark(0)
+            return
         os.makedirs(dir_path, exist_ok=True)
         try:
             self._load(clean_shutdown)

@@ -198,9 +198,15 @@ class Segment:
             spare.discard()
             unlink_all(targets)
             raise
-        seg._new_arrays()
-        seg._writes_indexes = True
-        return seg
+        return seg.made_empty()
+
+    def made_empty(self) -> "Segment":
+        """This segment's three files exist, empty (renamed from spare files, or made by
+        ``loading.stage_partition``): it is the active one, with no system call (no descriptor: the
+        log file opens on first use)."""
+        self._new_arrays()
+        self._writes_indexes = True
+        return self
 
     @classmethod
     def open(cls, dir_path: str, base_offset: int, index_bytes: int, interval: int, now_ms: int,

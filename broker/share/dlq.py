@@ -116,7 +116,7 @@ class DeadLetterQueue:
         name = cfg.dlq_topic
         if not name:
             raise DlqError(f"Configured DLQ topic name in share group: {group} is empty.", final=True)
-        info = self._topic(group, name)
+        info = await self._topic(group, name)
         source = sp.source_log
         copied = await self._read_source(source, runs) if cfg.dlq_copy_record else {}
         dest_partition = sp.partition % info.partitions
@@ -150,7 +150,7 @@ class DeadLetterQueue:
                 raise DlqError(f"fsync of {name}-{dest_partition} failed: {e}") from None
         return len(records), f"{name}-{dest_partition}"
 
-    def _topic(self, group: str, name: str):
+    async def _topic(self, group: str, name: str):
         """Kafka's validateDlqTopic + auto-creation: the DLQ topic's TopicInfo, or DlqError."""
         if name.startswith("__"):
             raise DlqError(f"Configured DLQ topic name in share group: {group} cannot start with __, topic: {name}.")
@@ -166,8 +166,8 @@ class DeadLetterQueue:
                 raise DlqError(f"DLQ topic does not exist and auto create is disabled on cluster for share group: "
                                f"{group}, topic: {name}.")
             try:
-                info = self.topics.create(name, self.config.get_int("num.partitions", 1),
-                                          {GROUP_ENABLE: "true", "message.timestamp.type": "CreateTime"})
+                info = await self.topics.create_staged(name, self.config.get_int("num.partitions", 1),
+                                                       {GROUP_ENABLE: "true", "message.timestamp.type": "CreateTime"})
             except LogError as e:
                 raise DlqError(f"creating DLQ topic {name} failed: {e}") from None
             log.info("share group %s: created DLQ topic %s (%d partition(s))", group, name, info.partitions)

@@ -23,6 +23,8 @@ def run_broker(tmp_path, *args, timeout=30):
     (["--set", "num.partitions=-3"], "Invalid value -3 for configuration num.partitions: Value must be at least 1"),
     (["--set", "auto.create.topics.enable=maybe"],
      "Invalid value maybe for configuration auto.create.topics.enable: Expected value to be either true or false"),
+    (["--set", "sharebroker.log.syncfs.enable=sometimes"], "Invalid value sometimes for configuration "
+     "sharebroker.log.syncfs.enable: Expected value to be either true or false"),
     (["--set", "log.retention.ms=notanumber"],
      "Invalid value notanumber for configuration log.retention.ms: Not a number of type LONG"),
     (["--set", "log.segment.bytes=10"], "for configuration log.segment.bytes: Value must be at least"),

@@ -1,10 +1,13 @@
-"""CreateTopics in durable mode (broker/log/manager.py, ``create_topic_staged``): a new topic's files are made
-and synced on a worker of their own, so a produce's acknowledgement never waits behind them; the topic is
-synced before the answer, and a failed sync answers KAFKA_STORAGE_ERROR and leaves nothing.
+"""Topic admin in durable mode (broker/log/manager.py, ``create_topic_staged``, ``add_partitions_staged``,
+``delete_topic_durably``): a new topic's files are made, moved into place and synced on a worker of their
+own, so a produce's acknowledgement never waits behind them and the event loop makes no file system call
+per partition; CreateTopics, CreatePartitions, DeleteTopics and auto-creation answer once their change is
+synced, and a failed sync answers KAFKA_STORAGE_ERROR (none for auto-creation) and leaves the previous
+state, across a restart too.
 
-The faults are the kernel's, on the real broker: ``strace`` attached to its process holds the first
-directory creation of a CreateTopics for a while (``inject=mkdir:delay_enter``), or makes the fsync of
-the data directory fail with EIO (``-P DIR -e inject=fsync:error=EIO``)."""
+The faults are the kernel's, on the real broker: ``strace`` attached to its process holds a system call
+of a CreateTopics for a while (``inject=mkdir:delay_enter``), or makes the fsync of the data directory
+and of the topic metadata directory fail with EIO (``-P DIR -e inject=fsync:error=EIO``)."""
 from __future__ import annotations
 
 import json
@@ -15,13 +18,14 @@ import subprocess
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from broker.testing import BrokerProcess
 from tests.missing_inputs import missing_input
 from tests.support import until
 
 MKDIR = 83  # x86_64 syscall number of mkdir, as /proc/PID/task/TID/syscall shows it
+STATS = (4, 6, 262, 332)  # stat, lstat, newfstatat, statx
 
 
 def _strace(pid: int, *args: str) -> subprocess.Popen:
@@ -53,15 +57,26 @@ def _status(pid: int, tid: str) -> dict[str, str]:
 
 
 def _held_in_mkdir(pid: int) -> bool:
+    return _held_in(pid, MKDIR)
+
+
+def _held_in(pid: int, *numbers: int) -> bool:
+    """A thread of ``pid`` is stopped by the tracer in one of the system calls ``numbers``."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/syscall") as f:
                 call = f.read().split()
         except OSError:
             continue
-        if call and call[0] == str(MKDIR) and _status(pid, tid).get("State", "").startswith("t"):
+        if call and call[0] in {str(n) for n in numbers} and _status(pid, tid).get("State", "").startswith("t"):
             return True
     return False
+
+
+def _failing_syncs(pid: int, data_dir) -> subprocess.Popen:
+    """Every fsync of the data directory and of the topic metadata directory fails with EIO."""
+    return _strace(pid, "-P", str(data_dir), "-P", str(data_dir / "meta" / "topics"),
+                   "-e", "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:error=EIO")
 
 
 def _deliver(bootstrap: str, topic: str, value: bytes, timeout: float) -> None:
@@ -133,3 +148,143 @@ def test_create_topics_whose_sync_fails_answers_kafka_storage_error_and_leaves_n
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 30
         assert _read(broker.bootstrap, "t", 0, 1) == [b"kept"]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86_64 system call numbers")
+def test_a_produce_is_acknowledged_while_moving_a_created_partition_into_place_is_held(tmp_path):
+    """Moving the made partitions into place and opening them happen off the event loop: a produce is
+    acknowledged while the look-up of the new topic's first partition directory is held (strace's ``-P``
+    matches that path in a stat call, not as the target of a rename)."""
+    data_dir = tmp_path / "data"
+    calls = "stat,lstat,newfstatat,statx"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("steady", 1, 1)])["steady"].exception(60) is None
+        _deliver(broker.bootstrap, "steady", b"before", 30)
+        tracer = _strace(broker.proc.pid, "-P", str(data_dir / "big-0"), "-e", f"trace={calls}",
+                         "-e", f"inject={calls}:delay_enter=25000000:when=1")
+        try:
+            created = admin.create_topics([NewTopic("big", 20, 1)], request_timeout=120)["big"]
+            until(lambda: _held_in(broker.proc.pid, *STATS), 30, "the look-up of big-0 held")
+            _deliver(broker.bootstrap, "steady", b"meanwhile", 15)
+            assert not created.done() and _held_in(broker.proc.pid, *STATS), "the look-up was not held throughout"
+        finally:
+            _detach(tracer)
+        assert created.exception(120) is None
+        _deliver(broker.bootstrap, "big", b"new", 30)
+        assert _read(broker.bootstrap, "steady", 0, 2) == [b"before", b"meanwhile"]
+
+
+def _loop_file_calls(broker: BrokerProcess, out, act) -> list[str]:
+    """The file system calls the broker's event-loop thread (its main thread) makes while ``act()`` runs."""
+    if shutil.which("strace") is None:
+        missing_input("strace (tools/test.sh installs it)")
+    pid = broker.proc.pid
+    tracer = subprocess.Popen(["strace", "-qq", "-o", str(out), "-p", str(pid),
+                               "-e", "trace=%file,getdents64,fsync,fdatasync,ftruncate"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def attached() -> bool:
+            if tracer.poll() is not None:
+                pytest.skip(f"strace cannot attach here: {tracer.stderr.read().strip()}")
+            return _status(pid, str(pid)).get("TracerPid", "0") != "0"
+        until(attached, 30, "strace attached to the event-loop thread")
+        act()
+    finally:
+        _detach(tracer)
+    return [line for line in out.read_text().splitlines() if line.strip()]
+
+
+def test_the_event_loop_makes_no_file_system_call_per_created_or_deleted_partition(tmp_path):
+    with BrokerProcess(tmp_path / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("warm", 1, 1)])["warm"].exception(60) is None
+
+        def create(name: str, partitions: int):
+            return lambda: admin.create_topics([NewTopic(name, partitions, 1)])[name].exception(120)
+        small = _loop_file_calls(broker, tmp_path / "small.strace", create("small", 10))
+        big = _loop_file_calls(broker, tmp_path / "big.strace", create("big", 400))
+        assert len(big) <= len(small) + 5, big[:40]
+        assert len(big) <= 10, big[:40]
+        assert len(admin.list_topics(timeout=10).topics["big"].partitions) == 400
+
+        deleted = _loop_file_calls(broker, tmp_path / "delete.strace",
+                                   lambda: admin.delete_topics(["big"])["big"].exception(120))
+        assert len(deleted) <= 10, deleted[:40]
+        until(lambda: not [d for d in os.listdir(tmp_path / "data") if d.startswith("big-") or d.endswith("-delete")],
+              60, "the deleted topic's directories removed")
+
+
+def test_delete_topics_whose_sync_fails_answers_kafka_storage_error_and_keeps_the_topic(tmp_path):
+    data_dir = tmp_path / "data"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("t", 3, 1)])["t"].exception(60) is None
+        _deliver(broker.bootstrap, "t", b"kept", 30)
+        tracer = _failing_syncs(broker.proc.pid, data_dir)
+        try:
+            err = admin.delete_topics(["t"], request_timeout=60)["t"].exception(60)
+        finally:
+            _detach(tracer)
+        assert err is not None and err.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR, err
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 3
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 3
+        assert _read(broker.bootstrap, "t", 0, 1) == [b"kept"]
+
+        assert admin.delete_topics(["t"])["t"].exception(60) is None  # the disk works again
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert "t" not in admin.list_topics(timeout=10).topics
+
+
+def test_create_partitions_whose_sync_fails_answers_kafka_storage_error_and_keeps_the_count(tmp_path):
+    data_dir = tmp_path / "data"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("t", 2, 1)])["t"].exception(60) is None
+        tracer = _failing_syncs(broker.proc.pid, data_dir)
+        try:
+            err = admin.create_partitions([NewPartitions("t", 40)], request_timeout=60)["t"].exception(60)
+        finally:
+            _detach(tracer)
+        assert err is not None and err.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR, err
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 2
+        assert sorted(d for d in os.listdir(data_dir) if d.startswith("t-")) == ["t-0", "t-1"]
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 2
+
+        assert admin.create_partitions([NewPartitions("t", 40)])["t"].exception(60) is None
+        _deliver(broker.bootstrap, "t", b"kept", 30)
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 40
+
+
+def test_a_topic_is_auto_created_only_once_durable(tmp_path):
+    data_dir = tmp_path / "data"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        tracer = _failing_syncs(broker.proc.pid, data_dir)
+        try:
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 4000})
+            errors: list = []
+            producer.produce("auto", b"lost", on_delivery=lambda err, _m: errors.append(err))
+            producer.flush(30)
+            assert len(errors) == 1 and errors[0] is not None, errors
+            assert "auto" not in admin.list_topics(timeout=10).topics
+            metas = [json.loads(p.read_text()) for p in (data_dir / "meta" / "topics").glob("*.json")]
+            assert [m for m in metas if m["name"] == "auto"] == []
+        finally:
+            producer = None  # its metadata requests (each an auto-creation) stop
+            _detach(tracer)
+        _deliver(broker.bootstrap, "auto", b"kept", 30)  # the disk works again
+        admin = None
+        broker.restart()
+        assert _read(broker.bootstrap, "auto", 0, 1) == [b"kept"]

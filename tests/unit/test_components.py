@@ -54,7 +54,7 @@ def test_topics_alone(tmp_path):
         assert e.value.code == 17 and "collides" in str(e.value)
         topics.appended("a.b", 1)
         assert appended == [("a.b", 1)]
-        topics.delete("a.b")
+        asyncio.run(topics.delete("a.b"))
         assert deleted == [("a.b", info.topic_id.bytes)]
     finally:
         logs.close()

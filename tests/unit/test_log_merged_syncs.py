@@ -36,10 +36,10 @@ def _append_to_each(logs, **fault):
     return asyncio.get_event_loop_policy().get_event_loop().run_until_complete(scenario())
 
 
-@pytest.fixture
-def logs(tmp_path):
+@pytest.fixture(params=[True], ids=["syncfs"])
+def logs(tmp_path, request):
     async def start():
-        m = LogManager(str(tmp_path / "data"), durable=True)
+        m = LogManager(str(tmp_path / "data"), durable=True, syncfs=request.param)
         for i in range(PARTITIONS):
             m.create_topic(f"t{i}", 1)
         m.start_background()
@@ -47,7 +47,7 @@ def logs(tmp_path):
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     m = loop.run_until_complete(start())
-    if m.background._syncfs_fd is None:
+    if m.background._syncfs_fd is None and request.param:
         m.close()
         pytest.skip("syncfs does not report writeback errors here (Linux before 5.8, or no syncfs)")
     yield m
@@ -82,3 +82,14 @@ def test_fewer_queued_fsyncs_than_merge_at_are_fsynced_each(logs, monkeypatch):
     monkeypatch.setattr(background_mod, "MERGE_AT", PARTITIONS + 1)
     calls = _append_to_each(logs)
     assert calls["syncfs"] == 0 and calls["fsync"] >= 3 * PARTITIONS, calls
+
+
+@pytest.mark.parametrize("logs", [False], ids=["syncfs-off"], indirect=True)
+def test_with_syncfs_off_each_partition_fsyncs_its_own_files_and_close_too(logs):
+    """``sharebroker.log.syncfs.enable=false``: a data directory sharing its file system with other programs."""
+    calls = _append_to_each(logs)
+    assert calls["syncfs"] == 0 and calls["fsync"] >= PARTITIONS, calls
+    assert [logs.get_log(f"t{i}", 0).high_watermark for i in range(PARTITIONS)] == [1] * PARTITIONS
+    with FaultInjector() as probe:
+        assert logs.close() is None
+    assert "syncfs" not in {op for op, _target in probe.calls}

@@ -59,10 +59,10 @@ def test_a_durable_append_is_not_queued_behind_a_topic_creation(tmp_path, monkey
     stuck, release = threading.Event(), threading.Event()
     real = manager_mod._stage_partitions
 
-    def gated(staging, first, end):
+    def gated(staging, paths):
         stuck.set()
         assert release.wait(30)
-        real(staging, first, end)
+        real(staging, paths)
     monkeypatch.setattr(manager_mod, "_stage_partitions", gated)
 
     async def scenario():
@@ -116,8 +116,9 @@ def test_a_created_topic_is_synced_before_the_answer_in_three_fsyncs_and_a_faile
     logs, probe, info = asyncio.run(create("t", 300))
     assert info.partitions == 300
     meta = os.path.join("meta", "topics", f"{info.topic_id.hex}.json")
-    # done before the answer: the data directory (every partition renamed into it), the metadata and its directory
-    assert [p for p, _i in _sync_targets(probe, data_dir)] == [".", meta, os.path.join("meta", "topics")]
+    # done before the answer: the data directory (every partition renamed into it), the metadata (before its
+    # rename into place) and its directory
+    assert [p for p, _i in _sync_targets(probe, data_dir)] == [".", meta + ".tmp", os.path.join("meta", "topics")]
 
     _logs, probe, _info = asyncio.run(create("u", 3))
     for n in range(1, len(probe.calls) + 1):  # every file call of a creation fails in turn, the syncs included
