@@ -250,7 +250,10 @@ class TopicConfigs:
         info = self.logs.topic(name)
         return dict(info.configs) if info is not None else {}
 
-    def alter(self, name: str, ops, validate_only: bool) -> None:
+    async def alter(self, name: str, ops, validate_only: bool) -> None:
+        """Apply ``ops`` to the topic's overrides; answered once the change is durable (the log manager's
+        ``alter_topic_configs``), computed there on the overrides of that moment, in turn with the topic's
+        other changes."""
         info = self.logs.topic(name)
         if info is None:
             raise LogError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
@@ -258,10 +261,16 @@ class TopicConfigs:
             if op.name not in TOPIC_CONFIGS:
                 raise ConfigError(f"Unknown topic config name: {op.name}")
         lists = {k for k, c in TOPIC_CONFIGS.items() if c.type == LIST}
-        new = apply_ops(info.configs, ops, lists, {k: _fmt(c.default) for k, c in TOPIC_CONFIGS.items()})
-        validate_topic_configs(new)
-        if not validate_only:
-            self.logs.set_topic_configs(name, new)
+        defaults = {k: _fmt(c.default) for k, c in TOPIC_CONFIGS.items()}
+
+        def compute(current: dict[str, str]) -> dict[str, str]:
+            new = apply_ops(current, ops, lists, defaults)
+            validate_topic_configs(new)
+            return new
+        if validate_only:
+            compute(dict(info.configs))
+        else:
+            await self.logs.alter_topic_configs(name, compute)
 
 
 class BrokerConfigs:

@@ -617,6 +617,37 @@ class LogManager:
             plog.update_config(cfg.copy())
         return info
 
+    async def alter_topic_configs(self, name: str, compute: Callable[[dict[str, str]], Mapping[str, object]]) -> TopicInfo:
+        """``set_topic_configs`` for a request served on the event loop, with the overrides
+        ``compute(current overrides)`` gives (it may raise ConfigError or LogError): the metadata naming
+        them is written and synced on the admin worker before they apply and this returns (Kafka's
+        controller answers once the config record is committed). In turn with the topic's other
+        changes (``_changing``): a CreatePartitions or DeleteTopics writing the same metadata file is
+        never overwritten by it, nor it by them. A failed sync leaves the overrides and the file as they
+        were and raises KAFKA_STORAGE_ERROR."""
+        if not self.admin.threaded:
+            info = self._topics.get(name)
+            return self.set_topic_configs(name, compute(dict(info.configs)) if info is not None else {})
+        async with self._changing(name):
+            info = self._topics.get(name)
+            if info is None:
+                raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            overrides = {k: str(v) for k, v in compute(dict(info.configs)).items()}
+            validate_topic_configs(overrides)
+            path, before, old = self._meta_path(info), info.to_json(), info.configs
+            info.configs = overrides
+            data, info.configs = info.to_json(), old
+            try:
+                await self._on_admin(lambda: _replace_durably(path, data, before))
+            except OSError as e:
+                STORAGE.report("syncing a topic's configs", path, e)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot change the configs of {name}: {e.strerror or e}") from None
+            info.configs = overrides
+            cfg = self._config_for(overrides)
+            for plog in info.logs:
+                plog.update_config(cfg.copy())
+        return info
+
     def effective_config(self, name: str) -> LogConfig:
         info = self._topics.get(name)
         return self._config_for(info.configs if info else {})
@@ -795,6 +826,16 @@ def _write_topic_durably(data_dir: str, path: str, data: bytes, before: bytes | 
     metadata (tmp, fsync, rename, fsync of its directory: ``LogManager._persist_durably``). If a sync fails
     the metadata is as it was (``before``; None: no file) and the OSError raised."""
     fsync_dir(data_dir)
+    try:
+        atomic_write(path, data)
+    except OSError:
+        _restore(path, before)
+        raise
+
+
+def _replace_durably(path: str, data: bytes, before: bytes) -> None:
+    """On the admin worker: a topic's metadata replaced by ``data`` (tmp, fsync, rename, fsync of its
+    directory); if a sync fails it is ``before`` again and the OSError raised."""
     try:
         atomic_write(path, data)
     except OSError:

@@ -18,7 +18,8 @@ import subprocess
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
+                                  ResourceType)
 
 from broker.testing import BrokerProcess
 from tests.missing_inputs import missing_input
@@ -288,3 +289,71 @@ def test_a_topic_is_auto_created_only_once_durable(tmp_path):
         admin = None
         broker.restart()
         assert _read(broker.bootstrap, "auto", 0, 1) == [b"kept"]
+
+
+FSYNC = 74  # x86_64 syscall number of fsync
+
+
+def _set_retention(admin: AdminClient, topic: str, value: str):
+    """IncrementalAlterConfigs SET retention.ms on ``topic``: its future."""
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+    return admin.incremental_alter_configs([res], request_timeout=60)[res]
+
+
+def _retention(admin: AdminClient, topic: str) -> str:
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    return admin.describe_configs([res])[res].result(30)["retention.ms"].value
+
+
+def test_alter_configs_whose_sync_fails_answers_kafka_storage_error_and_keeps_the_configs(tmp_path):
+    data_dir = tmp_path / "data"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("t", 1, 1, config={"retention.ms": "111111"})])["t"].exception(60) is None
+        tracer = _failing_syncs(broker.proc.pid, data_dir)
+        try:
+            err = _set_retention(admin, "t", "222222").exception(60)
+        finally:
+            _detach(tracer)
+        assert err is not None and err.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR, err
+        assert _retention(admin, "t") == "111111"
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert _retention(admin, "t") == "111111"
+
+        assert _set_retention(admin, "t", "333333").exception(60) is None  # the disk works again
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert _retention(admin, "t") == "333333"
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86_64 system call numbers")
+def test_alter_configs_during_a_create_partitions_keeps_both_across_a_restart(tmp_path):
+    data_dir = tmp_path / "data"
+    with BrokerProcess(data_dir) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.create_topics([NewTopic("t", 2, 1)])["t"].exception(60) is None
+        meta, = [p for p in (data_dir / "meta" / "topics").glob("*.json") if json.loads(p.read_text())["name"] == "t"]
+        # the CreatePartitions' metadata write is held in the fsync of its temporary file for 3 s
+        tracer = _strace(broker.proc.pid, "-P", f"{meta}.tmp", "-e", "trace=fsync",
+                         "-e", "inject=fsync:delay_enter=3000000:when=1")
+        try:
+            grown = admin.create_partitions([NewPartitions("t", 40)], request_timeout=60)["t"]
+            until(lambda: _held_in(broker.proc.pid, FSYNC), 30, "the CreatePartitions' metadata fsync held")
+            other = AdminClient({"bootstrap.servers": broker.bootstrap})  # a connection of its own
+            altered = _set_retention(other, "t", "444444")
+            assert grown.exception(60) is None
+            assert altered.exception(60) is None
+        finally:
+            _detach(tracer)
+            other = None
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 40
+        assert _retention(admin, "t") == "444444"
+        admin = None
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert len(admin.list_topics(timeout=10).topics["t"].partitions) == 40
+        assert _retention(admin, "t") == "444444"
