@@ -2,6 +2,8 @@
 and the heartbeat interval answered while a member waits for partitions (ours; docs/differences.md)."""
 from __future__ import annotations
 
+import asyncio
+
 from broker.share.dlq import DeadLetterQueue, DlqError
 from coordinator.group.share import PENDING_HEARTBEAT_MARGIN_MS, PENDING_HEARTBEAT_MS
 
@@ -156,7 +158,7 @@ def test_dlq_topic_name_starting_with_double_underscore_is_refused_at_write_time
     the DLQ write (Kafka's validateDlqTopic)."""
     dlq = DeadLetterQueue(config=_NoConfig(), logs=None, watchers=None, topics=object())
     try:
-        dlq._topic("g", "__x")
+        asyncio.run(dlq._topic("g", "__x"))
     except DlqError as e:
         assert "cannot start with __" in str(e)
     else:
