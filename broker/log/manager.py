@@ -85,11 +85,11 @@ class TopicInfo:
     def partitions(self) -> int:
         return len(self.logs)
 
-    def to_json(self, partitions: int | None = None) -> bytes:
-        """The metadata file's content; ``partitions``: the count to write, if not the current one."""
+    def to_json(self, partitions: int | None = None, configs: Mapping[str, str] | None = None) -> bytes:
+        """The metadata file's content; ``partitions`` and ``configs``: what to write, if not the current."""
         return json.dumps({"version": TOPIC_FORMAT_VERSION, "name": self.name, "topic_id": str(self.topic_id),
                            "partitions": len(self.logs) if partitions is None else partitions,
-                           "configs": self.configs}, sort_keys=True).encode()
+                           "configs": self.configs if configs is None else configs}, sort_keys=True).encode()
 
     def __repr__(self) -> str:
         return f"TopicInfo({self.name}, id={self.topic_id}, partitions={len(self.logs)})"
@@ -612,10 +612,14 @@ class LogManager:
         validate_topic_configs(overrides)
         info.configs = overrides
         self._persist(info)
-        cfg = self._config_for(overrides)
+        self._apply_configs(info)
+        return info
+
+    def _apply_configs(self, info: TopicInfo) -> None:
+        """The topic's overrides (with the defaults) given to each of its partitions."""
+        cfg = self._config_for(info.configs)
         for plog in info.logs:
             plog.update_config(cfg.copy())
-        return info
 
     async def alter_topic_configs(self, name: str, compute: Callable[[dict[str, str]], Mapping[str, object]]) -> TopicInfo:
         """``set_topic_configs`` for a request served on the event loop, with the overrides
@@ -634,18 +638,14 @@ class LogManager:
                 raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             overrides = {k: str(v) for k, v in compute(dict(info.configs)).items()}
             validate_topic_configs(overrides)
-            path, before, old = self._meta_path(info), info.to_json(), info.configs
-            info.configs = overrides
-            data, info.configs = info.to_json(), old
+            path, before, data = self._meta_path(info), info.to_json(), info.to_json(configs=overrides)
             try:
                 await self._on_admin(lambda: _replace_durably(path, data, before))
             except OSError as e:
                 STORAGE.report("syncing a topic's configs", path, e)
                 raise LogError(KAFKA_STORAGE_ERROR, f"cannot change the configs of {name}: {e.strerror or e}") from None
             info.configs = overrides
-            cfg = self._config_for(overrides)
-            for plog in info.logs:
-                plog.update_config(cfg.copy())
+            self._apply_configs(info)
         return info
 
     def effective_config(self, name: str) -> LogConfig:
@@ -657,9 +657,7 @@ class LogManager:
         LogConfig.from_mapping(defaults)
         self._defaults = dict(defaults)
         for info in self._topics.values():
-            cfg = self._config_for(info.configs)
-            for plog in info.logs:
-                plog.update_config(cfg.copy())
+            self._apply_configs(info)
 
     def all_logs(self) -> Iterable[PartitionLog]:
         for info in self._topics.values():
@@ -826,16 +824,12 @@ def _write_topic_durably(data_dir: str, path: str, data: bytes, before: bytes | 
     metadata (tmp, fsync, rename, fsync of its directory: ``LogManager._persist_durably``). If a sync fails
     the metadata is as it was (``before``; None: no file) and the OSError raised."""
     fsync_dir(data_dir)
-    try:
-        atomic_write(path, data)
-    except OSError:
-        _restore(path, before)
-        raise
+    _replace_durably(path, data, before)
 
 
-def _replace_durably(path: str, data: bytes, before: bytes) -> None:
+def _replace_durably(path: str, data: bytes, before: bytes | None) -> None:
     """On the admin worker: a topic's metadata replaced by ``data`` (tmp, fsync, rename, fsync of its
-    directory); if a sync fails it is ``before`` again and the OSError raised."""
+    directory); if a sync fails it is ``before`` again (None: no file) and the OSError raised."""
     try:
         atomic_write(path, data)
     except OSError:
